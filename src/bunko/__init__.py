@@ -1,0 +1,101 @@
+"""bunko (文庫): a self-hosted, multi-tenant RAG engine, Japanese-first.
+
+Start with :class:`bunko.Bunko`; see docs/ARCHITECTURE.md for the seams.
+"""
+
+from __future__ import annotations
+
+from .embedders import BaseEmbedder, EmbedderProtocol, UniversalSentenceEncoderEmbedder, get_embedder, register_embedder
+from .engine import Bunko, IngestReport, SearchResponse, Tenant
+from .errors import (
+    BunkoError,
+    CollectionNotFoundError,
+    ConfigError,
+    DimensionMismatchError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    GenerationError,
+    LoaderError,
+    NotFoundError,
+    PreprocessingError,
+    RAGPipelineError,
+    RetrievalError,
+    SplitterError,
+    UnknownProviderError,
+    UnsupportedFormatError,
+    VectorStoreError,
+)
+from .generation import Generator, LLMMessage, LLMProvider, LLMResponse
+from .indexing import IndexManager
+from .pipeline import RAGPipeline
+from .preprocess import Preprocessor
+from .retrieval import Retriever
+from .splitters import RecursiveCharacterSplitter, get_splitter, register_splitter
+from .stores import SQLiteBackend, VectorStore, open_backend
+from .types import (
+    Chunk,
+    Collection,
+    Document,
+    DocumentInfo,
+    GenerationResult,
+    IngestResult,
+    SearchHit,
+    Source,
+    TextChunk,
+    VectorRecord,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BaseEmbedder",
+    "Bunko",
+    "BunkoError",
+    "Chunk",
+    "Collection",
+    "CollectionNotFoundError",
+    "ConfigError",
+    "DimensionMismatchError",
+    "Document",
+    "DocumentInfo",
+    "DocumentNotFoundError",
+    "EmbedderMismatchError",
+    "EmbedderProtocol",
+    "EmbeddingError",
+    "GenerationError",
+    "GenerationResult",
+    "Generator",
+    "IndexManager",
+    "IngestReport",
+    "IngestResult",
+    "LLMMessage",
+    "LLMProvider",
+    "LLMResponse",
+    "LoaderError",
+    "NotFoundError",
+    "PreprocessingError",
+    "RAGPipeline",
+    "RAGPipelineError",
+    "RecursiveCharacterSplitter",
+    "RetrievalError",
+    "Retriever",
+    "SQLiteBackend",
+    "SearchHit",
+    "SearchResponse",
+    "Source",
+    "SplitterError",
+    "Tenant",
+    "TextChunk",
+    "UniversalSentenceEncoderEmbedder",
+    "UnknownProviderError",
+    "UnsupportedFormatError",
+    "VectorRecord",
+    "VectorStore",
+    "__version__",
+    "get_embedder",
+    "get_splitter",
+    "open_backend",
+    "register_embedder",
+    "register_splitter",
+]

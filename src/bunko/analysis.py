@@ -1,0 +1,106 @@
+"""Text analysis for the keyword index: the same analyzer at index and query time.
+
+The default analyzer is language-neutral: words for alphabetic scripts (lower-cased),
+and overlapping character bigrams for CJK runs, which is what makes keyword search
+match Japanese text at all (Japanese has no spaces between words). A morphological
+analyzer can replace it behind the same ``Analyzer`` protocol.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Protocol, runtime_checkable
+
+# CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul.
+_CJK = (
+    r"\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af\u3005\u3006\u30fc"
+)
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}_]+)")
+
+
+@runtime_checkable
+class Analyzer(Protocol):
+    """Turns text into index terms; must be deterministic."""
+
+    name: str
+
+    def terms(self, text: str) -> list[str]:
+        """The index terms of ``text``, in order."""
+        ...
+
+
+class BigramAnalyzer:
+    """Words for alphabetic scripts, overlapping character bigrams for CJK runs."""
+
+    name = "bigram"
+
+    def terms(self, text: str) -> list[str]:
+        """The index terms of ``text``, in order."""
+        out: list[str] = []
+        for match in _TOKEN_RE.finditer(unicodedata.normalize("NFKC", text).lower()):
+            cjk, word = match.group(1), match.group(2)
+            if word:
+                out.append(word)
+            elif len(cjk) == 1:
+                out.append(cjk)
+            else:
+                out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+        return out
+
+
+def fts_document(analyzer: Analyzer, text: str) -> str:
+    """The analyzed text as stored in the FTS5 column (terms separated by spaces)."""
+    return " ".join(analyzer.terms(text))
+
+
+def fts_query(analyzer: Analyzer, text: str) -> str | None:
+    """An FTS5 MATCH expression that ORs the query's distinct terms, or None if it has none.
+
+    Every term is double-quoted, so no user input is ever parsed as FTS5 syntax.
+    """
+    seen: dict[str, None] = {}
+    for term in analyzer.terms(text):
+        seen.setdefault(term, None)
+    if not seen:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in seen)
+
+
+DEFAULT_ANALYZER = BigramAnalyzer()
+
+
+_KANA_RE = re.compile(r"[\u3040-\u30ff]")
+_HAN_RE = re.compile(r"[\u4e00-\u9fff]")
+_HANGUL_RE = re.compile(r"[\uac00-\ud7af]")
+_LATIN_RE = re.compile(r"[A-Za-z]")
+
+
+def detect_language(text: str, sample: int = 4000) -> str:
+    """A script-based language guess: ``ja``, ``zh``, ``ko``, ``en`` or ``und``.
+
+    Kana means Japanese; Han without kana means Chinese; Latin letters with common
+    English function words mean English. Good enough to pick answer templates and
+    tag documents; a full detector can replace it behind this function.
+    """
+    head = text[:sample]
+    kana = len(_KANA_RE.findall(head))
+    han = len(_HAN_RE.findall(head))
+    if kana >= 3 or (kana and kana * 10 >= han):
+        return "ja"
+    if _HANGUL_RE.search(head):
+        return "ko"
+    if han >= 3:
+        return "zh"
+    if len(_LATIN_RE.findall(head)) >= 3:
+        words = re.findall(r"[a-z]+", head.lower())
+        english = sum(w in _EN_STOPWORDS for w in words)
+        return "en" if words and english / len(words) >= 0.05 else "und"
+    return "und"
+
+
+_EN_STOPWORDS = frozenset(
+    "the a an and or of to in is are was were be it this that for on with as by at from what how "
+    "why when where which who do does should can i you we".split()
+)

@@ -1,0 +1,328 @@
+"""The ``bunko`` command line (R32): ingest, search, ask, collections, documents.
+
+Data goes to stdout (plain text, or JSON with ``--json``); progress and messages
+go to stderr. Errors print one line (``--json``: ``{"error": {"type", "message"}}``
+on stdout) and exit non-zero; a stack trace is shown only with ``BUNKO_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
+from .engine import Bunko, IngestError
+from .errors import BunkoError
+from .types import IngestResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_ERROR = 1
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = Console(highlight=False, soft_wrap=True)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _fail(error_type: str, message: str, as_json: bool, code: int = EXIT_ERROR) -> NoReturn:
+    if as_json:
+        _emit_json({"error": {"type": error_type, "message": message}})
+    else:
+        stderr.print(f"[bold red]error:[/] {escape(message)}")
+    sys.exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn bunko errors into one clear line and a non-zero exit; never a stack trace."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            return func(*args, **kwargs)
+        except BunkoError as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, BunkoError) else exc
+            _fail(type(cause).__name__, exc.message, as_json)
+        except KeyboardInterrupt:
+            _fail("Interrupted", "interrupted", as_json, EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get("BUNKO_DEBUG"):
+                raise
+            _fail(
+                "InternalError",
+                f"unexpected {type(exc).__name__}: {exc} (this is a bug in bunko; rerun with BUNKO_DEBUG=1 "
+                "for the traceback and report it)",
+                as_json,
+                EXIT_INTERNAL,
+            )
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _engine(ctx: click.Context) -> Bunko:
+    obj = ctx.find_root().obj
+    if obj.get("engine") is None:
+        obj["engine"] = Bunko(obj.get("db"), home=obj.get("home"))
+        ctx.find_root().call_on_close(obj["engine"].close)
+    return obj["engine"]
+
+
+tenant_option = click.option(
+    "--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
+    help="Tenant whose data to use (env BUNKO_TENANT).",
+)
+collection_option = click.option(
+    "--collection", "-c", default=DEFAULT_COLLECTION, show_default=True, envvar="BUNKO_COLLECTION",
+    help="Collection inside the tenant (env BUNKO_COLLECTION).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--db", metavar="URL", default=None,
+              help="Store URL, e.g. sqlite:///path/bunko.db (env BUNKO_DATABASE_URL; default: a SQLite file "
+                   "under BUNKO_HOME).")
+@click.option("--home", metavar="DIR", default=None, type=click.Path(file_okay=False),
+              help="Data folder (env BUNKO_HOME; default ~/.local/share/bunko).")
+@click.version_option(__version__, prog_name="bunko")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, home: str | None) -> None:
+    """bunko (文庫): ingest documents, search them, and get answers with citations."""
+    ctx.obj = {"db": db, "home": home, "engine": None}
+
+
+# -- ingest ---------------------------------------------------------------------------------
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@collection_option
+@tenant_option
+@json_option
+@click.pass_context
+@handle_errors
+def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, as_json: bool) -> None:
+    """Ingest files and folders (.txt, .md) into a collection.
+
+    Re-ingesting an unchanged file does nothing; a changed file replaces its old chunks.
+    """
+    scope = _engine(ctx).tenant(tenant)
+    show_bar = not as_json and stderr.is_terminal
+    with Progress(
+        SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=True, disable=not show_bar,
+    ) as bar:
+        task = bar.add_task("Loading the embedder", total=None)
+        _ = scope._engine.embedder  # load the model before the bar starts counting files
+        from .loaders import discover
+
+        files, _skipped = discover(paths)
+        bar.update(task, total=len(files), description="Ingesting")
+
+        def progress(event: str, path: str, result: Any) -> None:
+            name = os.path.basename(path)
+            if event == "start":
+                bar.update(task, description=f"Ingesting {escape(name)}")
+            else:
+                bar.advance(task)
+                if isinstance(result, IngestError) and not as_json:
+                    bar.console.print(f"[red]failed[/] {escape(path)}: {escape(result.message)}")
+
+        report = asyncio.run(scope.aingest(paths, collection, progress=progress))
+
+    ok = report.documents
+    statuses = {s: sum(1 for d in ok if d.status == s) for s in ("created", "replaced", "unchanged")}
+    data = {
+        "documents": len(ok),
+        "chunks": sum(d.chunks for d in ok),
+        "errors": [e.to_dict() for e in report.errors],
+        **statuses,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
+        "results": [d.to_dict() for d in ok],
+        "tenant": tenant,
+        "collection": collection,
+        "elapsed_ms": round(report.elapsed_ms, 1),
+    }
+    if as_json:
+        _emit_json(data)
+    else:
+        _print_ingest(ok, report.errors, report.skipped, tenant, collection, report.elapsed_ms, statuses)
+    if report.errors:
+        sys.exit(EXIT_ERROR)
+
+
+def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: list[Any], tenant: str,
+                  collection: str, elapsed_ms: float, statuses: dict[str, int]) -> None:
+    for result in ok:
+        stdout.print(f"{result.status:<9} {escape(os.path.basename(result.source))}  "
+                     f"({result.chunks} chunks)  id={result.document_id}")
+    for s in skipped:
+        stderr.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}")
+    for e in errors:
+        stderr.print(f"[red]failed[/]  {escape(e.path)}: {e.type}: {escape(e.message)}")
+    stderr.print(
+        f"{len(ok)} documents ({sum(d.chunks for d in ok)} chunks) in tenant '{escape(tenant)}', "
+        f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "
+        f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped "
+        f"in {elapsed_ms / 1000:.1f} s"
+    )
+
+
+# -- search and ask -------------------------------------------------------------------------
+top_k_option = click.option("--top-k", "-k", default=5, show_default=True, type=click.IntRange(1, 100),
+                            help="How many chunks to return.")
+document_id_option = click.option("--document-id", "document_ids", multiple=True, metavar="ID",
+                                  help="Search only inside this document (repeatable).")
+mode_option = click.option("--mode", type=click.Choice(["vector", "keyword"]), default="vector",
+                           show_default=True, help="Vector (semantic) or keyword (BM25) search.")
+
+
+@cli.command()
+@click.argument("query")
+@collection_option
+@tenant_option
+@top_k_option
+@document_id_option
+@mode_option
+@click.option("--threshold", type=click.FloatRange(-1.0, 1.0), default=None,
+              help="Drop vector hits with cosine similarity below this.")
+@json_option
+@click.pass_context
+@handle_errors
+def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
+           document_ids: tuple[str, ...], mode: str, threshold: float | None, as_json: bool) -> None:
+    """Search a collection and print the best chunks."""
+    scope = _engine(ctx).tenant(tenant)
+    response = scope.search(query, collection, top_k=top_k, document_ids=list(document_ids) or None,
+                            threshold=threshold, mode=mode)  # type: ignore[arg-type]
+    if as_json:
+        _emit_json(response.to_dict())
+        return
+    if not response.results:
+        stderr.print("no results")
+    for rank, hit in enumerate(response.results, start=1):
+        name = hit.metadata.get("filename") or hit.source
+        stdout.print(f"[bold]{rank}.[/] {hit.score:.3f}  {escape(str(name))}  "
+                     f"[dim]chunk {hit.chunk_index} · {hit.chunk_id}[/]")
+        text = " ".join(hit.content.split())
+        stdout.print("   " + escape(text[:300] + ("…" if len(text) > 300 else "")))
+    stderr.print(f"[dim]{len(response.results)} results in {response.search_time_ms:.1f} ms[/]")
+
+
+@cli.command()
+@click.argument("question")
+@collection_option
+@tenant_option
+@top_k_option
+@document_id_option
+@json_option
+@click.pass_context
+@handle_errors
+def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int,
+        document_ids: tuple[str, ...], as_json: bool) -> None:
+    """Answer a question from a collection, with [N] citations."""
+    scope = _engine(ctx).tenant(tenant)
+    result = scope.ask(question, collection, top_k=top_k, document_ids=list(document_ids) or None)
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    stdout.print(escape(result.answer))
+    if result.sources:
+        stdout.print()
+        stdout.print("[bold]Sources[/]")
+        for source in result.sources:
+            where = source.metadata.get("filename") or source.source
+            stdout.print(f"  [{source.index}] {escape(str(where))}  [dim](chunk "
+                         f"{source.metadata.get('chunk_index', '?')}, score {source.score:.3f})[/]")
+
+
+# -- collections and documents ---------------------------------------------------------------
+@cli.command()
+@tenant_option
+@json_option
+@click.pass_context
+@handle_errors
+def collections(ctx: click.Context, tenant: str, as_json: bool) -> None:
+    """List the tenant's collections."""
+    items = _engine(ctx).tenant(tenant).collections()
+    if as_json:
+        _emit_json({"collections": [c.to_dict() for c in items]})
+        return
+    if not items:
+        stderr.print(f"tenant '{escape(tenant)}' has no collections yet; run: bunko ingest PATH")
+    for c in items:
+        stdout.print(f"{escape(c.name)}  {c.document_count} documents, {c.chunk_count} chunks  "
+                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d)[/]")
+
+
+@cli.group()
+def documents() -> None:
+    """List or delete documents."""
+
+
+@documents.command("list")
+@collection_option
+@tenant_option
+@click.option("--limit", type=click.IntRange(1), default=None, help="At most this many documents.")
+@click.option("--offset", type=click.IntRange(0), default=0, help="Skip this many documents.")
+@json_option
+@click.pass_context
+@handle_errors
+def documents_list(ctx: click.Context, collection: str, tenant: str, limit: int | None, offset: int,
+                   as_json: bool) -> None:
+    """List the documents of a collection."""
+    items = _engine(ctx).tenant(tenant).documents(collection, limit=limit, offset=offset)
+    if as_json:
+        _emit_json({"documents": [d.to_dict() for d in items]})
+        return
+    for d in items:
+        stdout.print(f"{d.id}  {escape(str(d.metadata.get('filename') or d.source))}  ({d.chunks} chunks)")
+    if not items:
+        stderr.print("no documents")
+
+
+@documents.command("delete")
+@click.argument("document_ids", nargs=-1, required=True, metavar="ID...")
+@click.option("--collection", "-c", default=None, help="Only delete from this collection (default: any).")
+@tenant_option
+@json_option
+@click.pass_context
+@handle_errors
+def documents_delete(ctx: click.Context, document_ids: tuple[str, ...], collection: str | None, tenant: str,
+                     as_json: bool) -> None:
+    """Delete documents (and their chunks and vectors) by id."""
+    scope = _engine(ctx).tenant(tenant)
+    deleted = scope.delete_documents(list(document_ids), collection)
+    missing = len(set(document_ids)) - deleted
+    if as_json:
+        _emit_json({"deleted": deleted, "missing": missing})
+    else:
+        stderr.print(f"deleted {deleted} document(s)")
+    if missing:
+        if not as_json:
+            stderr.print(f"[red]error:[/] {missing} id(s) not found in tenant '{escape(tenant)}'")
+        sys.exit(EXIT_ERROR)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="bunko")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

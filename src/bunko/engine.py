@@ -1,0 +1,268 @@
+"""The library entry point: ``Bunko`` opens a store; ``Bunko.tenant(name)`` scopes it.
+
+Everything a caller can do with data goes through a :class:`Tenant`, which holds
+a store bound to one tenant (R15). The tenant is chosen once, by whoever builds
+the scope (the operator's CLI flag, later the server from an API key); no method
+below takes a tenant id.
+
+    from bunko import Bunko
+
+    with Bunko() as engine:                 # embedded SQLite under BUNKO_HOME
+        acme = engine.tenant("acme")
+        acme.ingest(["handbook/"], collection="docs")
+        print(acme.ask("有給休暇は何日ですか？", collection="docs").answer)
+
+Each operation has an async form (``aingest``, ``asearch``, ``aask``) and a sync
+convenience that runs it on a fresh event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .config import DEFAULT_COLLECTION, Settings
+from .embedders import get_embedder
+from .errors import BunkoError
+from .generation import Generator, LLMProvider
+from .indexing import IndexManager
+from .loaders import Skipped, discover, load_path
+from .pipeline import RAGPipeline
+from .preprocess import Preprocessor
+from .retrieval import Retriever, SearchMode
+from .splitters import Splitter, get_splitter
+from .stores import StoreBackend, VectorStore, open_backend
+from .types import Collection, Document, DocumentInfo, GenerationResult, IngestResult, SearchHit
+
+T = TypeVar("T")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise BunkoError("called a sync bunko method inside a running event loop; await the 'a…' form instead")
+
+
+@dataclass(slots=True)
+class IngestError:
+    """A file that could not be ingested, and why."""
+
+    path: str
+    type: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """A JSON-ready dict."""
+        return {"path": self.path, "type": self.type, "message": self.message}
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """What an ingest run did: per-document results, failures and skipped files."""
+
+    documents: list[IngestResult] = field(default_factory=list)
+    errors: list[IngestError] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    elapsed_ms: float = 0.0
+
+    @property
+    def chunks(self) -> int:
+        """Chunks stored by this run (unchanged documents count zero)."""
+        return sum(d.chunks for d in self.documents if d.status != "unchanged")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``ingest --json`` shape."""
+        return {
+            "documents": [d.to_dict() for d in self.documents],
+            "chunks": self.chunks,
+            "errors": [e.to_dict() for e in self.errors],
+            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
+            "elapsed_ms": round(self.elapsed_ms, 1),
+        }
+
+
+@dataclass(slots=True)
+class SearchResponse:
+    """Search hits and how long the search took."""
+
+    results: list[SearchHit]
+    search_time_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``search --json`` shape."""
+        return {"results": [h.to_dict() for h in self.results], "search_time_ms": round(self.search_time_ms, 2)}
+
+
+# Called with (event, path, result_or_error): event is "start", "done" or "error".
+IngestProgress = Callable[[str, str, Any], None]
+
+
+class Bunko:
+    """An engine over one store; hands out tenant scopes."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        home: str | os.PathLike[str] | None = None,
+        embedder: Any = None,
+        splitter: Splitter | None = None,
+        llm: LLMProvider | None = None,
+    ) -> None:
+        self.settings = Settings.resolve(database_url, home=home,
+                                         embedder=embedder if isinstance(embedder, str) else None)
+        self.backend: StoreBackend = open_backend(self.settings.database_url)
+        self._embedder = None if isinstance(embedder, str) else embedder
+        self.splitter = splitter or get_splitter("recursive")
+        self.preprocessor = Preprocessor()
+        self.llm = llm
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder, built on first use (the bundled model loads in about a second)."""
+        if self._embedder is None:
+            self._embedder = get_embedder(self.settings.embedder)
+        return self._embedder
+
+    def tenant(self, name: str) -> Tenant:
+        """A scope bound to tenant ``name``; all data access goes through it."""
+        return Tenant(self, self.backend.for_tenant(name))
+
+    def close(self) -> None:
+        """Close the store."""
+        self.backend.close()
+
+    def __enter__(self) -> Bunko:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Tenant:
+    """Everything one tenant can do. Build it with ``Bunko.tenant(name)``."""
+
+    def __init__(self, engine: Bunko, store: VectorStore) -> None:
+        self._engine = engine
+        self._store = store
+
+    @property
+    def name(self) -> str:
+        """The tenant this scope is bound to."""
+        return self._store.tenant
+
+    @property
+    def store(self) -> VectorStore:
+        """The tenant-bound store (for low-level upsert/query/delete, R14)."""
+        return self._store
+
+    def pipeline(self, collection: str = DEFAULT_COLLECTION) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection of this tenant."""
+        engine = self._engine
+        index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection)
+        retriever = Retriever(engine.embedder, self._store, collection)
+        generator = Generator(engine.llm, embedder=engine.embedder)
+        return RAGPipeline(index_manager, retriever, generator)
+
+    # -- ingest ---------------------------------------------------------------------
+    async def aadd_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
+        """Index one ``Document``."""
+        return await self.pipeline(collection).index_document(document)
+
+    async def aingest(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        progress: IngestProgress | None = None,
+    ) -> IngestReport:
+        """Load and index files and folders; a failing file is reported, the rest go on."""
+        started = time.perf_counter()
+        files, skipped = discover(paths)
+        report = IngestReport(skipped=skipped)
+        pipeline = self.pipeline(collection)
+        for path in files:
+            if progress:
+                progress("start", str(path), None)
+            try:
+                documents = await asyncio.to_thread(load_path, path)
+                for document in documents:
+                    report.documents.append(await pipeline.index_document(document))
+            except BunkoError as exc:
+                cause = exc.__cause__ if isinstance(exc.__cause__, BunkoError) else exc
+                error = IngestError(str(path), type(cause).__name__, exc.message)
+                report.errors.append(error)
+                if progress:
+                    progress("error", str(path), error)
+                continue
+            if progress:
+                progress("done", str(path), report.documents[-1] if documents else None)
+        report.elapsed_ms = (time.perf_counter() - started) * 1000
+        return report
+
+    def ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str = DEFAULT_COLLECTION,
+               *, progress: IngestProgress | None = None) -> IngestReport:
+        """Sync form of :meth:`aingest`."""
+        return _run(self.aingest(paths, collection, progress=progress))
+
+    def add_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
+        """Sync form of :meth:`aadd_document`."""
+        return _run(self.aadd_document(document, collection))
+
+    # -- search and answers -------------------------------------------------------------
+    async def asearch(
+        self,
+        query: str,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        top_k: int = 5,
+        document_ids: Sequence[str] | None = None,
+        threshold: float | None = None,
+        mode: SearchMode = "vector",
+    ) -> SearchResponse:
+        """The best chunks for ``query`` (R21: ``document_ids`` restricts to those documents)."""
+        started = time.perf_counter()
+        retriever = Retriever(self._engine.embedder, self._store, collection)
+        hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold, mode=mode)
+        return SearchResponse(hits, (time.perf_counter() - started) * 1000)
+
+    def search(self, query: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> SearchResponse:
+        """Sync form of :meth:`asearch`."""
+        return _run(self.asearch(query, collection, **options))
+
+    async def aask(
+        self,
+        question: str,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        top_k: int = 5,
+        document_ids: Sequence[str] | None = None,
+        mode: SearchMode = "vector",
+    ) -> GenerationResult:
+        """An answer to ``question`` with ``[N]`` citations and the cited sources."""
+        return await self.pipeline(collection).query(question, top_k, document_ids, mode=mode)
+
+    def ask(self, question: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> GenerationResult:
+        """Sync form of :meth:`aask`."""
+        return _run(self.aask(question, collection, **options))
+
+    # -- listing and deletion --------------------------------------------------------------
+    def collections(self) -> list[Collection]:
+        """This tenant's collections."""
+        return self._store.list_collections()
+
+    def documents(self, collection: str = DEFAULT_COLLECTION, *, limit: int | None = None,
+                  offset: int = 0) -> list[DocumentInfo]:
+        """Documents of one collection."""
+        return self._store.list_documents(collection, limit, offset)
+
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents by id (in any of this tenant's collections unless one is named)."""
+        return self._store.delete_documents(document_ids, collection)

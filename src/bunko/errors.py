@@ -1,0 +1,144 @@
+"""The error hierarchy: one root, one family per seam.
+
+Every error bunko raises on purpose derives from :class:`BunkoError`. Each carries
+a stable ``code`` that the CLI prints in ``--json`` output and a later HTTP API
+maps to a problem type. Lower-layer exceptions (sqlite3, numpy, OS errors) are
+translated at the seam that sees them, with the original kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class BunkoError(Exception):
+    """Base class of every error bunko raises on purpose; safe to show to a user."""
+
+    code = "BUNKO_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def type_name(self) -> str:
+        """The class name, used as the error ``type`` in JSON output."""
+        return type(self).__name__
+
+
+class ConfigError(BunkoError):
+    """The configuration (database URL, provider name, option) is invalid."""
+
+    code = "CONFIG_ERROR"
+
+
+class UnknownProviderError(ConfigError, KeyError):
+    """No backend, embedder or generator is registered under that name."""
+
+    code = "UNKNOWN_PROVIDER"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+class LoaderError(BunkoError):
+    """A source could not be read into a document."""
+
+    code = "LOADER_ERROR"
+
+
+class UnsupportedFormatError(LoaderError):
+    """The file type has no loader."""
+
+    code = "UNSUPPORTED_FORMAT"
+
+
+class PreprocessingError(BunkoError):
+    """Text could not be normalised, or is empty after normalisation."""
+
+    code = "PREPROCESSING_ERROR"
+
+
+class SplitterError(BunkoError):
+    """A splitter was configured wrongly (for example overlap >= chunk size)."""
+
+    code = "SPLITTER_ERROR"
+
+
+class EmbeddingError(BunkoError):
+    """An embedder failed or was given invalid input (empty text or list)."""
+
+    code = "EMBEDDING_ERROR"
+
+
+class VectorStoreError(BunkoError):
+    """The store failed, or refused an operation (dimension mismatch, bad id)."""
+
+    code = "VECTOR_STORE_ERROR"
+
+
+class DimensionMismatchError(VectorStoreError):
+    """A vector's dimension differs from its collection's fixed dimension."""
+
+    code = "DIMENSION_MISMATCH"
+
+
+class EmbedderMismatchError(VectorStoreError):
+    """The embedder in use differs from the one a collection was built with."""
+
+    code = "EMBEDDER_MISMATCH"
+
+
+class NotFoundError(VectorStoreError):
+    """A collection, document or chunk does not exist in this tenant."""
+
+    code = "NOT_FOUND"
+
+
+class CollectionNotFoundError(NotFoundError):
+    """The collection does not exist in this tenant."""
+
+    code = "COLLECTION_NOT_FOUND"
+
+
+class DocumentNotFoundError(NotFoundError):
+    """The document does not exist in this tenant's collection."""
+
+    code = "DOCUMENT_NOT_FOUND"
+
+
+class RetrievalError(BunkoError):
+    """A search failed (embedding the query, or reading the store)."""
+
+    code = "RETRIEVAL_ERROR"
+
+
+class GenerationError(BunkoError):
+    """An answer could not be generated."""
+
+    code = "GENERATION_ERROR"
+
+
+class RAGPipelineError(BunkoError):
+    """A pipeline step failed; the step's own error is the ``__cause__``."""
+
+    code = "RAG_PIPELINE_ERROR"
+
+
+__all__ = [
+    "BunkoError",
+    "CollectionNotFoundError",
+    "ConfigError",
+    "DimensionMismatchError",
+    "DocumentNotFoundError",
+    "EmbedderMismatchError",
+    "EmbeddingError",
+    "GenerationError",
+    "LoaderError",
+    "NotFoundError",
+    "PreprocessingError",
+    "RAGPipelineError",
+    "RetrievalError",
+    "SplitterError",
+    "UnknownProviderError",
+    "UnsupportedFormatError",
+    "VectorStoreError",
+]

@@ -1,0 +1,122 @@
+"""``IndexManager``: normalise → split → embed → store, one document at a time (R28).
+
+A document's ``source`` is its stable key inside a collection. Indexing a source
+whose content (and splitter and embedder) did not change is a no-op that embeds
+nothing; changed content replaces the old chunks in one transaction, so a search
+sees either the old version or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .embedders import BaseEmbedder, embedder_info
+from .errors import BunkoError, EmbeddingError
+from .preprocess import Preprocessor
+from .splitters import Splitter
+from .stores.base import ChunkWrite, DocumentWrite, VectorStore
+from .types import Document, IngestResult, new_id
+
+ProgressCallback = Callable[[int], None]
+
+
+def _splitter_signature(splitter: Splitter) -> str:
+    parts = [type(splitter).__name__]
+    for attr in ("chunk_size", "chunk_overlap", "separators"):
+        if hasattr(splitter, attr):
+            parts.append(f"{attr}={getattr(splitter, attr)!r}")
+    return ",".join(parts)
+
+
+class IndexManager:
+    """Indexes documents into one collection of a tenant-bound store."""
+
+    def __init__(
+        self,
+        preprocessor: Preprocessor,
+        chunker: Splitter,
+        embedder: Any,
+        vector_store: VectorStore,
+        collection: str = "default",
+    ) -> None:
+        self.preprocessor = preprocessor
+        self.chunker = chunker
+        self.embedder = embedder
+        self.vector_store = vector_store
+        self.collection = collection
+        self._info = embedder_info(embedder)
+
+    def content_hash(self, normalized: str) -> str:
+        """A key that changes when the text, the splitter or the embedder changes."""
+        h = hashlib.sha256()
+        h.update(f"{self._info.provider}:{self._info.model}:{self._info.dimension}\n".encode())
+        h.update(_splitter_signature(self.chunker).encode())
+        h.update(b"\n")
+        h.update(normalized.encode("utf-8"))
+        return h.hexdigest()
+
+    async def _vectors(self, texts: list[str]) -> Any:
+        if isinstance(self.embedder, BaseEmbedder):
+            return await self.embedder.embed_array(texts)
+        return await self.embedder.embed_batch(texts)
+
+    async def index_document(
+        self, document: Document, *, progress: ProgressCallback | None = None
+    ) -> IngestResult:
+        """Index one document; returns whether it was created, replaced or unchanged.
+
+        ``progress`` is called with the number of chunks embedded so far, batch by batch.
+        """
+        started = time.perf_counter()
+        normalized = self.preprocessor.normalize(document.content)
+        source = document.source
+        digest = self.content_hash(normalized)
+        await asyncio.to_thread(self.vector_store.ensure_collection, self.collection, self._info)
+        existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
+        if existing is not None and existing.content_hash == digest:
+            return IngestResult(existing.id, source, existing.chunks, "unchanged",
+                                (time.perf_counter() - started) * 1000)
+        pieces = self.chunker.split(normalized)
+        if not pieces:  # normalize() refuses empty text, so this means a splitter bug
+            raise EmbeddingError(f"{source}: the splitter produced no chunks")
+        texts = [p.content for p in pieces]
+        batch = getattr(self.embedder, "batch_size", 64) or 64
+        vectors = []
+        for start in range(0, len(texts), batch):
+            vectors.append(await self._vectors(texts[start : start + batch]))
+            if progress is not None:
+                progress(min(start + batch, len(texts)))
+        matrix = np.concatenate([np.asarray(v, dtype=np.float32) for v in vectors])
+        counter = getattr(self.embedder, "count_tokens", None)
+        total = len(pieces)
+        chunks = [
+            ChunkWrite(
+                id=new_id(),
+                content=p.content,
+                index=p.index,
+                start=p.start,
+                end=p.end,
+                token_count=int(counter(p.content)) if counter else 0,
+                metadata={"chunk_index": p.index, "chunk_total": total, "start": p.start, "end": p.end},
+            )
+            for p in pieces
+        ]
+        metadata = dict(document.metadata)
+        metadata.setdefault("source", source)
+        metadata.setdefault("char_count", len(normalized))
+        result = await asyncio.to_thread(
+            self.vector_store.write_document,
+            self.collection,
+            DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, matrix),
+        )
+        result.processing_time_ms = (time.perf_counter() - started) * 1000
+        return result
+
+
+__all__ = ["BunkoError", "IndexManager"]

@@ -1,0 +1,80 @@
+"""``Retriever``: embed the query and search one collection of a tenant-bound store (R28).
+
+Modes: ``vector`` (exact cosine over the collection, or over the given documents
+only, R21) and ``keyword`` (BM25 over the analyzed text). Store and embedder
+failures become ``RetrievalError``; "not found" errors pass through unchanged so
+callers can tell a missing collection from a failing search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from .embedders import BaseEmbedder, embedder_info
+from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalError
+from .stores.base import VectorStore
+from .types import SearchHit
+
+SearchMode = Literal["vector", "keyword"]
+MODES: tuple[str, ...] = ("vector", "keyword")
+
+
+class Retriever:
+    """Searches one collection with one embedder."""
+
+    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default") -> None:
+        self.embedder = embedder
+        self.vector_store = vector_store
+        self.collection = collection
+        self.last_search_ms = 0.0
+
+    async def _query_vector(self, query: str) -> Any:
+        if isinstance(self.embedder, BaseEmbedder):
+            return (await self.embedder.embed_array([query]))[0]
+        return await self.embedder.embed(query)
+
+    async def search(
+        self,
+        query: str,
+        top_k: int = 5,
+        *,
+        document_ids: Sequence[str] | None = None,
+        threshold: float | None = None,
+        mode: SearchMode = "vector",
+    ) -> list[SearchHit]:
+        """The ``top_k`` best chunks for ``query``, best first."""
+        if not isinstance(query, str) or not query.strip():
+            raise RetrievalError("the query is empty")
+        if mode not in MODES:
+            raise RetrievalError(f"unknown search mode {mode!r}; use one of: {', '.join(MODES)}")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
+            raise RetrievalError(f"top_k must be an integer from 1 to 100; got {top_k!r}")
+        started = time.perf_counter()
+        try:
+            collection = await asyncio.to_thread(self.vector_store.get_collection, self.collection)
+            if mode == "keyword":
+                hits = await asyncio.to_thread(
+                    self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids
+                )
+            else:
+                info = embedder_info(self.embedder)
+                if collection.embedder != info:
+                    raise EmbedderMismatchError(
+                        f"collection {self.collection!r} was built with {collection.embedding_provider}:"
+                        f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
+                        f"{info.provider}:{info.model} ({info.dimension}-d)"
+                    )
+                vector = await self._query_vector(query)
+                hits = await asyncio.to_thread(
+                    self.vector_store.query,
+                    self.collection, vector, top_k, threshold=threshold, document_ids=document_ids,
+                )
+        except NotFoundError:
+            raise
+        except BunkoError as exc:
+            raise RetrievalError(f"search failed: {exc.message}") from exc
+        self.last_search_ms = (time.perf_counter() - started) * 1000
+        return hits

@@ -1,0 +1,335 @@
+"""Splitting normalised text into overlapping chunks (R7), plus a splitter registry.
+
+The default :class:`RecursiveCharacterSplitter` works on character offsets into the
+text it is given, never on copies glued back together, so every chunk satisfies
+``text[chunk.start:chunk.end] == chunk.content`` and a 1 MB text splits in linear time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from bunko.errors import SplitterError, UnknownProviderError
+from bunko.types import TextChunk
+
+DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", ". ", " ", "")
+
+# Closing brackets and quotes stay with the sentence they close: "「はい。」" is cut
+# after the 」, not between 。 and 」.
+_CLOSERS = "」』）)］]】〕〉》”’\"'"
+# Characters a chunk must not start with (a small kinsoku set: punctuation that ends
+# the preceding text). ASCII quotes are left out because they also open quotations.
+_NO_START_BASE = "。．.、，,！？!?：；:;」』）)］]】〕〉》”’"
+# After one of these (or after whitespace) an overlap may start "cleanly".
+_BOUNDARY_AFTER = "。．.、，,！？!?" + _CLOSERS
+
+_NON_SPACE = re.compile(r"\S")
+
+Span = tuple[int, int]
+
+
+@runtime_checkable
+class Splitter(Protocol):
+    """Anything that turns text into ordered :class:`TextChunk` s."""
+
+    def split(self, text: str) -> list[TextChunk]:
+        """Split ``text`` into chunks whose offsets slice ``text``."""
+        ...
+
+
+class RecursiveCharacterSplitter:
+    """Splits text at the highest-priority boundary that makes pieces fit ``chunk_size``.
+
+    Algorithm (lengths are characters, ``len``):
+
+    * A text (stripped) that fits in ``chunk_size`` is one chunk.
+    * Otherwise the text is split by the first separator (in priority order) that
+      actually cuts it; the pieces are stripped of whitespace and merged greedily,
+      in order, while the merged span fits the *step* ``chunk_size - chunk_overlap``.
+      A piece longer than the step is split recursively with the following
+      separators and its sub-chunks stand alone, so a paragraph break is always
+      preferred over a line, sentence or word break.
+    * Whitespace separators (``"\\n\\n"``, ``"\\n"``, ``" "``) are dropped between
+      pieces. Punctuation separators (``"。"``, ``". "``) stay attached to the
+      preceding piece: the cut is after the ``。`` / ``.`` (and after any repeated
+      punctuation or closing bracket/quote that follows it).
+    * ``""`` means a hard character cut; it is also the implicit last resort when the
+      separator list lacks it, so no chunk ever exceeds ``chunk_size``. A hard cut
+      moves back rather than start a chunk with closing punctuation (kinsoku).
+    * No cut is made where the next piece would start with closing punctuation
+      (``。``, ``.``, ``、``, ``」``, ...), so chunks never start with it unless the
+      text itself does, or a run of such characters is longer than a chunk.
+
+    Overlap rule: every chunk after the first is extended backwards into the previous
+    chunk by up to ``chunk_overlap`` characters (never so far that it would exceed
+    ``chunk_size`` or start at or before the previous chunk's start). Inside that
+    window the overlap starts at the earliest *clean* position: a non-whitespace,
+    non-punctuation character preceded by whitespace or by ``。 . 、 ！ ？`` (or a
+    closing bracket). With no clean position in the window it starts at the earliest
+    plain character that is not whitespace or punctuation (a character cut, usual
+    for Japanese); with none at all the chunk has no overlap. Because merging only
+    fills the step ``chunk_size - chunk_overlap``, there is always room for the overlap.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int = 512,
+        chunk_overlap: int = 64,
+        separators: Sequence[str] | None = None,
+    ) -> None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+            raise SplitterError(f"chunk_size must be an int, got {chunk_size!r}")
+        if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int):
+            raise SplitterError(f"chunk_overlap must be an int, got {chunk_overlap!r}")
+        if chunk_size < 1:
+            raise SplitterError(f"chunk_size must be at least 1, got {chunk_size}")
+        if chunk_overlap < 0:
+            raise SplitterError(f"chunk_overlap must not be negative, got {chunk_overlap}")
+        if chunk_overlap >= chunk_size:
+            raise SplitterError(
+                f"chunk_overlap ({chunk_overlap}) must be smaller than chunk_size ({chunk_size})"
+            )
+        seps = list(DEFAULT_SEPARATORS if separators is None else separators)
+        if not seps:
+            raise SplitterError("separators must not be empty")
+        if not all(isinstance(s, str) for s in seps):
+            raise SplitterError("separators must all be strings")
+        self.chunk_size = chunk_size
+        self.chunk_overlap = chunk_overlap
+        self.separators = seps
+        # Punctuation separators contribute their marks to the no-start set, so a
+        # custom separator like "！" is kept off chunk starts too.
+        no_start = set(_NO_START_BASE)
+        self._punct_patterns: dict[str, re.Pattern[str]] = {}
+        self._space_patterns: dict[str, re.Pattern[str]] = {}
+        for sep in seps:
+            core = sep.rstrip()
+            if core.strip():
+                no_start.update(core.strip())
+                self._punct_patterns[sep] = _punctuation_pattern(core, sep[len(core) :])
+            elif sep:
+                # Possessive: a whitespace run is taken whole, never backtracked into.
+                self._space_patterns[sep] = re.compile(re.escape(sep) + r"\s*+")
+        self._no_start = frozenset(no_start)
+        self._boundary_after = frozenset(_BOUNDARY_AFTER)
+
+    def __repr__(self) -> str:
+        return (
+            f"RecursiveCharacterSplitter(chunk_size={self.chunk_size}, "
+            f"chunk_overlap={self.chunk_overlap}, separators={self.separators!r})"
+        )
+
+    def split(self, text: str) -> list[TextChunk]:
+        """Split ``text`` into chunks; empty or whitespace-only text gives ``[]``."""
+        if not isinstance(text, str):
+            raise SplitterError(f"expected text as str, got {type(text).__name__}")
+        first = _NON_SPACE.search(text)
+        if first is None:
+            return []
+        start = first.start()
+        end = len(text.rstrip())
+        if end - start <= self.chunk_size:
+            return [TextChunk(text[start:end], 0, start, end)]
+        step = self.chunk_size - self.chunk_overlap
+        spans = self._split_span(text, start, end, 0, step)
+        chunks: list[TextChunk] = []
+        prev_start = prev_end = -1
+        for index, (s, e) in enumerate(spans):
+            if index and self.chunk_overlap:
+                s = self._overlap_start(text, prev_start, prev_end, s, e)
+            chunks.append(TextChunk(text[s:e], index, s, e))
+            prev_start, prev_end = s, e
+        return chunks
+
+    # -- primary segmentation -------------------------------------------------
+
+    def _split_span(self, text: str, start: int, end: int, level: int, limit: int) -> list[Span]:
+        """Stripped spans covering ``text[start:end]``, each at most ``limit`` long."""
+        if end - start <= limit:
+            return [(start, end)]
+        pieces: list[Span] = []
+        while level < len(self.separators):
+            sep = self.separators[level]
+            if sep == "":
+                return self._hard_split(text, start, end, limit)
+            pieces = self._pieces(text, start, end, sep)
+            if len(pieces) > 1:
+                break
+            level += 1
+        else:
+            # The list lacked "": cut by characters anyway, chunk_size is a hard limit.
+            return self._hard_split(text, start, end, limit)
+        out: list[Span] = []
+        cur_start = cur_end = -1
+        for ps, pe in pieces:
+            if pe - ps > limit:
+                # A big piece is split on its own: its sub-chunks never merge with the
+                # neighbours, which is what keeps higher-priority boundaries intact.
+                if cur_start >= 0:
+                    out.append((cur_start, cur_end))
+                    cur_start = -1
+                out.extend(self._split_span(text, ps, pe, level + 1, limit))
+            elif cur_start < 0:
+                cur_start, cur_end = ps, pe
+            elif pe - cur_start <= limit:
+                cur_end = pe
+            else:
+                out.append((cur_start, cur_end))
+                cur_start, cur_end = ps, pe
+        if cur_start >= 0:
+            out.append((cur_start, cur_end))
+        return out
+
+    def _pieces(self, text: str, start: int, end: int, sep: str) -> list[Span]:
+        """Stripped, non-empty pieces of ``text[start:end]`` cut at ``sep``."""
+        cuts: list[Span] = []  # (end of the piece before, start of the piece after)
+        no_start = self._no_start
+        punct = self._punct_patterns.get(sep)
+        if punct is None:
+            # The match swallows the whole whitespace run after the separator, so its
+            # end is where the next piece starts and each run is scanned once.
+            for match in self._space_patterns[sep].finditer(text, start, end):
+                nxt = match.end()
+                if nxt < end and text[nxt] not in no_start:
+                    cuts.append((match.start(), nxt))
+        else:
+            for match in punct.finditer(text, start, end):
+                cut = match.end()
+                nxt = _next_non_space(text, cut, end)
+                if nxt < end and text[nxt] not in no_start:
+                    cuts.append((cut, nxt))
+        pieces: list[Span] = []
+        piece_start = start
+        for piece_end, next_start in cuts:
+            piece_end = _rstrip(text, piece_start, piece_end)
+            if piece_end > piece_start:
+                pieces.append((piece_start, piece_end))
+            piece_start = next_start
+        pieces.append((piece_start, end))
+        return pieces
+
+    def _hard_split(self, text: str, start: int, end: int, limit: int) -> list[Span]:
+        """Cut ``text[start:end]`` every ``limit`` characters, avoiding kinsoku starts."""
+        no_start = self._no_start
+        out: list[Span] = []
+        s = start
+        while s < end:
+            if end - s <= limit:
+                out.append((s, end))
+                break
+            cut = s + limit
+            # Move the cut back so the next chunk starts with an ordinary character.
+            while cut > s + 1 and (text[cut].isspace() or text[cut] in no_start):
+                cut -= 1
+            if text[cut].isspace() or text[cut] in no_start:
+                # Nothing to go back to (e.g. a step of 1 character): take the
+                # punctuation along instead, using the room chunk_size leaves beyond
+                # the step (the overlap then shrinks). A run of punctuation longer
+                # than that gets a plain cut.
+                cut = s + limit
+                hard_max = min(end, s + self.chunk_size)
+                while cut < hard_max and (text[cut].isspace() or text[cut] in no_start):
+                    cut += 1
+                if cut < end and (text[cut].isspace() or text[cut] in no_start):
+                    cut = s + limit
+            piece_end = _rstrip(text, s, cut)
+            if piece_end > s:
+                out.append((s, piece_end))
+            s = _next_non_space(text, cut, end)
+        return out
+
+    # -- overlap --------------------------------------------------------------
+
+    def _overlap_start(self, text: str, prev_start: int, prev_end: int, start: int, end: int) -> int:
+        """Where a chunk whose own text is ``text[start:end]`` begins once overlap is added."""
+        lo = max(prev_end - self.chunk_overlap, end - self.chunk_size, prev_start + 1)
+        fallback = -1
+        no_start = self._no_start
+        boundary_after = self._boundary_after
+        for pos in range(lo, prev_end):
+            ch = text[pos]
+            if ch.isspace() or ch in no_start:
+                continue
+            before = text[pos - 1]
+            if before.isspace() or before in boundary_after:
+                return pos
+            if fallback < 0:
+                fallback = pos
+        return fallback if fallback >= 0 else start
+
+
+def _punctuation_pattern(core: str, trailing: str) -> re.Pattern[str]:
+    """Matches a punctuation separator; the cut goes at the end of the match.
+
+    The match takes the whole run of the mark ("。。", "...") plus closing brackets
+    or quotes after it, and requires the separator's trailing whitespace to follow
+    (". " must not cut "3.14"). The look-behind starts matches only at the run's
+    beginning, which keeps long runs of dots linear.
+    """
+    mark = re.escape(core)
+    closers = re.escape(_CLOSERS)
+    follow = f"(?={re.escape(trailing)})" if trailing else ""
+    return re.compile(f"(?<!{mark})(?:{mark})++[{closers}]*+{follow}")
+
+
+def _next_non_space(text: str, pos: int, end: int) -> int:
+    """Index of the first non-whitespace character in ``text[pos:end]``, else ``end``."""
+    match = _NON_SPACE.search(text, pos, end)
+    return match.start() if match else end
+
+
+def _rstrip(text: str, start: int, end: int) -> int:
+    """``end`` moved back over trailing whitespace, not before ``start``."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+# -- registry -------------------------------------------------------------------
+
+SplitterFactory = Callable[..., Splitter]
+
+_REGISTRY: dict[str, SplitterFactory] = {}
+
+
+def register_splitter(name: str, factory: SplitterFactory) -> None:
+    """Register ``factory`` (called with the collection's options) under ``name``."""
+    if not isinstance(name, str) or not name:
+        raise SplitterError("a splitter name must be a non-empty string")
+    if not callable(factory):
+        raise SplitterError(f"splitter factory for {name!r} is not callable")
+    _REGISTRY[name] = factory
+
+
+def available_splitters() -> list[str]:
+    """The registered splitter names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_splitter(name: str = "recursive", **options: object) -> Splitter:
+    """A new splitter registered under ``name``, built with ``options``."""
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        known = ", ".join(available_splitters()) or "(none)"
+        raise UnknownProviderError(f"unknown splitter {name!r}; known splitters: {known}")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        # A misspelt option is a configuration error the user should see as such.
+        raise SplitterError(f"invalid options for splitter {name!r}: {exc}") from exc
+
+
+register_splitter("recursive", RecursiveCharacterSplitter)
+
+
+__all__ = [
+    "DEFAULT_SEPARATORS",
+    "RecursiveCharacterSplitter",
+    "Splitter",
+    "SplitterFactory",
+    "available_splitters",
+    "get_splitter",
+    "register_splitter",
+]

@@ -1,0 +1,141 @@
+"""The store contract: a backend hands out stores that are bound to one tenant.
+
+A :class:`StoreBackend` owns the database (a SQLite file, later a PostgreSQL pool)
+and exposes exactly one way in: :meth:`StoreBackend.for_tenant`. The
+:class:`VectorStore` it returns carries its tenant internally; none of its methods
+accept a tenant, so no caller can widen the scope (R15). Every SQL statement a
+backend runs on behalf of a scoped store filters by that tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord
+
+
+@dataclass(slots=True)
+class ChunkWrite:
+    """One chunk of a document to store, with its vector."""
+
+    id: str
+    content: str
+    index: int
+    start: int
+    end: int
+    token_count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DocumentWrite:
+    """A whole document to store atomically: identity, metadata, chunks and vectors."""
+
+    id: str
+    source: str
+    content_hash: str
+    metadata: dict[str, Any]
+    chunks: list[ChunkWrite]
+    vectors: Any  # 2-D array-like, one row per chunk
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """Storage and search inside one tenant (R14, R15). Every method is tenant-bound."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this store is bound to (read-only)."""
+        ...
+
+    # Collections (R3)
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
+        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+        ...
+
+    def get_collection(self, name: str) -> Collection:
+        """The collection, or ``CollectionNotFoundError``."""
+        ...
+
+    def list_collections(self) -> list[Collection]:
+        """This tenant's collections, by name."""
+        ...
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with all its documents, chunks and vectors."""
+        ...
+
+    # Documents
+    def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
+        """Store a document and its chunks atomically; replace an older one with the same source."""
+        ...
+
+    def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
+        """The document stored under ``source``, or None (also when the collection is missing)."""
+        ...
+
+    def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
+        """Documents of a collection, oldest first."""
+        ...
+
+    def get_document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
+        """One document, or ``DocumentNotFoundError``."""
+        ...
+
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents (and their chunks); returns how many existed in this tenant."""
+        ...
+
+    # Chunks and vectors (R14)
+    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing."""
+        ...
+
+    def delete(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection."""
+        ...
+
+    def count(self, collection: str) -> int:
+        """Number of chunks in a collection."""
+        ...
+
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        threshold: float | None = None,
+        document_ids: Sequence[str] | None = None,
+        include_content: bool = True,
+    ) -> list[SearchHit]:
+        """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` if given."""
+        ...
+
+    def keyword_search(
+        self,
+        collection: str,
+        query: str,
+        top_k: int = 5,
+        *,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[SearchHit]:
+        """Top-k by BM25 over the analyzed text, best first."""
+        ...
+
+
+@runtime_checkable
+class StoreBackend(Protocol):
+    """A database that hands out tenant-bound stores."""
+
+    url: str
+
+    def for_tenant(self, tenant: str) -> VectorStore:
+        """A store bound to ``tenant``; the only way to reach data."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and caches."""
+        ...

@@ -1,0 +1,834 @@
+"""The embedded store: one SQLite file (WAL) with exact cosine search in numpy.
+
+Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (content,
+metadata, float32 vector blob), plus ``chunks_fts`` (FTS5 over analyzed terms,
+rowid = chunk rowid). Every row below ``tenants`` carries ``tenant_id`` and every
+statement filters by it.
+
+Vector search keeps, per process, a normalised float32 matrix per collection.
+The collection row has a ``mutation_seq`` that every update or delete bumps;
+inserts only append rows with larger rowids (AUTOINCREMENT). A search reads
+``(mutation_seq, max(rowid))``: an unchanged pair reuses the matrix, new rows are
+appended, a changed ``mutation_seq`` reloads. So two processes can share the file
+and each sees the other's writes on its next search.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis import DEFAULT_ANALYZER, Analyzer, fts_document, fts_query
+from ..errors import (
+    CollectionNotFoundError,
+    ConfigError,
+    DimensionMismatchError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    VectorStoreError,
+)
+from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
+from .base import DocumentWrite
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
+_MAX_TOP_K = 1000
+
+# Ordered migrations: index i upgrades a database from version i to i + 1.
+_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE tenants (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE TABLE collections (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        embedding_provider TEXT NOT NULL,
+        embedding_model TEXT NOT NULL,
+        dimension INTEGER NOT NULL CHECK (dimension > 0),
+        analyzer TEXT NOT NULL DEFAULT 'bigram',
+        mutation_seq INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (tenant_id, name)
+    );
+    CREATE TABLE documents (
+        id INTEGER PRIMARY KEY,
+        uid TEXT NOT NULL,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        source TEXT NOT NULL,
+        content_hash TEXT NOT NULL DEFAULT '',
+        metadata TEXT NOT NULL DEFAULT '{}',
+        chunk_count INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (tenant_id, uid),
+        UNIQUE (tenant_id, collection_id, source)
+    );
+    CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        uid TEXT NOT NULL,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,
+        chunk_index INTEGER NOT NULL DEFAULT 0,
+        start_offset INTEGER NOT NULL DEFAULT 0,
+        end_offset INTEGER NOT NULL DEFAULT 0,
+        token_count INTEGER NOT NULL DEFAULT 0,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        embedding BLOB NOT NULL,
+        UNIQUE (tenant_id, collection_id, uid)
+    );
+    CREATE INDEX chunks_scan ON chunks (tenant_id, collection_id, id);
+    CREATE INDEX chunks_document ON chunks (document_id);
+    CREATE VIRTUAL TABLE chunks_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 0');
+    """,
+]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise VectorStoreError(
+            f"invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(slots=True)
+class _Matrix:
+    """A collection's vectors as one normalised matrix, with the rowids they belong to."""
+
+    mutation_seq: int
+    high_water: int
+    rowids: np.ndarray  # int64 (n,)
+    doc_rowids: np.ndarray  # int64 (n,), -1 for chunks without a document
+    vectors: np.ndarray  # float32 (n, d), rows L2-normalised
+
+
+def _normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return vectors / norms
+
+
+class SQLiteBackend:
+    """An embedded store in one SQLite file; safe for several threads and processes."""
+
+    scheme = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, analyzer: Analyzer = DEFAULT_ANALYZER) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self.analyzer = analyzer
+        if self.path != ":memory:":
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise VectorStoreError(f"cannot create the folder for {self.path}: {exc.strerror}") from exc
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._conn_lock = threading.Lock()
+        self._cache: dict[int, _Matrix] = {}
+        self._cache_lock = threading.Lock()
+        self._closed = False
+        self._migrate()
+
+    # -- connections ---------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise VectorStoreError("the store is closed")
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA cache_size = -65536")
+        except sqlite3.Error as exc:
+            raise VectorStoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+        self._local.conn = conn
+        with self._conn_lock:
+            self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise VectorStoreError(f"SQLite read failed: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; BEGIN IMMEDIATE takes the lock up front so it waits, not fails."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise VectorStoreError(f"SQLite store is busy or unwritable: {exc}") from exc
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise VectorStoreError(f"SQLite commit failed: {exc}") from exc
+
+    def _migrate(self) -> None:
+        with self._write_translated() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise VectorStoreError(
+                    f"{self.path} was written by a newer bunko (schema {version}, this one knows "
+                    f"{SCHEMA_VERSION}); upgrade bunko"
+                )
+            for target in range(version, SCHEMA_VERSION):
+                # executescript() would COMMIT our transaction first; run statement by statement instead.
+                for statement in _MIGRATIONS[target].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {target + 1}")
+
+    @contextmanager
+    def _write_translated(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._write() as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise VectorStoreError(f"SQLite write failed: {exc}") from exc
+
+    def for_tenant(self, tenant: str) -> SQLiteVectorStore:
+        """A store bound to ``tenant``; the only way to reach data."""
+        return SQLiteVectorStore(self, _check_name("tenant", tenant))
+
+    def close(self) -> None:
+        """Close every connection this backend opened and drop its caches."""
+        self._closed = True
+        with self._conn_lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:  # pragma: no cover - closing is best effort
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+        with self._cache_lock:
+            self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({self.path!r})"
+
+
+class SQLiteVectorStore:
+    """The embedded store bound to one tenant. Build it with ``SQLiteBackend.for_tenant``."""
+
+    def __init__(self, backend: SQLiteBackend, tenant: str) -> None:
+        self._backend = backend
+        self._tenant = tenant
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this store is bound to (read-only)."""
+        return self._tenant
+
+    def __repr__(self) -> str:
+        return f"SQLiteVectorStore(tenant={self._tenant!r}, path={self._backend.path!r})"
+
+    # -- scope helpers: every query goes through these ----------------------------
+    def _tenant_pk(self, conn: sqlite3.Connection, *, create: bool) -> int | None:
+        row = conn.execute("SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
+        if row is not None:
+            return int(row[0])
+        if not create:
+            return None
+        return int(conn.execute("INSERT INTO tenants (name) VALUES (?)", (self._tenant,)).lastrowid)
+
+    def _collection_row(self, conn: sqlite3.Connection, name: str) -> tuple[int, int, sqlite3.Row | tuple]:
+        """(tenant_pk, collection_pk, row) of a collection in this tenant, or CollectionNotFoundError."""
+        tenant_pk = self._tenant_pk(conn, create=False)
+        row = None
+        if tenant_pk is not None:
+            row = conn.execute(
+                "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at "
+                "FROM collections WHERE tenant_id = ? AND name = ?",
+                (tenant_pk, name),
+            ).fetchone()
+        if row is None:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+        return tenant_pk, int(row[0]), row  # type: ignore[return-value]
+
+    def _collection_from_row(self, conn: sqlite3.Connection, tenant_pk: int, row: Any) -> Collection:
+        docs, chunks = conn.execute(
+            "SELECT (SELECT count(*) FROM documents WHERE tenant_id = ? AND collection_id = ?), "
+            "(SELECT count(*) FROM chunks WHERE tenant_id = ? AND collection_id = ?)",
+            (tenant_pk, row[0], tenant_pk, row[0]),
+        ).fetchone()
+        return Collection(
+            name=row[1],
+            description=row[2],
+            embedding_provider=row[3],
+            embedding_model=row[4],
+            dimension=int(row[5]),
+            created_at=row[6],
+            document_count=int(docs),
+            chunk_count=int(chunks),
+        )
+
+    def _bump(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
+        conn.execute(
+            "UPDATE collections SET mutation_seq = mutation_seq + 1 WHERE tenant_id = ? AND id = ?",
+            (tenant_pk, collection_pk),
+        )
+
+    # -- collections ---------------------------------------------------------------
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
+        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+        _check_name("collection", name)
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=True)
+            row = conn.execute(
+                "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at "
+                "FROM collections WHERE tenant_id = ? AND name = ?",
+                (tenant_pk, name),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
+                    "embedding_model, dimension, analyzer) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
+                     self._backend.analyzer.name),
+                )
+                row = conn.execute(
+                    "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at "
+                    "FROM collections WHERE tenant_id = ? AND name = ?",
+                    (tenant_pk, name),
+                ).fetchone()
+            collection = self._collection_from_row(conn, tenant_pk, row)  # type: ignore[arg-type]
+        if collection.embedder != embedder:
+            raise EmbedderMismatchError(
+                f"collection {name!r} was built with {collection.embedding_provider}:"
+                f"{collection.embedding_model} ({collection.dimension} dimensions); the embedder in use "
+                f"is {embedder.provider}:{embedder.model} ({embedder.dimension} dimensions). Use the "
+                "same embedder, or another collection"
+            )
+        return collection
+
+    def get_collection(self, name: str) -> Collection:
+        """The collection, or ``CollectionNotFoundError``."""
+        with self._backend._read() as conn:
+            tenant_pk, _, row = self._collection_row(conn, name)
+            return self._collection_from_row(conn, tenant_pk, row)
+
+    def list_collections(self) -> list[Collection]:
+        """This tenant's collections, by name."""
+        with self._backend._read() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(
+                "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at "
+                "FROM collections WHERE tenant_id = ? ORDER BY name",
+                (tenant_pk,),
+            ).fetchall()
+            return [self._collection_from_row(conn, tenant_pk, row) for row in rows]
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with all its documents, chunks and vectors."""
+        with self._backend._write_translated() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, name)
+            conn.execute(
+                "DELETE FROM chunks_fts WHERE rowid IN "
+                "(SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ?)",
+                (tenant_pk, collection_pk),
+            )
+            conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", (tenant_pk, collection_pk))
+            conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", (tenant_pk, collection_pk))
+            conn.execute("DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
+        self._backend_cache_drop(collection_pk)
+
+    # -- documents ----------------------------------------------------------------
+    def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
+        """Store a document and its chunks atomically; replace an older one with the same source."""
+        started = time.perf_counter()
+        vectors = np.asarray(document.vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(document.chunks):
+            raise VectorStoreError(
+                f"document {document.source!r}: {len(document.chunks)} chunks but vectors of shape {vectors.shape}"
+            )
+        analyzer = self._backend.analyzer
+        terms = [fts_document(analyzer, c.content) for c in document.chunks]
+        with self._backend._write_translated() as conn:
+            tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            self._check_dimension(int(row[5]), vectors.shape[1], collection)
+            old = conn.execute(
+                "SELECT id, uid, content_hash FROM documents WHERE tenant_id = ? AND collection_id = ? AND source = ?",
+                (tenant_pk, collection_pk, document.source),
+            ).fetchone()
+            if old is not None and old[2] == document.content_hash and document.content_hash:
+                return IngestResult(old[1], document.source, self._doc_chunk_count(conn, tenant_pk, old[0]),
+                                    "unchanged", (time.perf_counter() - started) * 1000)
+            status = "created"
+            if old is not None:
+                self._delete_document_rows(conn, tenant_pk, [int(old[0])])
+                self._bump(conn, tenant_pk, collection_pk)
+                status = "replaced"
+            doc_pk = conn.execute(
+                "INSERT INTO documents (uid, tenant_id, collection_id, source, content_hash, metadata, chunk_count) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (document.id, tenant_pk, collection_pk, document.source, document.content_hash,
+                 json.dumps(document.metadata, ensure_ascii=False, default=str), len(document.chunks)),
+            ).lastrowid
+            self._insert_chunks(
+                conn, tenant_pk, collection_pk, doc_pk,
+                [(c.id, c.index, c.start, c.end, c.token_count, c.content, c.metadata) for c in document.chunks],
+                vectors, terms,
+            )
+        return IngestResult(document.id, document.source, len(document.chunks), status,
+                            (time.perf_counter() - started) * 1000)
+
+    def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
+        """The document stored under ``source``, or None (also when the collection is missing)."""
+        with self._backend._read() as conn:
+            try:
+                tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            except CollectionNotFoundError:
+                return None
+            row = conn.execute(
+                _DOC_SELECT + " AND d.collection_id = ? AND d.source = ?",
+                (tenant_pk, collection_pk, source),
+            ).fetchone()
+        return None if row is None else _doc_info(row)
+
+    def _doc_chunk_count(self, conn: sqlite3.Connection, tenant_pk: int, doc_pk: int) -> int:
+        return int(conn.execute("SELECT count(*) FROM chunks WHERE tenant_id = ? AND document_id = ?",
+                                (tenant_pk, doc_pk)).fetchone()[0])
+
+    def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
+        """Documents of a collection, oldest first."""
+        with self._backend._read() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            rows = conn.execute(
+                _DOC_SELECT + " AND d.collection_id = ? ORDER BY d.id LIMIT ? OFFSET ?",
+                (tenant_pk, collection_pk, -1 if limit is None else int(limit), int(offset)),
+            ).fetchall()
+        return [_doc_info(r) for r in rows]
+
+    def get_document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
+        """One document of this tenant, or ``DocumentNotFoundError``."""
+        with self._backend._read() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            sql = _DOC_SELECT + " AND d.uid = ?"
+            params: list[Any] = [tenant_pk, document_id]
+            if collection is not None:
+                _, collection_pk, _ = self._collection_row(conn, collection)
+                sql += " AND d.collection_id = ?"
+                params.append(collection_pk)
+            row = conn.execute(sql, params).fetchone() if tenant_pk is not None else None
+        if row is None:
+            raise DocumentNotFoundError(f"document {document_id!r} does not exist in tenant {self._tenant!r}")
+        return _doc_info(row)
+
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents (and their chunks); returns how many existed in this tenant."""
+        ids = [str(i) for i in document_ids]
+        if not ids:
+            return 0
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return 0
+            sql = (f"SELECT id, collection_id FROM documents WHERE tenant_id = ? "
+                   f"AND uid IN ({','.join('?' * len(ids))})")
+            params: list[Any] = [tenant_pk, *ids]
+            if collection is not None:
+                _, collection_pk, _ = self._collection_row(conn, collection)
+                sql += " AND collection_id = ?"
+                params.append(collection_pk)
+            rows = conn.execute(sql, params).fetchall()
+            self._delete_document_rows(conn, tenant_pk, [int(r[0]) for r in rows])
+            for collection_pk in {int(r[1]) for r in rows}:
+                self._bump(conn, tenant_pk, collection_pk)
+        return len(rows)
+
+    def _delete_document_rows(self, conn: sqlite3.Connection, tenant_pk: int, doc_pks: list[int]) -> None:
+        for start in range(0, len(doc_pks), 500):
+            batch = doc_pks[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            conn.execute(
+                f"DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE tenant_id = ? "
+                f"AND document_id IN ({marks}))",
+                (tenant_pk, *batch),
+            )
+            conn.execute(f"DELETE FROM chunks WHERE tenant_id = ? AND document_id IN ({marks})", (tenant_pk, *batch))
+            conn.execute(f"DELETE FROM documents WHERE tenant_id = ? AND id IN ({marks})", (tenant_pk, *batch))
+
+    # -- chunks and vectors --------------------------------------------------------
+    @staticmethod
+    def _check_dimension(expected: int, got: int, collection: str) -> None:
+        if expected != got:
+            raise DimensionMismatchError(
+                f"collection {collection!r} holds {expected}-dimensional vectors; got {got} dimensions"
+            )
+
+    def _insert_chunks(
+        self,
+        conn: sqlite3.Connection,
+        tenant_pk: int,
+        collection_pk: int,
+        doc_pk: int | None,
+        rows: list[tuple[str, int, int, int, int, str, dict[str, Any]]],
+        vectors: np.ndarray,
+        terms: list[str],
+    ) -> None:
+        if not np.all(np.isfinite(vectors)):
+            raise VectorStoreError("vectors contain NaN or infinite values")
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        dumps = json.dumps
+        params = [
+            (uid, tenant_pk, collection_pk, doc_pk, index, start, end, tokens, content,
+             dumps(meta, ensure_ascii=False, default=str), vectors[i].tobytes())
+            for i, (uid, index, start, end, tokens, content, meta) in enumerate(rows)
+        ]
+        first = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO chunks (uid, tenant_id, collection_id, document_id, chunk_index, start_offset, "
+            "end_offset, token_count, content, metadata, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            params,
+        )
+        # AUTOINCREMENT under the write lock: the new rows are exactly the ids after ``first``.
+        new_ids = [r[0] for r in conn.execute(
+            "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id > ? ORDER BY id",
+            (tenant_pk, collection_pk, first),
+        )]
+        conn.executemany("INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)", zip(new_ids, terms, strict=True))
+
+    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing (R14)."""
+        if not records:
+            return []
+        for record in records:
+            if record.vector is None:
+                raise VectorStoreError("upsert needs a vector on every record; embed the content first")
+        vectors = np.asarray([r.vector for r in records], dtype=np.float32)
+        ids = [r.id or new_id() for r in records]
+        if len(set(ids)) != len(ids):
+            raise VectorStoreError("upsert got the same id twice in one call")
+        analyzer = self._backend.analyzer
+        with self._backend._write_translated() as conn:
+            tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            self._check_dimension(int(row[5]), vectors.shape[1] if vectors.ndim == 2 else -1, collection)
+            doc_pks: dict[str, int] = {}
+            for record in records:
+                if record.document_id and record.document_id not in doc_pks:
+                    found = conn.execute(
+                        "SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? AND uid = ?",
+                        (tenant_pk, collection_pk, record.document_id),
+                    ).fetchone()
+                    if found is None:
+                        raise DocumentNotFoundError(
+                            f"document {record.document_id!r} does not exist in collection {collection!r}"
+                        )
+                    doc_pks[record.document_id] = int(found[0])
+            existing = self._existing_chunk_ids(conn, tenant_pk, collection_pk, ids)
+            if existing:
+                marks = ",".join("?" * len(existing))
+                conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", list(existing.values()))
+                conn.execute(f"DELETE FROM chunks WHERE tenant_id = ? AND id IN ({marks})",
+                             (tenant_pk, *existing.values()))
+                self._bump(conn, tenant_pk, collection_pk)
+            # Insert grouped by document so each group shares a document rowid.
+            by_doc: dict[int | None, list[int]] = {}
+            for i, record in enumerate(records):
+                by_doc.setdefault(doc_pks.get(record.document_id or ""), []).append(i)
+            for doc_pk, positions in by_doc.items():
+                self._insert_chunks(
+                    conn, tenant_pk, collection_pk, doc_pk,
+                    [(ids[i], int(records[i].metadata.get("chunk_index", 0)), 0, len(records[i].content), 0,
+                      records[i].content, records[i].metadata) for i in positions],
+                    vectors[positions],
+                    [fts_document(analyzer, records[i].content) for i in positions],
+                )
+        return ids
+
+    def _existing_chunk_ids(
+        self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, uids: Sequence[str]
+    ) -> dict[str, int]:
+        found: dict[str, int] = {}
+        uids = list(uids)
+        for start in range(0, len(uids), 500):
+            batch = uids[start : start + 500]
+            for uid, rowid in conn.execute(
+                f"SELECT uid, id FROM chunks WHERE tenant_id = ? AND collection_id = ? "
+                f"AND uid IN ({','.join('?' * len(batch))})",
+                (tenant_pk, collection_pk, *batch),
+            ):
+                found[uid] = int(rowid)
+        return found
+
+    def delete(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection."""
+        if not ids:
+            return 0
+        with self._backend._write_translated() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            existing = self._existing_chunk_ids(conn, tenant_pk, collection_pk, [str(i) for i in ids])
+            if existing:
+                rowids = list(existing.values())
+                for start in range(0, len(rowids), 500):
+                    batch = rowids[start : start + 500]
+                    marks = ",".join("?" * len(batch))
+                    conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", batch)
+                    conn.execute(f"DELETE FROM chunks WHERE tenant_id = ? AND id IN ({marks})", (tenant_pk, *batch))
+                self._bump(conn, tenant_pk, collection_pk)
+        return len(existing)
+
+    def count(self, collection: str) -> int:
+        """Number of chunks in a collection."""
+        with self._backend._read() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            return int(conn.execute("SELECT count(*) FROM chunks WHERE tenant_id = ? AND collection_id = ?",
+                                    (tenant_pk, collection_pk)).fetchone()[0])
+
+    # -- search --------------------------------------------------------------------
+    def _backend_cache_drop(self, collection_pk: int) -> None:
+        with self._backend._cache_lock:
+            self._backend._cache.pop(collection_pk, None)
+
+    def _matrix(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, dim: int) -> _Matrix:
+        """The collection's vectors, refreshed from the file only as far as it changed."""
+        seq, high = conn.execute(
+            "SELECT mutation_seq, (SELECT coalesce(max(id), 0) FROM chunks WHERE tenant_id = ? "
+            "AND collection_id = ?) FROM collections WHERE tenant_id = ? AND id = ?",
+            (tenant_pk, collection_pk, tenant_pk, collection_pk),
+        ).fetchone()
+        cache = self._backend._cache
+        with self._backend._cache_lock:
+            cached = cache.get(collection_pk)
+            if cached is not None and cached.mutation_seq == seq and cached.high_water == high:
+                return cached
+            if cached is not None and cached.mutation_seq == seq and cached.high_water < high:
+                after = cached.high_water
+            else:
+                cached, after = None, 0
+            rows = conn.execute(
+                "SELECT id, coalesce(document_id, -1), embedding FROM chunks "
+                "WHERE tenant_id = ? AND collection_id = ? AND id > ? AND id <= ? ORDER BY id",
+                (tenant_pk, collection_pk, after, high),
+            ).fetchall()
+            n = len(rows)
+            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+            docs = np.fromiter((r[1] for r in rows), dtype=np.int64, count=n)
+            if n:
+                blob = b"".join(r[2] for r in rows)
+                vectors = np.frombuffer(blob, dtype=np.float32)
+                if vectors.size != n * dim:
+                    raise VectorStoreError("stored vectors do not match the collection's dimension")
+                vectors = _normalise_rows(vectors.reshape(n, dim))
+            else:
+                vectors = np.zeros((0, dim), dtype=np.float32)
+            if cached is not None:
+                rowids = np.concatenate([cached.rowids, rowids])
+                docs = np.concatenate([cached.doc_rowids, docs])
+                vectors = np.concatenate([cached.vectors, vectors])
+            matrix = _Matrix(int(seq), int(high), rowids, docs, np.ascontiguousarray(vectors, dtype=np.float32))
+            cache[collection_pk] = matrix
+            return matrix
+
+    def _document_pks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                      document_ids: Sequence[str]) -> np.ndarray:
+        uids = [str(d) for d in document_ids]
+        pks: list[int] = []
+        for start in range(0, len(uids), 500):
+            batch = uids[start : start + 500]
+            pks.extend(r[0] for r in conn.execute(
+                f"SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? "
+                f"AND uid IN ({','.join('?' * len(batch))})",
+                (tenant_pk, collection_pk, *batch),
+            ))
+        return np.asarray(pks, dtype=np.int64)
+
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        threshold: float | None = None,
+        document_ids: Sequence[str] | None = None,
+        include_content: bool = True,
+    ) -> list[SearchHit]:
+        """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` if given."""
+        top_k = _check_top_k(top_k)
+        q = np.asarray(vector, dtype=np.float32).ravel()
+        if not np.all(np.isfinite(q)):
+            raise VectorStoreError("the query vector contains NaN or infinite values")
+        for _attempt in range(3):
+            with self._backend._read() as conn:
+                tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+                self._check_dimension(int(row[5]), q.shape[0], collection)
+                matrix = self._matrix(conn, tenant_pk, collection_pk, int(row[5]))
+                norm = float(np.linalg.norm(q))
+                qn = q / norm if norm > 0 else q
+                if document_ids is not None:
+                    wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids)
+                    positions = np.flatnonzero(np.isin(matrix.doc_rowids, wanted))
+                    scores = matrix.vectors[positions] @ qn
+                else:
+                    positions = None
+                    scores = matrix.vectors @ qn
+                order = _top_indices(scores, top_k)
+                if threshold is not None:
+                    order = order[scores[order] >= threshold]
+                picked = order if positions is None else positions[order]
+                rowids = matrix.rowids[picked]
+                hits = self._fetch_hits(conn, tenant_pk, collection_pk, rowids, scores[order], include_content)
+            if len(hits) == len(rowids):
+                return hits
+            # A concurrent delete removed rows after our snapshot of the matrix: reload and retry.
+            self._backend_cache_drop(collection_pk)
+        return hits
+
+    def _fetch_hits(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rowids: np.ndarray,
+                    scores: np.ndarray, include_content: bool) -> list[SearchHit]:
+        if len(rowids) == 0:
+            return []
+        ids = [int(r) for r in rowids]
+        rows = conn.execute(
+            "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, "
+            "c.metadata, coalesce(d.metadata, '{}'), c.start_offset, c.end_offset, c.token_count "
+            "FROM chunks c LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id "
+            f"WHERE c.tenant_id = ? AND c.collection_id = ? AND c.id IN ({','.join('?' * len(ids))})",
+            (tenant_pk, collection_pk, *ids),
+        ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        hits = []
+        for rowid, score in zip(ids, scores, strict=True):
+            r = by_id.get(rowid)
+            if r is None:
+                continue
+            metadata = json.loads(r[7])
+            metadata.update(json.loads(r[6]))
+            metadata.setdefault("chunk_index", r[5])
+            metadata.setdefault("start", r[8])
+            metadata.setdefault("end", r[9])
+            if r[10]:
+                metadata.setdefault("token_count", r[10])
+            hits.append(SearchHit(
+                chunk_id=r[1], document_id=r[2], source=r[3] or str(metadata.get("source", "")),
+                content=r[4] if include_content else "", score=float(score), chunk_index=r[5], metadata=metadata,
+            ))
+        return hits
+
+    def keyword_search(
+        self,
+        collection: str,
+        query: str,
+        top_k: int = 5,
+        *,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[SearchHit]:
+        """Top-k by BM25 over the analyzed text, best first (score = -bm25, larger is better)."""
+        top_k = _check_top_k(top_k)
+        match = fts_query(self._backend.analyzer, query)
+        if match is None:
+            return []
+        with self._backend._read() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            sql = ("SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+                   "WHERE chunks_fts MATCH ? AND c.tenant_id = ? AND c.collection_id = ?")
+            params: list[Any] = [match, tenant_pk, collection_pk]
+            if document_ids is not None:
+                wanted = [int(x) for x in self._document_pks(conn, tenant_pk, collection_pk, document_ids)]
+                if not wanted:
+                    return []
+                sql += f" AND c.document_id IN ({','.join('?' * len(wanted))})"
+                params.extend(wanted)
+            sql += " ORDER BY score DESC, c.id LIMIT ?"
+            params.append(top_k)
+            try:
+                rows = conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise VectorStoreError(f"keyword search failed: {exc}") from exc
+            rowids = np.asarray([r[0] for r in rows], dtype=np.int64)
+            scores = np.asarray([r[1] for r in rows], dtype=np.float64)
+            return self._fetch_hits(conn, tenant_pk, collection_pk, rowids, scores, True)
+
+
+_DOC_SELECT = (
+    "SELECT d.uid, d.source, (SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
+    "AND c.document_id = d.id), d.metadata, d.content_hash, d.created_at FROM documents d WHERE d.tenant_id = ?"
+)
+
+
+def _doc_info(row: Any) -> DocumentInfo:
+    return DocumentInfo(row[0], row[1], int(row[2]), json.loads(row[3]), row[4], row[5])
+
+
+def _check_top_k(top_k: int) -> int:
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= _MAX_TOP_K:
+        raise VectorStoreError(f"top_k must be an integer from 1 to {_MAX_TOP_K}; got {top_k!r}")
+    return top_k
+
+
+def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest scores, best first (ties by position, so results are stable)."""
+    n = scores.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if k < n:
+        part = np.argpartition(-scores, k - 1)[:k]
+    else:
+        part = np.arange(n)
+    return part[np.lexsort((part, -scores[part]))]
+
+
+def open_sqlite(url: str) -> SQLiteBackend:
+    """Open a ``sqlite:///path`` URL (or a bare path) as an embedded backend."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+    elif url.startswith("sqlite://"):
+        path = url[len("sqlite://"):]
+    else:
+        path = url
+    if not path:
+        raise ConfigError(f"no file path in {url!r}; write sqlite:///path/to/bunko.db")
+    if path != ":memory:":
+        path = str(Path(path).expanduser())
+    return SQLiteBackend(path)

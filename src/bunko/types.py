@@ -1,0 +1,230 @@
+"""Core value types: documents, chunks, collections, search hits and answers.
+
+These are plain dataclasses with no behaviour beyond conversion to JSON-ready
+dicts, so every seam (loaders, splitters, stores, retrieval, generation) can
+share them without importing each other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def new_id() -> str:
+    """A new random identifier (UUID4, canonical text form)."""
+    return str(uuid.uuid4())
+
+
+@dataclass(slots=True)
+class Document:
+    """A document: text ``content`` plus ``metadata`` (LangChain-compatible shape, R1).
+
+    Well-known metadata keys: ``source`` (path, URL or label), ``source_type``
+    (``file`` / ``url`` / ``text`` / ``api``), ``filename``, ``filesize``,
+    ``mime_type``, ``page_count``, ``author``, ``created_at``, ``language``,
+    ``tags``, ``category``, ``description``. Other keys are kept as given.
+    """
+
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Where the document came from; falls back to its id or ``text``."""
+        return str(self.metadata.get("source") or self.id or "text")
+
+
+@dataclass(slots=True, frozen=True)
+class TextChunk:
+    """One piece of a text as a splitter returns it (R7).
+
+    ``start`` and ``end`` are character offsets into the text that was split:
+    ``text[start:end] == content``.
+    """
+
+    content: str
+    index: int
+    start: int
+    end: int
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A stored chunk of a document (R2)."""
+
+    content: str
+    document_id: str
+    index: int
+    start: int
+    end: int
+    id: str = field(default_factory=new_id)
+    token_count: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class VectorRecord:
+    """A unit of the store's low-level upsert (R14): content, metadata, optional vector."""
+
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    vector: list[float] | None = None
+    document_id: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class EmbedderInfo:
+    """Which embedder produced a collection's vectors; fixed per collection (R3)."""
+
+    provider: str
+    model: str
+    dimension: int
+
+
+@dataclass(slots=True)
+class Collection:
+    """A named set of documents inside one tenant (R3)."""
+
+    name: str
+    embedding_provider: str
+    embedding_model: str
+    dimension: int
+    description: str = ""
+    document_count: int = 0
+    chunk_count: int = 0
+    created_at: str = ""
+
+    @property
+    def embedder(self) -> EmbedderInfo:
+        """The embedder identity this collection was created with."""
+        return EmbedderInfo(self.embedding_provider, self.embedding_model, self.dimension)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class DocumentInfo:
+    """A stored document as listings show it (without its full text)."""
+
+    id: str
+    source: str
+    chunks: int
+    metadata: dict[str, Any]
+    content_hash: str = ""
+    created_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"id": self.id, "source": self.source, "chunks": self.chunks, "metadata": self.metadata}
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """One chunk returned by a search, best first; ``score`` is cosine similarity or BM25."""
+
+    chunk_id: str
+    document_id: str
+    source: str
+    content: str
+    score: float
+    chunk_index: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``search --json`` shape."""
+        return {
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "source": self.source,
+            "content": self.content,
+            "score": round(float(self.score), 6),
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(slots=True)
+class Source:
+    """A cited source of an answer (R25): ``index`` is the ``[N]`` used in the answer."""
+
+    index: int
+    document_id: str
+    source: str
+    chunk_id: str
+    score: float
+    excerpt: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def document_name(self) -> str:
+        """A short human name for the document (its file name when it has one)."""
+        return str(self.metadata.get("filename") or self.source)
+
+    @property
+    def page_number(self) -> int | None:
+        """The page the chunk came from, when the loader knew it."""
+        value = self.metadata.get("page_number")
+        return int(value) if value is not None else None
+
+    @property
+    def section(self) -> str | None:
+        """The section heading the chunk came from, when the loader knew it."""
+        value = self.metadata.get("section")
+        return str(value) if value is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``ask --json`` shape."""
+        return {
+            "index": self.index,
+            "document_id": self.document_id,
+            "source": self.source,
+            "chunk_id": self.chunk_id,
+            "score": round(float(self.score), 6),
+            "excerpt": self.excerpt,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    """An answer with the sources it cites (R25)."""
+
+    answer: str
+    sources: list[Source]
+    model: str
+    usage: dict[str, int] = field(default_factory=dict)
+    processing_time_ms: float = 0.0
+    confidence: float = 0.0
+    extractive: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``ask --json`` shape."""
+        return {
+            "answer": self.answer,
+            "sources": [s.to_dict() for s in self.sources],
+            "model": self.model,
+            "usage": dict(self.usage),
+            "extractive": self.extractive,
+            "confidence": round(self.confidence, 4),
+            "processing_time_ms": round(self.processing_time_ms, 2),
+        }
+
+
+@dataclass(slots=True)
+class IngestResult:
+    """What indexing one document did."""
+
+    document_id: str
+    source: str
+    chunks: int
+    status: str  # "created", "replaced" or "unchanged"
+    processing_time_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
