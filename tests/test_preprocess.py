@@ -164,8 +164,7 @@ def test_constructor_takes_no_required_args() -> None:
 # -- properties --------------------------------------------------------------------
 
 _ALPHABET = st.sampled_from(
-    list("abcXYZ09 .。、\t\n\r\u3000\u00a0")
-    + list("ＡＢＣ１２ｶﾞｷﾃﾞｰﾀ今日は晴れですカタカナ")
+    list("abcXYZ09 .。、\t\n\r\u3000\u00a0") + list("ＡＢＣ１２ｶﾞｷﾃﾞｰﾀ今日は晴れですカタカナ")
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import BunkoError, NotFoundError, RAGPipelineError
+from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RAGPipelineError
 from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
 from .retrieval import Retriever, SearchMode
@@ -29,7 +29,7 @@ class RAGPipeline:
         """Normalise, split, embed and store one document."""
         try:
             return await self.index_manager.index_document(document, progress=progress)
-        except NotFoundError:
+        except (NotFoundError, EmbedderMismatchError):
             raise
         except BunkoError as exc:
             raise RAGPipelineError(f"{document.source}: {exc.message}") from exc
@@ -49,7 +49,7 @@ class RAGPipeline:
                 query, top_k, document_ids=document_ids, threshold=threshold, mode=mode
             )
             result = await self.generator.generate(query, hits)
-        except NotFoundError:
+        except (NotFoundError, EmbedderMismatchError):
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc

@@ -72,7 +72,7 @@ class Retriever:
                     self.vector_store.query,
                     self.collection, vector, top_k, threshold=threshold, document_ids=document_ids,
                 )
-        except NotFoundError:
+        except (NotFoundError, EmbedderMismatchError):
             raise
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc

@@ -1,0 +1,41 @@
+# bunko — developer entry points. Each target bootstraps .venv from pyproject.toml on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+DEMO_DB := sqlite:///$(CURDIR)/.bunko/demo.db
+DEMO_QUESTION ?= 水は何日分備蓄すればいいですか？
+
+.PHONY: demo test lint bench clean help
+
+help:
+	@echo "make demo   ingest examples/docs and ask one question (prints a cited answer)"
+	@echo "make test   run the whole test suite"
+	@echo "make lint   ruff over src, tests and benchmarks"
+	@echo "make bench  embedded-store benchmark at 10k and 100k chunks"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bunko needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/bunko --db $(DEMO_DB) ingest examples/docs --collection demo
+	@echo
+	@echo "Q: $(DEMO_QUESTION)"
+	@echo
+	$(BIN)/bunko --db $(DEMO_DB) ask "$(DEMO_QUESTION)" --collection demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_store.py --sizes 10000 100000
+
+clean:
+	rm -rf $(VENV) .bunko .pytest_cache .ruff_cache

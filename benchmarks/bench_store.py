@@ -1,0 +1,486 @@
+"""Benchmark of the embedded SQLite store (``bunko.stores.sqlite``): ingest and search.
+
+For every size N (default 10,000 and 100,000 chunks, 512 dimensions) the benchmark:
+
+1. Builds N synthetic chunks, *untimed*: random float32 vectors from a seeded numpy
+   RNG (rows L2-normalised) and 200-300 characters of synthetic text per chunk that
+   mixes Japanese and English words (Zipf-distributed vocabulary, so keyword search
+   sees both very common and rare terms). Chunks are grouped into documents of 50.
+   The store lives in a fresh temporary SQLite file.
+2. **Ingest** (timed): every document goes through ``store.write_document`` -- the
+   real ingest path: one write transaction per document that inserts the document
+   row, its chunks with their vector blobs, and the FTS5 rows (the analyzer runs
+   inside this call too). Reported as chunks/s (and per-document latency).
+3. **Search** (timed), on a freshly opened backend so the per-process vector cache
+   is empty:
+
+   * ``cold load``: the first ``store.query``; it reads every vector blob from the
+     file and builds the normalised matrix the process keeps in memory.
+   * ``query``: ``--queries`` random query vectors, ``top_k=10``, p50/p95/mean ms.
+   * ``query restricted``: the same with ``document_ids`` = 5 random documents.
+   * ``keyword``: ``store.keyword_search`` with short (1-3 word) mixed queries.
+   * ``get_collection``: retrieval calls it before every search, so it is on the
+     request path too (informational).
+4. **Baseline**: a bare numpy scan of the same (N, dim) normalised matrix
+   (``matrix @ q`` + ``argpartition`` top 10), so the store's own overhead
+   (SQL round trips, hit fetching, JSON metadata decoding) is visible.
+5. Peak RSS of the process (``resource.getrusage``; it includes the synthetic data
+   the benchmark itself holds) and the size of the SQLite file (+ its WAL).
+
+Each size runs in its own child process (unless ``--in-process``), so peak RSS and
+the cold load are per size. All timings use ``time.perf_counter``.
+
+Targets, at N = 100,000 and 512 dimensions:
+
+* ingest   >= 20,000 chunks/s
+* search   p50 <= 15 ms  (``store.query``, top_k = 10, unrestricted)
+
+Usage::
+
+    python benchmarks/bench_store.py [--sizes 10000 100000] [--dim 512] [--queries 200] [--json]
+
+The table goes to stdout; with ``--json`` the JSON object goes to stdout and the
+table to stderr (so ``--json > result.json`` works). ``--check`` exits 1 when a
+target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bunko.stores.base import ChunkWrite, DocumentWrite
+from bunko.stores.sqlite import SQLiteBackend
+from bunko.types import EmbedderInfo
+
+TARGET_INGEST_CHUNKS_PER_S = 20_000.0
+TARGET_SEARCH_P50_MS = 15.0
+TARGET_N = 100_000
+TARGET_DIM = 512
+
+CHUNKS_PER_DOC = 50
+TOP_K = 10
+RESTRICT_DOCS = 5
+COLLECTION = "bench"
+
+# --------------------------------------------------------------------------------------
+# Synthetic data (never timed)
+# --------------------------------------------------------------------------------------
+
+_JA_WORDS = (
+    "検索 文書 情報 日本語 東京 会社 技術 開発 管理 設定 機能 利用 方法 問題 結果 資料 契約 "
+    "会議 報告 予算 製品 顧客 品質 安全 規則 手続き 申請 承認 期限 担当 部署 社員 研修 評価 "
+    "データ 分析 システム サーバー ネットワーク セキュリティ クラウド アプリ ユーザー 画面 "
+    "ファイル 更新 削除 登録 確認 変更 対応 導入 運用 保守 障害 復旧 監視 性能 速度 容量 "
+    "学習 モデル 質問 回答 要約 翻訳 意味 言語 文章 段落 見出し 表 図 注意 重要 必要 可能"
+).split()
+_JA_PARTICLES = ["は", "が", "を", "に", "の", "で", "と", "も", "から", "まで", "、", "。"]
+_EN_WORDS = (
+    "the of and to in is for on with that this from by as are be at or an it search index "
+    "document query vector embedding tenant collection chunk store retrieval answer source "
+    "model language policy contract meeting report budget product customer quality security "
+    "server network cloud user screen file update delete register confirm change deploy "
+    "monitor performance latency throughput storage learning question summary translation "
+    "meaning sentence paragraph heading table figure important required possible review"
+).split()
+_KANJI = "日本語情報検索文書会社技術開発管理設定機能利用方法問題結果資料契約議報告予算製品顧客品質安全規則手続申請承認期限担当部署員研修評価分析学習質問回答要約翻訳意味言文章段落見出表図注重必可能東京大阪市場価格"
+_SYLLABLES = "ka ri to ne mo sa ven lor tis pra gen dal mar qui ste rol bex nor fin tal com sur".split()
+
+
+def _vocabulary(rng: np.random.Generator, extra: int = 3000) -> list[str]:
+    """Real words first (the common ones), then synthetic Japanese and English words.
+
+    Each entry already carries its separator: Japanese words end with a particle (no
+    space, as in running Japanese text), English words with a space.
+    """
+    vocab: list[str] = []
+    for i, w in enumerate(_JA_WORDS):
+        vocab.append(w + _JA_PARTICLES[i % len(_JA_PARTICLES)])
+    vocab.extend(w + " " for w in _EN_WORDS)
+    kanji = np.array(list(_KANJI))
+    syll = np.array(_SYLLABLES)
+    for i in range(extra):
+        if i % 2 == 0:
+            word = "".join(rng.choice(kanji, size=int(rng.integers(2, 4))))
+            vocab.append(word + _JA_PARTICLES[int(rng.integers(len(_JA_PARTICLES)))])
+        else:
+            vocab.append("".join(rng.choice(syll, size=int(rng.integers(2, 4)))) + " ")
+    # Interleave so real Japanese and English words share the top ranks of the Zipf law.
+    head_ja = vocab[: len(_JA_WORDS)]
+    head_en = vocab[len(_JA_WORDS): len(_JA_WORDS) + len(_EN_WORDS)]
+    head = [w for pair in zip(head_ja, head_en) for w in pair]
+    head += head_ja[len(head_en):] + head_en[len(head_ja):]
+    return head + vocab[len(_JA_WORDS) + len(_EN_WORDS):]
+
+
+def _zipf_p(n: int, s: float = 1.0, q: float = 2.7) -> np.ndarray:
+    p = 1.0 / (np.arange(n) + 1.0 + q) ** s
+    return p / p.sum()
+
+
+def make_data(n: int, dim: int, seed: int) -> dict[str, Any]:
+    """N chunks (contents + normalised vectors) grouped into documents of ~50 chunks."""
+    rng = np.random.default_rng(seed)
+    vocab = _vocabulary(rng)
+    vocab_arr = np.array(vocab, dtype=object)
+    lens = np.array([len(w) for w in vocab], dtype=np.int64)
+    p = _zipf_p(len(vocab))
+
+    targets = rng.integers(200, 301, size=n)
+    ends = np.cumsum(targets)
+    mean_len = float((lens * p).sum())
+    stream = rng.choice(len(vocab), size=int(ends[-1] / mean_len * 1.15) + 64, p=p)
+    cum = np.cumsum(lens[stream])
+    while cum[-1] < ends[-1]:
+        more = rng.choice(len(vocab), size=max(1024, stream.size // 10), p=p)
+        stream = np.concatenate([stream, more])
+        cum = np.cumsum(lens[stream])
+    cuts = np.searchsorted(cum, ends) + 1  # chunk i = stream[cuts[i-1]:cuts[i]]
+    starts = np.concatenate([[0], cuts[:-1]])
+    contents = ["".join(vocab_arr[stream[a:b]]).rstrip() for a, b in zip(starts, cuts)]
+
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def uid() -> str:
+        return str(uuid.UUID(bytes=rng.bytes(16), version=4))
+
+    documents: list[DocumentWrite] = []
+    for d, first in enumerate(range(0, n, CHUNKS_PER_DOC)):
+        last = min(first + CHUNKS_PER_DOC, n)
+        chunks = []
+        offset = 0
+        for i in range(first, last):
+            text = contents[i]
+            chunks.append(ChunkWrite(
+                id=uid(), content=text, index=i - first, start=offset, end=offset + len(text),
+                token_count=len(text) // 2, metadata={"page_number": (i - first) // 10 + 1},
+            ))
+            offset += len(text)
+        documents.append(DocumentWrite(
+            id=uid(), source=f"bench://docs/{d:06d}.txt", content_hash=f"{seed:x}-{d:08x}",
+            metadata={"source_type": "text", "filename": f"{d:06d}.txt", "language": "ja"},
+            chunks=chunks, vectors=vectors[first:last],
+        ))
+
+    # Short keyword queries: 1-3 words drawn from the same vocabulary, separators stripped.
+    keyword_queries = []
+    for _ in range(256):
+        k = int(rng.integers(1, 4))
+        words = [vocab[j].strip(" 、。").rstrip("はがをにのでともからまで") or vocab[j] for j in
+                 rng.choice(len(vocab), size=k, p=p)]
+        keyword_queries.append(" ".join(words))
+
+    return {
+        "vectors": vectors,
+        "documents": documents,
+        "keyword_queries": keyword_queries,
+        "mean_chars": float(np.mean([len(c) for c in contents])),
+        "rng": rng,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------
+
+
+def _peak_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
+
+
+def _stats(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1000.0
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p95_ms": float(np.percentile(ms, 95)),
+        "mean_ms": float(ms.mean()),
+        "max_ms": float(ms.max()),
+        "n": int(ms.size),
+    }
+
+
+def _file_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
+    """Generate, ingest and search one size; returns a JSON-ready dict."""
+    perf = time.perf_counter
+    log = lambda msg: print(f"[N={n:,}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+
+    t = perf()
+    data = make_data(n, dim, seed)
+    log(f"synthetic data generated in {perf() - t:.1f}s (untimed), mean content {data['mean_chars']:.0f} chars")
+    rss_after_data = _peak_rss_mb()
+    documents: list[DocumentWrite] = data["documents"]
+    rng: np.random.Generator = data["rng"]
+    vectors: np.ndarray = data["vectors"]
+
+    with tempfile.TemporaryDirectory(prefix="bunko-bench-") as tmp:
+        db = Path(tmp) / "bench.db"
+        info = EmbedderInfo("bench", "random", dim)
+
+        # ---- ingest -------------------------------------------------------------
+        backend = SQLiteBackend(db)
+        store = backend.for_tenant("bench")
+        store.ensure_collection(COLLECTION, info)
+        doc_times = []
+        t0 = perf()
+        for doc in documents:
+            t = perf()
+            store.write_document(COLLECTION, doc)
+            doc_times.append(perf() - t)
+        ingest_s = perf() - t0
+        assert store.count(COLLECTION) == n, "not every chunk was stored"
+        backend.close()
+        log(f"ingest {n / ingest_s:,.0f} chunks/s")
+        rss_after_ingest = _peak_rss_mb()
+
+        # ---- search (fresh backend: empty per-process vector cache) ---------------
+        backend = SQLiteBackend(db)
+        store = backend.for_tenant("bench")
+        qvecs = rng.standard_normal((queries + 1, dim), dtype=np.float32)
+        qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
+
+        t = perf()
+        warm = store.query(COLLECTION, qvecs[0], TOP_K)
+        cold_load_s = perf() - t
+        assert len(warm) == TOP_K
+
+        # Sanity: the store's exact search agrees with the numpy scan.
+        expected = np.argsort(-(vectors @ qvecs[0]))[:TOP_K]
+        position = {c.id: i for i, c in enumerate(c for d in documents for c in d.chunks)}
+        assert [position[h.chunk_id] for h in warm] == expected.tolist(), "store and numpy disagree"
+
+        query_times = []
+        for q in qvecs[1:]:
+            t = perf()
+            store.query(COLLECTION, q, TOP_K)
+            query_times.append(perf() - t)
+
+        doc_ids = [d.id for d in documents]
+        restricted_times = []
+        for q in qvecs[1:]:
+            picked = [doc_ids[j] for j in rng.choice(len(doc_ids), size=min(RESTRICT_DOCS, len(doc_ids)),
+                                                     replace=False)]
+            t = perf()
+            hits = store.query(COLLECTION, q, TOP_K, document_ids=picked)
+            restricted_times.append(perf() - t)
+        assert hits and {h.document_id for h in hits} <= set(picked)
+
+        kw_queries = data["keyword_queries"]
+        keyword_times = []
+        kw_hits = 0
+        for i in range(queries):
+            text = kw_queries[i % len(kw_queries)]
+            t = perf()
+            kw_hits += len(store.keyword_search(COLLECTION, text, TOP_K))
+            keyword_times.append(perf() - t)
+
+        coll_times = []
+        for _ in range(min(queries, 50)):
+            t = perf()
+            store.get_collection(COLLECTION)
+            coll_times.append(perf() - t)
+        backend.close()
+
+        # ---- numpy baseline -----------------------------------------------------
+        matrix = np.ascontiguousarray(vectors)
+        numpy_times = []
+        for q in qvecs[1:]:
+            t = perf()
+            scores = matrix @ q
+            top = np.argpartition(scores, -TOP_K)[-TOP_K:]
+            top = top[np.argsort(-scores[top])]
+            numpy_times.append(perf() - t)
+
+        db_bytes = _file_size(db)
+        wal_bytes = _file_size(Path(str(db) + "-wal"))
+
+    result = {
+        "n": n,
+        "dim": dim,
+        "documents": len(documents),
+        "mean_content_chars": round(data["mean_chars"], 1),
+        "ingest": {
+            "seconds": ingest_s,
+            "chunks_per_s": n / ingest_s,
+            "documents_per_s": len(documents) / ingest_s,
+            "per_document": _stats(doc_times),
+        },
+        "cold_load_ms": cold_load_s * 1000.0,
+        "query": _stats(query_times),
+        "query_restricted": _stats(restricted_times),
+        "keyword": {**_stats(keyword_times), "mean_hits": kw_hits / max(queries, 1)},
+        "get_collection": _stats(coll_times),
+        "numpy_baseline": _stats(numpy_times),
+        "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_after_data_mb": rss_after_data,
+        "peak_rss_after_ingest_mb": rss_after_ingest,
+        "db_bytes": db_bytes,
+        "wal_bytes": wal_bytes,
+    }
+    result["targets"] = _targets(result)
+    return result
+
+
+def _targets(r: dict[str, Any]) -> dict[str, Any]:
+    applies = r["n"] == TARGET_N and r["dim"] == TARGET_DIM
+    return {
+        "applies": applies,
+        "ingest_ok": r["ingest"]["chunks_per_s"] >= TARGET_INGEST_CHUNKS_PER_S,
+        "search_p50_ok": r["query"]["p50_ms"] <= TARGET_SEARCH_P50_MS,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------
+
+
+def _mark(ok: bool, applies: bool) -> str:
+    if not applies:
+        return ""
+    return "  PASS" if ok else "  MISS"
+
+
+def render_table(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    cols = [f"N={r['n']:,}" for r in results]
+    width = max(24, *(len(c) + 2 for c in cols))
+    lines: list[str] = []
+
+    def row(label: str, values: list[str]) -> None:
+        lines.append(f"{label:<34}" + "".join(f"{v:>{width}}" for v in values))
+
+    lines.append(f"bunko SQLite store benchmark  (dim={results[0]['dim']}, top_k={TOP_K}, "
+                 f"{results[0]['query']['n']} queries, {CHUNKS_PER_DOC} chunks/doc)")
+    lines.append(f"python {env['python']}  numpy {env['numpy']}  sqlite {env['sqlite']}  "
+                 f"{env['machine']}  cpus={env['cpus']}")
+    lines.append("")
+    row("", cols)
+    row("documents", [f"{r['documents']:,}" for r in results])
+    row("mean chunk length (chars)", [f"{r['mean_content_chars']:.0f}" for r in results])
+    lines.append("-- ingest (write_document) --")
+    row("total time (s)", [f"{r['ingest']['seconds']:.2f}" for r in results])
+    row(f"chunks/s  [target >= {TARGET_INGEST_CHUNKS_PER_S:,.0f}]",
+        [f"{r['ingest']['chunks_per_s']:,.0f}" + _mark(r["targets"]["ingest_ok"], r["targets"]["applies"])
+         for r in results])
+    row("per document p50 / p95 (ms)",
+        [f"{r['ingest']['per_document']['p50_ms']:.2f} / {r['ingest']['per_document']['p95_ms']:.2f}"
+         for r in results])
+    lines.append("-- vector search (query, top_k=10) --")
+    row("cold load, first query (ms)", [f"{r['cold_load_ms']:.1f}" for r in results])
+    row(f"p50 (ms)  [target <= {TARGET_SEARCH_P50_MS:g}]",
+        [f"{r['query']['p50_ms']:.2f}" + _mark(r["targets"]["search_p50_ok"], r["targets"]["applies"])
+         for r in results])
+    row("p95 (ms)", [f"{r['query']['p95_ms']:.2f}" for r in results])
+    row("mean (ms)", [f"{r['query']['mean_ms']:.2f}" for r in results])
+    row(f"restricted to {RESTRICT_DOCS} docs p50 / p95 (ms)",
+        [f"{r['query_restricted']['p50_ms']:.2f} / {r['query_restricted']['p95_ms']:.2f}" for r in results])
+    lines.append("-- keyword search (FTS5 BM25) --")
+    row("p50 / p95 (ms)", [f"{r['keyword']['p50_ms']:.2f} / {r['keyword']['p95_ms']:.2f}" for r in results])
+    row("mean hits returned", [f"{r['keyword']['mean_hits']:.1f}" for r in results])
+    lines.append("-- baseline and overhead --")
+    row("numpy scan p50 / p95 (ms)",
+        [f"{r['numpy_baseline']['p50_ms']:.2f} / {r['numpy_baseline']['p95_ms']:.2f}" for r in results])
+    row("store overhead p50 (ms)",
+        [f"{r['query']['p50_ms'] - r['numpy_baseline']['p50_ms']:+.2f}" for r in results])
+    row("get_collection p50 (ms) [info]", [f"{r['get_collection']['p50_ms']:.2f}" for r in results])
+    lines.append("-- resources --")
+    row("peak RSS (MiB)", [f"{r['peak_rss_mb']:,.0f}" for r in results])
+    row("  of which before the store (MiB)", [f"{r['peak_rss_after_data_mb']:,.0f}" for r in results])
+    row("SQLite file (MiB)", [f"{r['db_bytes'] / 2**20:,.1f}" for r in results])
+    row("  + WAL (MiB)", [f"{r['wal_bytes'] / 2**20:,.1f}" for r in results])
+    applicable = [r for r in results if r["targets"]["applies"]]
+    lines.append("")
+    if applicable:
+        r = applicable[0]
+        ok = r["targets"]["ingest_ok"] and r["targets"]["search_p50_ok"]
+        lines.append(f"targets at N={TARGET_N:,}, {TARGET_DIM}-d: " + ("all met" if ok else "MISSED: " + ", ".join(
+            name for name, good in (("ingest", r["targets"]["ingest_ok"]),
+                                    ("search p50", r["targets"]["search_p50_ok"])) if not good)))
+    else:
+        lines.append(f"(targets apply at N={TARGET_N:,}, {TARGET_DIM}-d; not part of this run)")
+    return "\n".join(lines)
+
+
+def _env() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "machine": f"{platform.system()}-{platform.machine()}",
+        "cpus": os.cpu_count(),
+    }
+
+
+def _run_child(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(n), "--dim", str(args.dim),
+           "--queries", str(args.queries), "--seed", str(args.seed)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark for N={n} failed (exit {proc.returncode})")
+    return json.loads(proc.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="chunk counts")
+    parser.add_argument("--dim", type=int, default=512, help="vector dimension")
+    parser.add_argument("--queries", type=int, default=200, help="timed queries per kind")
+    parser.add_argument("--seed", type=int, default=20240601, help="numpy RNG seed")
+    parser.add_argument("--json", action="store_true", help="JSON to stdout (the table goes to stderr)")
+    parser.add_argument("--in-process", action="store_true", help="run every size in this process")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker is not None:
+        print(json.dumps(run_size(args.worker, args.dim, args.queries, args.seed)))
+        return 0
+
+    results = []
+    for n in args.sizes:
+        if args.in_process:
+            results.append(run_size(n, args.dim, args.queries, args.seed))
+        else:
+            results.append(_run_child(n, args))
+    env = _env()
+    table = render_table(results, env)
+    if args.json:
+        print(table, file=sys.stderr)
+        print(json.dumps({
+            "env": env,
+            "config": {"sizes": args.sizes, "dim": args.dim, "queries": args.queries, "top_k": TOP_K,
+                       "chunks_per_document": CHUNKS_PER_DOC, "seed": args.seed},
+            "targets": {"n": TARGET_N, "dim": TARGET_DIM, "ingest_chunks_per_s": TARGET_INGEST_CHUNKS_PER_S,
+                        "search_p50_ms": TARGET_SEARCH_P50_MS},
+            "results": results,
+        }, indent=2))
+    else:
+        print(table)
+    if args.check:
+        missed = [r for r in results if r["targets"]["applies"]
+                  and not (r["targets"]["ingest_ok"] and r["targets"]["search_p50_ok"])]
+        return 1 if missed else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

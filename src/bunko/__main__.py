@@ -1,0 +1,5 @@
+"""``python -m bunko`` runs the CLI."""
+
+from .cli import main
+
+main()

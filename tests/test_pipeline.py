@@ -1,0 +1,191 @@
+"""End to end through the library: ingest the sample documents, search, answer with citations."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bunko import (
+    Bunko,
+    CollectionNotFoundError,
+    Document,
+    EmbedderMismatchError,
+    EmbeddingError,
+    Generator,
+    LLMMessage,
+    LLMResponse,
+    RetrievalError,
+)
+from bunko.embedders import BaseEmbedder, get_embedder, register_embedder, unregister_embedder
+from bunko.errors import UnknownProviderError
+from bunko.generation import parse_citations, split_passages
+
+from .conftest import EXAMPLES
+
+
+@pytest.fixture()
+def demo(engine: Bunko):
+    scope = engine.tenant("demo")
+    report = scope.ingest([EXAMPLES], "bousai")
+    assert report.errors == []
+    return scope
+
+
+def test_ingest_reports_every_sample_document(demo) -> None:
+    docs = demo.documents("bousai")
+    names = sorted(d.metadata["filename"] for d in docs)
+    assert names == sorted(p.name for p in EXAMPLES.iterdir())
+    assert all(d.chunks > 0 for d in docs)
+    ja = next(d for d in docs if d.metadata["filename"] == "bichiku.txt")
+    assert ja.metadata["language"] == "ja" and ja.metadata["mime_type"] == "text/plain"
+    en = next(d for d in docs if d.metadata["filename"] == "emergency-kit.md")
+    assert en.metadata["language"] == "en" and en.metadata["title"]
+
+
+def test_reingest_is_a_no_op_and_changed_files_replace(demo, tmp_path: Path) -> None:
+    again = demo.ingest([EXAMPLES], "bousai")
+    assert {d.status for d in again.documents} == {"unchanged"}
+    note = tmp_path / "note.md"
+    note.write_text("# メモ\n\n古い内容です。", encoding="utf-8")
+    first = demo.ingest([note], "bousai").documents[0]
+    note.write_text("# メモ\n\n新しい内容です。避難場所は小学校です。", encoding="utf-8")
+    second = demo.ingest([note], "bousai").documents[0]
+    assert (first.status, second.status) == ("created", "replaced")
+    hits = demo.search("避難場所", "bousai", top_k=3, document_ids=[second.document_id]).results
+    assert hits and all("古い" not in h.content for h in hits)
+    assert demo.documents("bousai")[-1].id == second.document_id
+
+
+@pytest.mark.parametrize(
+    ("question", "expected_file", "expected_phrase"),
+    [
+        ("水は何日分備蓄すればいいですか？", "bichiku.txt", "最低3日分"),
+        ("How does the 171 disaster message dial work?", "communication-plan.txt", "171"),
+        ("How much water should each person store per day?", "bichiku.txt", "3リットル"),
+    ],
+)
+def test_answers_cite_the_right_document(demo, question: str, expected_file: str, expected_phrase: str) -> None:
+    result = demo.ask(question, "bousai")
+    assert result.extractive and result.model == "extractive"
+    cited, invalid = parse_citations(result.answer, 100)
+    assert cited and not invalid
+    assert [s.index for s in result.sources] == cited  # every citation has its source, in order
+    assert expected_phrase in result.answer
+    assert expected_file in {s.metadata["filename"] for s in result.sources}
+    for source in result.sources:
+        line = next(ln for ln in result.answer.splitlines() if ln.endswith(f"[{source.index}]"))
+        assert source.excerpt.split("\n")[0][:20] in line  # the excerpt is what the answer quotes
+
+
+def test_answer_says_plainly_when_documents_do_not_know(demo) -> None:
+    result = demo.ask("What is the boiling point of liquid nitrogen in Kelvin?", "bousai")
+    assert result.sources == []
+    assert "do not contain" in result.answer
+    ja = demo.ask("ペルーの首都はどこですか？", "bousai")
+    assert ja.sources == [] and "見つかりませんでした" in ja.answer
+
+
+def test_search_restricted_to_documents(demo) -> None:
+    docs = {d.metadata["filename"]: d.id for d in demo.documents("bousai")}
+    only = docs["hinan.md"]
+    hits = demo.search("water storage", "bousai", top_k=5, document_ids=[only]).results
+    assert len(hits) == 5 and {h.document_id for h in hits} == {only}
+    keyword = demo.search("警戒レベル", "bousai", top_k=3, mode="keyword").results
+    assert keyword and keyword[0].metadata["filename"] == "hinan.md"
+
+
+def test_errors_are_typed(engine: Bunko, demo) -> None:
+    with pytest.raises(CollectionNotFoundError):
+        demo.search("x", "no-such-collection")
+    with pytest.raises(RetrievalError):
+        demo.search("   ", "bousai")
+    with pytest.raises(RetrievalError):
+        demo.search("x", "bousai", top_k=101)
+
+
+class _TinyEmbedder(BaseEmbedder):
+    provider, model, dimension = "tiny", "v1", 8
+
+    async def _embed_many(self, texts):
+        import numpy as np
+
+        return np.ones((len(texts), self.dimension), dtype=np.float32)
+
+
+def test_collection_refuses_another_embedder(tmp_path: Path, demo) -> None:
+    other = Bunko(f"sqlite:///{tmp_path / 'engine.db'}", embedder=_TinyEmbedder())
+    with pytest.raises(EmbedderMismatchError):
+        other.tenant("demo").search("水", "bousai")
+    report = other.tenant("demo").ingest([EXAMPLES / "bichiku.txt"], "bousai")
+    assert [e.type for e in report.errors] == ["EmbedderMismatchError"]
+    other.close()
+
+
+def test_embedder_registry_and_validation(embedder) -> None:
+    import asyncio
+
+    with pytest.raises(UnknownProviderError, match="available"):
+        get_embedder("nope")
+    register_embedder("tiny", lambda model: _TinyEmbedder())
+    try:
+        assert get_embedder("tiny").dimension == 8
+    finally:
+        unregister_embedder("tiny")
+    assert get_embedder("use").dimension == 512
+    with pytest.raises(EmbeddingError):
+        asyncio.run(embedder.embed(""))
+    with pytest.raises(EmbeddingError):
+        asyncio.run(embedder.embed_batch([]))
+    with pytest.raises(EmbeddingError):
+        asyncio.run(embedder.embed_batch(["ok", "  "]))
+    vectors = asyncio.run(embedder.embed_batch(["東京は日本の首都です。", "日本の首都はどこですか", "猫が好きです"]))
+    assert len(vectors) == 3 and len(vectors[0]) == 512
+    import numpy as np
+
+    v = np.asarray(vectors)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-3)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2  # multilingual model actually encodes meaning
+
+
+def test_add_document_without_a_file(engine: Bunko) -> None:
+    scope = engine.tenant("t")
+    result = scope.add_document(Document("ローリングストックとは、普段の食品を多めに買って使った分を買い足す方法です。",
+                                         {"source": "api:faq-1"}), "faq")
+    assert result.status == "created"
+    answer = scope.ask("ローリングストックとは何ですか？", "faq")
+    assert answer.sources and answer.sources[0].source == "api:faq-1"
+
+
+class _ScriptedLLM:
+    """A provider that answers from a script: tests the LLM seam's citation handling only."""
+
+    name, model = "scripted", "scripted-1"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.seen: list[LLMMessage] = []
+
+    async def complete(self, messages, *, temperature, max_tokens):
+        self.seen = messages
+        return LLMResponse(self.text, self.model, input_tokens=100, output_tokens=20)
+
+
+def test_llm_generator_parses_citations_and_flags_invalid_ones(demo) -> None:
+    import asyncio
+
+    hits = demo.search("水の備蓄", "bousai", top_k=3).results
+    llm = _ScriptedLLM("1人1日3リットルです[2]。最低3日分[1][2]。[7]")
+    result = asyncio.run(Generator(llm).generate("水は？", hits))
+    assert [s.index for s in result.sources] == [2, 1]
+    assert result.usage == {"input_tokens": 100, "output_tokens": 20, "invalid_citations": 1}
+    assert "[1] (" in llm.seen[1].content and "cite" in llm.seen[0].content.lower()
+
+
+def test_passages_skip_headings_and_keep_lists() -> None:
+    text = "# 見出し\n\n持ち出し袋には、次の物を入れます。\n\n- 水を3本入れます。\n- 懐中電灯を入れます。\n\nEnd. Next one."
+    passages = split_passages(text)
+    assert [p.text for p in passages][0] == "持ち出し袋には、次の物を入れます。"
+    assert passages[0].items == ["水を3本入れます。", "懐中電灯を入れます。"]
+    assert all(not re.match("#", p.text) for p in passages)
