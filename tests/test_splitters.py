@@ -280,6 +280,14 @@ def test_japanese_overlap_prefers_boundary_after_maru_else_character_cut() -> No
     ]
 
 
+def test_overlap_prefers_clean_boundary_over_earlier_character() -> None:
+    """A later start after 。 beats the earlier plain cut at は (shorter but clean overlap)."""
+    text = "今日は雨。晴れ。明日は雪です。"
+    chunks = RecursiveCharacterSplitter(chunk_size=14, chunk_overlap=6).split(text)
+    # Window is text[2:8] == "は雨。晴れ。": the plain cut would start at は (2).
+    assert triples(chunks) == [("今日は雨。晴れ。", 0, 8), ("晴れ。明日は雪です。", 5, 15)]
+
+
 def test_japanese_overlap_with_comma_boundary() -> None:
     """、 is a clean boundary too."""
     text = "雨が降り、風も強い。明日は晴れる。"

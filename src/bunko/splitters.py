@@ -244,7 +244,7 @@ class RecursiveCharacterSplitter:
 
     def _overlap_start(self, text: str, prev_start: int, prev_end: int, start: int, end: int) -> int:
         """Where a chunk whose own text is ``text[start:end]`` begins once overlap is added."""
-        lo = max(prev_end - self.chunk_overlap, end - self.chunk_size, prev_start + 1)
+        lo = max(prev_end - self.chunk_overlap, prev_start + 1)
         fallback = -1
         no_start = self._no_start
         boundary_after = self._boundary_after
