@@ -371,7 +371,8 @@ def render_table(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
     lines.append(f"bunko SQLite store benchmark  (dim={results[0]['dim']}, top_k={TOP_K}, "
                  f"{results[0]['query']['n']} queries, {CHUNKS_PER_DOC} chunks/doc)")
     lines.append(f"python {env['python']}  numpy {env['numpy']}  sqlite {env['sqlite']}  "
-                 f"{env['machine']}  cpus={env['cpus']}")
+                 f"{env['machine']}  cpus={env['cpus']}  blas threads={env['blas_threads']}  "
+                 f"load(1m) before/after={env.get('loadavg_before', '?')}/{env['loadavg_1m']}")
     lines.append("")
     row("", cols)
     row("documents", [f"{r['documents']:,}" for r in results])
@@ -427,6 +428,8 @@ def _env() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "machine": f"{platform.system()}-{platform.machine()}",
         "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default",
     }
 
 
@@ -455,13 +458,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_size(args.worker, args.dim, args.queries, args.seed)))
         return 0
 
+    load_before = round(os.getloadavg()[0], 2)
     results = []
     for n in args.sizes:
         if args.in_process:
             results.append(run_size(n, args.dim, args.queries, args.seed))
         else:
             results.append(_run_child(n, args))
-    env = _env()
+    env = {**_env(), "loadavg_before": load_before}
     table = render_table(results, env)
     if args.json:
         print(table, file=sys.stderr)

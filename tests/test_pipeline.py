@@ -184,8 +184,11 @@ def test_llm_generator_parses_citations_and_flags_invalid_ones(demo) -> None:
 
 
 def test_passages_skip_headings_and_keep_lists() -> None:
-    text = "# 見出し\n\n持ち出し袋には、次の物を入れます。\n\n- 水を3本入れます。\n- 懐中電灯を入れます。\n\nEnd. Next one."
+    text = (
+        "# 見出し\n\n持ち出し袋には、次の物を入れます。\n\n- 水を3本入れます。\n- 懐中電灯を入れます。\n\n"
+        "End. Next one."
+    )
     passages = split_passages(text)
-    assert [p.text for p in passages][0] == "持ち出し袋には、次の物を入れます。"
+    assert passages[0].text == "持ち出し袋には、次の物を入れます。"
     assert passages[0].items == ["水を3本入れます。", "懐中電灯を入れます。"]
     assert all(not re.match("#", p.text) for p in passages)

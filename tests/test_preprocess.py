@@ -163,9 +163,7 @@ def test_constructor_takes_no_required_args() -> None:
 
 # -- properties --------------------------------------------------------------------
 
-_ALPHABET = st.sampled_from(
-    list("abcXYZ09 .。、\t\n\r\u3000\u00a0") + list("ＡＢＣ１２ｶﾞｷﾃﾞｰﾀ今日は晴れですカタカナ")
-)
+_ALPHABET = st.sampled_from(list("abcXYZ09 .。、\t\n\r\u3000\u00a0") + list("ＡＢＣ１２ｶﾞｷﾃﾞｰﾀ今日は晴れですカタカナ"))
 
 
 @given(st.text(alphabet=_ALPHABET, max_size=80))

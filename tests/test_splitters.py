@@ -165,9 +165,7 @@ def test_hard_character_split() -> None:
 
 def test_hard_split_respects_kinsoku() -> None:
     """A hard cut moves back so the next chunk does not start with a closing bracket."""
-    chunks = RecursiveCharacterSplitter(chunk_size=4, chunk_overlap=0, separators=[""]).split(
-        "ああああ」いい"
-    )
+    chunks = RecursiveCharacterSplitter(chunk_size=4, chunk_overlap=0, separators=[""]).split("ああああ」いい")
     assert triples(chunks) == [("あああ", 0, 3), ("あ」いい", 3, 7)]
 
 
@@ -393,9 +391,7 @@ def test_property_invariants_on_random_text(text: str, cfg: tuple[int, int]) -> 
     check_invariants(text, RecursiveCharacterSplitter(size, overlap).split(text), size, overlap)
 
 
-_JA_WORD = st.text(
-    alphabet=st.sampled_from(list("今日明後晴雨曇りですでしょうカタナ漢字")), min_size=2, max_size=8
-)
+_JA_WORD = st.text(alphabet=st.sampled_from(list("今日明後晴雨曇りですでしょうカタナ漢字")), min_size=2, max_size=8)
 _EN_WORD = st.text(alphabet=st.sampled_from(list("abcdefghijkXYZ")), min_size=2, max_size=8)
 _JA_SENTENCE = st.lists(_JA_WORD, min_size=1, max_size=4).map(lambda ws: "、".join(ws) + "。")
 _EN_SENTENCE = st.lists(_EN_WORD, min_size=1, max_size=6).map(lambda ws: " ".join(ws) + ".")

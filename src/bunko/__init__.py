@@ -5,7 +5,13 @@ Start with :class:`bunko.Bunko`; see docs/ARCHITECTURE.md for the seams.
 
 from __future__ import annotations
 
-from .embedders import BaseEmbedder, EmbedderProtocol, UniversalSentenceEncoderEmbedder, get_embedder, register_embedder
+from .embedders import (
+    BaseEmbedder,
+    EmbedderProtocol,
+    UniversalSentenceEncoderEmbedder,
+    get_embedder,
+    register_embedder,
+)
 from .engine import Bunko, IngestReport, SearchResponse, Tenant
 from .errors import (
     BunkoError,
@@ -75,6 +81,7 @@ __all__ = [
     "LoaderError",
     "NotFoundError",
     "PreprocessingError",
+    "Preprocessor",
     "RAGPipeline",
     "RAGPipelineError",
     "RecursiveCharacterSplitter",
@@ -92,6 +99,7 @@ __all__ = [
     "UnsupportedFormatError",
     "VectorRecord",
     "VectorStore",
+    "VectorStoreError",
     "__version__",
     "get_embedder",
     "get_splitter",

@@ -57,7 +57,8 @@ class RecursiveCharacterSplitter:
       punctuation or closing bracket/quote that follows it).
     * ``""`` means a hard character cut; it is also the implicit last resort when the
       separator list lacks it, so no chunk ever exceeds ``chunk_size``. A hard cut
-      moves back rather than start a chunk with closing punctuation (kinsoku).
+      moves back rather than start a chunk with closing punctuation (kinsoku); if
+      it cannot, it moves forward into the overlap room (never past ``chunk_size``).
     * No cut is made where the next piece would start with closing punctuation
       (``。``, ``.``, ``、``, ``」``, ...), so chunks never start with it unless the
       text itself does, or a run of such characters is longer than a chunk.
@@ -88,9 +89,7 @@ class RecursiveCharacterSplitter:
         if chunk_overlap < 0:
             raise SplitterError(f"chunk_overlap must not be negative, got {chunk_overlap}")
         if chunk_overlap >= chunk_size:
-            raise SplitterError(
-                f"chunk_overlap ({chunk_overlap}) must be smaller than chunk_size ({chunk_size})"
-            )
+            raise SplitterError(f"chunk_overlap ({chunk_overlap}) must be smaller than chunk_size ({chunk_size})")
         seps = list(DEFAULT_SEPARATORS if separators is None else separators)
         if not seps:
             raise SplitterError("separators must not be empty")
@@ -244,7 +243,7 @@ class RecursiveCharacterSplitter:
 
     def _overlap_start(self, text: str, prev_start: int, prev_end: int, start: int, end: int) -> int:
         """Where a chunk whose own text is ``text[start:end]`` begins once overlap is added."""
-        lo = max(prev_end - self.chunk_overlap, prev_start + 1)
+        lo = max(prev_end - self.chunk_overlap, end - self.chunk_size, prev_start + 1)
         fallback = -1
         no_start = self._no_start
         boundary_after = self._boundary_after

@@ -8,6 +8,7 @@ precomputed (seeded random), so the suite tests storage, not an embedder.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -120,7 +121,7 @@ class StoreConformance:
         expected = np.sort(vectors @ q)[::-1][:10]
         hits = store.query("c", q, 10)
         assert [round(h.score, 5) for h in hits] == [round(float(s), 5) for s in expected]
-        assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+        assert all(a.score >= b.score for a, b in pairwise(hits))
         assert store.query("c", q, 10, threshold=float(expected[3]) - 1e-6)[-1].score >= expected[3] - 1e-5
         assert len(store.query("c", q, 10, threshold=float(expected[3]) - 1e-6)) == 4
         assert store.query("c", q, 3, include_content=False)[0].content == ""
@@ -140,7 +141,7 @@ class StoreConformance:
         hits = store.query("c", q, 5, document_ids=[target.id])
         assert len(hits) == 5
         assert {h.document_id for h in hits} == {target.id}
-        assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+        assert all(a.score >= b.score for a, b in pairwise(hits))
         assert len(store.query("c", q, 10, document_ids=[target.id])) == 5  # all there are
         assert store.query("c", q, 5, document_ids=["no-such-document"]) == []
 
