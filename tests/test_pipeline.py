@@ -92,6 +92,8 @@ def test_search_restricted_to_documents(demo) -> None:
     only = docs["hinan.md"]
     hits = demo.search("water storage", "bousai", top_k=5, document_ids=[only]).results
     assert len(hits) == 5 and {h.document_id for h in hits} == {only}
+    assert all(0 < h.metadata["token_count"] < len(h.content) + 2 for h in hits)  # the model's own tokens
+    assert all(h.metadata["chunk_total"] >= h.metadata["chunk_index"] + 1 for h in hits)
     keyword = demo.search("警戒レベル", "bousai", top_k=3, mode="keyword").results
     assert keyword and keyword[0].metadata["filename"] == "hinan.md"
 

@@ -135,7 +135,9 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
         MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=True, disable=not show_bar,
     ) as bar:
         task = bar.add_task("Loading the embedder", total=None)
-        _ = scope._engine.embedder  # load the model before the bar starts counting files
+        warm_up = getattr(scope.engine.embedder, "warm_up", None)
+        if warm_up is not None:  # load the model before the bar starts counting files
+            warm_up()
         from .loaders import discover
 
         files, _skipped = discover(paths)

@@ -117,6 +117,10 @@ class BaseEmbedder:
         """Release clients and connections (nothing to release by default)."""
         return None
 
+    def warm_up(self) -> None:
+        """Load models or open clients ahead of the first call (nothing to do by default)."""
+        return None
+
 
 # One model per process: loading takes about a second and 150 MB, so share it.
 _USE_MODEL: Any = None
@@ -151,6 +155,14 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
             raise UnknownProviderError(
                 f"the 'use' embedder has one model, {self.model!r}; got {model!r}"
             )
+
+    def warm_up(self) -> None:
+        """Load the bundled model (about a second) so the first embedding call is fast."""
+        _use_model()._model  # noqa: B018 - the property loads the weights
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the model's own SentencePiece vocabulary."""
+        return len(_use_model()._tokenizer.encode([text], add_bos=False, add_eos=False)[0])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         return np.asarray(_use_model().encode(texts), dtype=np.float32).reshape(len(texts), self.dimension)

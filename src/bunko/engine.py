@@ -154,6 +154,11 @@ class Tenant:
         self._store = store
 
     @property
+    def engine(self) -> Bunko:
+        """The engine this scope belongs to."""
+        return self._engine
+
+    @property
     def name(self) -> str:
         """The tenant this scope is bound to."""
         return self._store.tenant
