@@ -7,10 +7,12 @@ For every size N (default 10,000 and 100,000 chunks, 512 dimensions) the benchma
    mixes Japanese and English words (Zipf-distributed vocabulary, so keyword search
    sees both very common and rare terms). Chunks are grouped into documents of 50.
    The store lives in a fresh temporary SQLite file.
-2. **Ingest** (timed): every document goes through ``store.write_document`` -- the
-   real ingest path: one write transaction per document that inserts the document
-   row, its chunks with their vector blobs, and the FTS5 rows (the analyzer runs
-   inside this call too). Reported as chunks/s (and per-document latency).
+2. **Ingest** (timed): documents go through ``store.write_documents`` in the batches
+   ``bunko ingest`` uses (``bunko.engine.INGEST_BATCH_CHUNKS`` chunks or
+   ``INGEST_BATCH_DOCUMENTS`` documents per transaction) -- the real ingest path: each
+   transaction inserts the document rows, their chunks with the vector blobs, and the
+   FTS5 rows (the analyzer runs inside this call too). Reported as chunks/s, and the
+   latency per batch. ``--per-document`` writes one document per transaction instead.
 3. **Search** (timed), on a freshly opened backend so the per-process vector cache
    is empty:
 
@@ -19,11 +21,14 @@ For every size N (default 10,000 and 100,000 chunks, 512 dimensions) the benchma
    * ``query``: ``--queries`` random query vectors, ``top_k=10``, p50/p95/mean ms.
    * ``query restricted``: the same with ``document_ids`` = 5 random documents.
    * ``keyword``: ``store.keyword_search`` with short (1-3 word) mixed queries.
-   * ``get_collection``: retrieval calls it before every search, so it is on the
-     request path too (informational).
+   * informational: ``get_collection`` (retrieval calls it before every search, so
+     it is on the request path too), and the first ``query`` right after writing a
+     new document (the cached matrix is extended) or replacing one (the cache is
+     reloaded), 5 rounds each, measured last because they change the store.
 4. **Baseline**: a bare numpy scan of the same (N, dim) normalised matrix
    (``matrix @ q`` + ``argpartition`` top 10), so the store's own overhead
-   (SQL round trips, hit fetching, JSON metadata decoding) is visible.
+   (SQL round trips, hit fetching, JSON metadata decoding) is visible. Store query
+   and numpy scan alternate query by query, so both see the same machine load.
 5. Peak RSS of the process (``resource.getrusage``; it includes the synthetic data
    the benchmark itself holds) and the size of the SQLite file (+ its WAL).
 
@@ -52,20 +57,19 @@ import os
 import platform
 import resource
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bunko.engine import INGEST_BATCH_CHUNKS, INGEST_BATCH_DOCUMENTS
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.stores.sqlite import SQLiteBackend
-from bunko.types import EmbedderInfo
+from bunko.types import EmbedderInfo, new_id
 
 TARGET_INGEST_CHUNKS_PER_S = 20_000.0
 TARGET_SEARCH_P50_MS = 15.0
@@ -75,6 +79,7 @@ TARGET_DIM = 512
 CHUNKS_PER_DOC = 50
 TOP_K = 10
 RESTRICT_DOCS = 5
+WRITE_PROBES = 5  # write-then-query rounds for the informational "query after a write" rows
 COLLECTION = "bench"
 
 # --------------------------------------------------------------------------------------
@@ -97,34 +102,36 @@ _EN_WORDS = (
     "monitor performance latency throughput storage learning question summary translation "
     "meaning sentence paragraph heading table figure important required possible review"
 ).split()
-_KANJI = "日本語情報検索文書会社技術開発管理設定機能利用方法問題結果資料契約議報告予算製品顧客品質安全規則手続申請承認期限担当部署員研修評価分析学習質問回答要約翻訳意味言文章段落見出表図注重必可能東京大阪市場価格"
+_KANJI = (
+    "日本語情報検索文書会社技術開発管理設定機能利用方法問題結果資料契約議報告予算製品顧客品質安全"
+    "規則手続申請承認期限担当部署員研修評価分析学習質問回答要約翻訳意味言文章段落見出表図注重必可能"
+    "東京大阪市場価格"
+)
 _SYLLABLES = "ka ri to ne mo sa ven lor tis pra gen dal mar qui ste rol bex nor fin tal com sur".split()
 
 
-def _vocabulary(rng: np.random.Generator, extra: int = 3000) -> list[str]:
-    """Real words first (the common ones), then synthetic Japanese and English words.
+def _vocabulary(rng: np.random.Generator, extra: int = 3000) -> list[tuple[str, str]]:
+    """(word, word with its separator): real words first (the common ones), then synthetic ones.
 
-    Each entry already carries its separator: Japanese words end with a particle (no
-    space, as in running Japanese text), English words with a space.
+    The separated form is what goes into the text: Japanese words end with a particle
+    (no space, as in running Japanese text), English words with a space.
     """
-    vocab: list[str] = []
-    for i, w in enumerate(_JA_WORDS):
-        vocab.append(w + _JA_PARTICLES[i % len(_JA_PARTICLES)])
-    vocab.extend(w + " " for w in _EN_WORDS)
+    ja = [(w, w + _JA_PARTICLES[i % len(_JA_PARTICLES)]) for i, w in enumerate(_JA_WORDS)]
+    en = [(w, w + " ") for w in _EN_WORDS]
     kanji = np.array(list(_KANJI))
     syll = np.array(_SYLLABLES)
+    synthetic: list[tuple[str, str]] = []
     for i in range(extra):
         if i % 2 == 0:
             word = "".join(rng.choice(kanji, size=int(rng.integers(2, 4))))
-            vocab.append(word + _JA_PARTICLES[int(rng.integers(len(_JA_PARTICLES)))])
+            synthetic.append((word, word + _JA_PARTICLES[int(rng.integers(len(_JA_PARTICLES)))]))
         else:
-            vocab.append("".join(rng.choice(syll, size=int(rng.integers(2, 4)))) + " ")
+            word = "".join(rng.choice(syll, size=int(rng.integers(2, 4))))
+            synthetic.append((word, word + " "))
     # Interleave so real Japanese and English words share the top ranks of the Zipf law.
-    head_ja = vocab[: len(_JA_WORDS)]
-    head_en = vocab[len(_JA_WORDS): len(_JA_WORDS) + len(_EN_WORDS)]
-    head = [w for pair in zip(head_ja, head_en) for w in pair]
-    head += head_ja[len(head_en):] + head_en[len(head_ja):]
-    return head + vocab[len(_JA_WORDS) + len(_EN_WORDS):]
+    head = [w for pair in zip(ja, en, strict=False) for w in pair]
+    head += ja[len(en):] + en[len(ja):]
+    return head + synthetic
 
 
 def _zipf_p(n: int, s: float = 1.0, q: float = 2.7) -> np.ndarray:
@@ -135,7 +142,8 @@ def _zipf_p(n: int, s: float = 1.0, q: float = 2.7) -> np.ndarray:
 def make_data(n: int, dim: int, seed: int) -> dict[str, Any]:
     """N chunks (contents + normalised vectors) grouped into documents of ~50 chunks."""
     rng = np.random.default_rng(seed)
-    vocab = _vocabulary(rng)
+    words = _vocabulary(rng)
+    vocab = [sep for _, sep in words]
     vocab_arr = np.array(vocab, dtype=object)
     lens = np.array([len(w) for w in vocab], dtype=np.int64)
     p = _zipf_p(len(vocab))
@@ -151,13 +159,12 @@ def make_data(n: int, dim: int, seed: int) -> dict[str, Any]:
         cum = np.cumsum(lens[stream])
     cuts = np.searchsorted(cum, ends) + 1  # chunk i = stream[cuts[i-1]:cuts[i]]
     starts = np.concatenate([[0], cuts[:-1]])
-    contents = ["".join(vocab_arr[stream[a:b]]).rstrip() for a, b in zip(starts, cuts)]
+    contents = ["".join(vocab_arr[stream[a:b]]).rstrip() for a, b in zip(starts, cuts, strict=True)]
 
     vectors = rng.standard_normal((n, dim), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
 
-    def uid() -> str:
-        return str(uuid.UUID(bytes=rng.bytes(16), version=4))
+    uid = new_id  # the ids bunko ingest generates (time-ordered UUIDv7)
 
     documents: list[DocumentWrite] = []
     for d, first in enumerate(range(0, n, CHUNKS_PER_DOC)):
@@ -181,9 +188,7 @@ def make_data(n: int, dim: int, seed: int) -> dict[str, Any]:
     keyword_queries = []
     for _ in range(256):
         k = int(rng.integers(1, 4))
-        words = [vocab[j].strip(" 、。").rstrip("はがをにのでともからまで") or vocab[j] for j in
-                 rng.choice(len(vocab), size=k, p=p)]
-        keyword_queries.append(" ".join(words))
+        keyword_queries.append(" ".join(words[j][0] for j in rng.choice(len(words), size=k, p=p)))
 
     return {
         "vectors": vectors,
@@ -219,6 +224,9 @@ def _file_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
+PER_DOCUMENT = False
+
+
 def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
     """Generate, ingest and search one size; returns a JSON-ready dict."""
     perf = time.perf_counter
@@ -240,14 +248,22 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         backend = SQLiteBackend(db)
         store = backend.for_tenant("bench")
         store.ensure_collection(COLLECTION, info)
+        batches: list[list[DocumentWrite]] = [[]]
+        for doc in documents:
+            current = batches[-1]
+            if current and (PER_DOCUMENT or len(current) >= INGEST_BATCH_DOCUMENTS
+                            or sum(len(d.chunks) for d in current) + len(doc.chunks) > INGEST_BATCH_CHUNKS):
+                batches.append(current := [])
+            current.append(doc)
         doc_times = []
         t0 = perf()
-        for doc in documents:
+        for batch in batches:
             t = perf()
-            store.write_document(COLLECTION, doc)
+            store.write_documents(COLLECTION, batch)
             doc_times.append(perf() - t)
         ingest_s = perf() - t0
         assert store.count(COLLECTION) == n, "not every chunk was stored"
+        wal_bytes = _file_size(Path(str(db) + "-wal"))  # closing checkpoints and removes the WAL
         backend.close()
         log(f"ingest {n / ingest_s:,.0f} chunks/s")
         rss_after_ingest = _peak_rss_mb()
@@ -268,11 +284,18 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         position = {c.id: i for i, c in enumerate(c for d in documents for c in d.chunks)}
         assert [position[h.chunk_id] for h in warm] == expected.tolist(), "store and numpy disagree"
 
-        query_times = []
+        # Store query and the bare numpy scan alternate, so both see the same machine load.
+        matrix = np.ascontiguousarray(vectors)
+        query_times, numpy_times = [], []
         for q in qvecs[1:]:
             t = perf()
             store.query(COLLECTION, q, TOP_K)
             query_times.append(perf() - t)
+            t = perf()
+            scores = matrix @ q
+            top = np.argpartition(scores, -TOP_K)[-TOP_K:]
+            top = top[np.argsort(-scores[top])]
+            numpy_times.append(perf() - t)
 
         doc_ids = [d.id for d in documents]
         restricted_times = []
@@ -298,20 +321,28 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
             t = perf()
             store.get_collection(COLLECTION)
             coll_times.append(perf() - t)
+
+        # ---- informational: the first query after a write (last: it changes the store) ----
+        # An insert appends to the cached matrix; a replace (same source, new content)
+        # bumps mutation_seq, which makes the next query reload the matrix.
+        extra = make_data(WRITE_PROBES * CHUNKS_PER_DOC, dim, seed + 1)["documents"]
+        for i, doc in enumerate(extra):
+            doc.source = f"bench://extra/{i:06d}.txt"
+        after_insert, after_replace = [], []
+        for doc in extra:
+            store.write_document(COLLECTION, doc)
+            t = perf()
+            store.query(COLLECTION, qvecs[1], TOP_K)
+            after_insert.append(perf() - t)
+        for doc in documents[:WRITE_PROBES]:
+            doc.content_hash += "-v2"
+            store.write_document(COLLECTION, doc)
+            t = perf()
+            store.query(COLLECTION, qvecs[1], TOP_K)
+            after_replace.append(perf() - t)
         backend.close()
 
-        # ---- numpy baseline -----------------------------------------------------
-        matrix = np.ascontiguousarray(vectors)
-        numpy_times = []
-        for q in qvecs[1:]:
-            t = perf()
-            scores = matrix @ q
-            top = np.argpartition(scores, -TOP_K)[-TOP_K:]
-            top = top[np.argsort(-scores[top])]
-            numpy_times.append(perf() - t)
-
-        db_bytes = _file_size(db)
-        wal_bytes = _file_size(Path(str(db) + "-wal"))
+        db_bytes = _file_size(db)  # after the write probes: N + 250 chunks
 
     result = {
         "n": n,
@@ -329,6 +360,8 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         "query_restricted": _stats(restricted_times),
         "keyword": {**_stats(keyword_times), "mean_hits": kw_hits / max(queries, 1)},
         "get_collection": _stats(coll_times),
+        "query_after_insert": _stats(after_insert),
+        "query_after_replace": _stats(after_replace),
         "numpy_baseline": _stats(numpy_times),
         "peak_rss_mb": _peak_rss_mb(),
         "peak_rss_after_data_mb": rss_after_data,
@@ -377,12 +410,12 @@ def render_table(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
     row("", cols)
     row("documents", [f"{r['documents']:,}" for r in results])
     row("mean chunk length (chars)", [f"{r['mean_content_chars']:.0f}" for r in results])
-    lines.append("-- ingest (write_document) --")
+    lines.append("-- ingest (write_documents, batched as bunko ingest does) --")
     row("total time (s)", [f"{r['ingest']['seconds']:.2f}" for r in results])
     row(f"chunks/s  [target >= {TARGET_INGEST_CHUNKS_PER_S:,.0f}]",
         [f"{r['ingest']['chunks_per_s']:,.0f}" + _mark(r["targets"]["ingest_ok"], r["targets"]["applies"])
          for r in results])
-    row("per document p50 / p95 (ms)",
+    row("per transaction p50 / p95 (ms)",
         [f"{r['ingest']['per_document']['p50_ms']:.2f} / {r['ingest']['per_document']['p95_ms']:.2f}"
          for r in results])
     lines.append("-- vector search (query, top_k=10) --")
@@ -402,12 +435,15 @@ def render_table(results: list[dict[str, Any]], env: dict[str, Any]) -> str:
         [f"{r['numpy_baseline']['p50_ms']:.2f} / {r['numpy_baseline']['p95_ms']:.2f}" for r in results])
     row("store overhead p50 (ms)",
         [f"{r['query']['p50_ms'] - r['numpy_baseline']['p50_ms']:+.2f}" for r in results])
-    row("get_collection p50 (ms) [info]", [f"{r['get_collection']['p50_ms']:.2f}" for r in results])
+    lines.append("-- informational --")
+    row("get_collection p50 (ms)", [f"{r['get_collection']['p50_ms']:.2f}" for r in results])
+    row("query after an insert p50 (ms)", [f"{r['query_after_insert']['p50_ms']:.1f}" for r in results])
+    row("query after a replace p50 (ms)", [f"{r['query_after_replace']['p50_ms']:.1f}" for r in results])
     lines.append("-- resources --")
     row("peak RSS (MiB)", [f"{r['peak_rss_mb']:,.0f}" for r in results])
     row("  of which before the store (MiB)", [f"{r['peak_rss_after_data_mb']:,.0f}" for r in results])
-    row("SQLite file (MiB)", [f"{r['db_bytes'] / 2**20:,.1f}" for r in results])
-    row("  + WAL (MiB)", [f"{r['wal_bytes'] / 2**20:,.1f}" for r in results])
+    row("SQLite file, closed (MiB)", [f"{r['db_bytes'] / 2**20:,.1f}" for r in results])
+    row("WAL at end of ingest (MiB)", [f"{r['wal_bytes'] / 2**20:,.1f}" for r in results])
     applicable = [r for r in results if r["targets"]["applies"]]
     lines.append("")
     if applicable:
@@ -435,7 +471,7 @@ def _env() -> dict[str, Any]:
 
 def _run_child(n: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(n), "--dim", str(args.dim),
-           "--queries", str(args.queries), "--seed", str(args.seed)]
+           "--queries", str(args.queries), "--seed", str(args.seed)] + (["--per-document"] if args.per_document else [])
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark for N={n} failed (exit {proc.returncode})")
@@ -451,8 +487,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="JSON to stdout (the table goes to stderr)")
     parser.add_argument("--in-process", action="store_true", help="run every size in this process")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--per-document", action="store_true",
+                        help="one transaction per document instead of bunko ingest's batches")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global PER_DOCUMENT
+    PER_DOCUMENT = args.per_document
 
     if args.worker is not None:
         print(json.dumps(run_size(args.worker, args.dim, args.queries, args.seed)))

@@ -35,10 +35,15 @@ from .pipeline import RAGPipeline
 from .preprocess import Preprocessor
 from .retrieval import Retriever, SearchMode
 from .splitters import Splitter, get_splitter
-from .stores import StoreBackend, VectorStore, open_backend
+from .stores import DocumentWrite, StoreBackend, VectorStore, open_backend
 from .types import Collection, Document, DocumentInfo, GenerationResult, IngestResult, SearchHit
 
 T = TypeVar("T")
+
+# Documents are written in transactions of about this many chunks (or documents): one commit
+# per document would spend most of bulk ingest in commits (FTS5 segments, index pages).
+INGEST_BATCH_CHUNKS = 2000
+INGEST_BATCH_DOCUMENTS = 64
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -188,27 +193,58 @@ class Tenant:
         *,
         progress: IngestProgress | None = None,
     ) -> IngestReport:
-        """Load and index files and folders; a failing file is reported, the rest go on."""
+        """Load and index files and folders; a failing file is reported, the rest go on.
+
+        Embedded documents are written in batches (one transaction per batch of about
+        ``INGEST_BATCH_CHUNKS`` chunks): each document is stored whole or not at all, and
+        an interrupted run leaves only whole documents behind.
+        """
         started = time.perf_counter()
         files, skipped = discover(paths)
         report = IngestReport(skipped=skipped)
-        pipeline = self.pipeline(collection)
+        manager = self.pipeline(collection).index_manager
+        order: dict[str, int] = {}
+        pending: list[tuple[str, DocumentWrite]] = []
+
+        async def flush() -> None:
+            if not pending:
+                return
+            batch = list(pending)
+            pending.clear()
+            try:
+                report.documents.extend(await manager.write([write for _, write in batch]))
+            except BunkoError as exc:
+                for path in dict.fromkeys(p for p, _ in batch):
+                    error = IngestError(path, type(exc).__name__, exc.message)
+                    report.errors.append(error)
+                    if progress:
+                        progress("error", path, error)
+
         for path in files:
             if progress:
                 progress("start", str(path), None)
             try:
-                documents = await asyncio.to_thread(load_path, path)
-                for document in documents:
-                    report.documents.append(await pipeline.index_document(document))
+                prepared: list[DocumentWrite | IngestResult] = []
+                for document in await asyncio.to_thread(load_path, path):
+                    prepared.append(await manager.prepare(document))
             except BunkoError as exc:
-                cause = exc.__cause__ if isinstance(exc.__cause__, BunkoError) else exc
-                error = IngestError(str(path), type(cause).__name__, exc.message)
+                error = IngestError(str(path), type(exc).__name__, exc.message)
                 report.errors.append(error)
                 if progress:
                     progress("error", str(path), error)
                 continue
+            for item in prepared:  # only now: a file's documents go in together or not at all
+                order.setdefault(item.source, len(order))
+                if isinstance(item, IngestResult):
+                    report.documents.append(item)
+                else:
+                    pending.append((str(path), item))
             if progress:
-                progress("done", str(path), report.documents[-1] if documents else None)
+                progress("done", str(path), None)
+            if sum(len(w.chunks) for _, w in pending) >= INGEST_BATCH_CHUNKS or len(pending) >= INGEST_BATCH_DOCUMENTS:
+                await flush()
+        await flush()
+        report.documents.sort(key=lambda r: order.get(r.source, len(order)))
         report.elapsed_ms = (time.perf_counter() - started) * 1000
         return report
 

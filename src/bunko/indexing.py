@@ -66,12 +66,14 @@ class IndexManager:
             return await self.embedder.embed_array(texts)
         return await self.embedder.embed_batch(texts)
 
-    async def index_document(
+    async def prepare(
         self, document: Document, *, progress: ProgressCallback | None = None
-    ) -> IngestResult:
-        """Index one document; returns whether it was created, replaced or unchanged.
+    ) -> DocumentWrite | IngestResult:
+        """Normalise, split and embed a document into a ``DocumentWrite`` ready to store.
 
-        ``progress`` is called with the number of chunks embedded so far, batch by batch.
+        Returns an ``IngestResult`` with status ``unchanged`` instead when the stored
+        version has the same content hash: nothing is embedded then. ``progress`` is
+        called with the number of chunks embedded so far, batch by batch.
         """
         started = time.perf_counter()
         normalized = self.preprocessor.normalize(document.content)
@@ -94,7 +96,6 @@ class IndexManager:
                 progress(min(start + batch, len(texts)))
         matrix = np.concatenate([np.asarray(v, dtype=np.float32) for v in vectors])
         counter = getattr(self.embedder, "count_tokens", None)
-        total = len(pieces)
         chunks = [
             ChunkWrite(
                 id=new_id(),
@@ -103,18 +104,32 @@ class IndexManager:
                 start=p.start,
                 end=p.end,
                 token_count=int(counter(p.content)) if counter else 0,
-                metadata={"chunk_index": p.index, "chunk_total": total, "start": p.start, "end": p.end},
+                # index, offsets and chunk_total live in columns; metadata holds only what is
+                # specific to the chunk (section, page number, ...), which keeps bulk writes cheap.
+                metadata={},
             )
             for p in pieces
         ]
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))
-        result = await asyncio.to_thread(
-            self.vector_store.write_document,
-            self.collection,
-            DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, matrix),
-        )
+        return DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, matrix)
+
+    async def write(self, prepared: list[DocumentWrite]) -> list[IngestResult]:
+        """Store prepared documents in one transaction: each is either fully stored or absent."""
+        if not prepared:
+            return []
+        return await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+
+    async def index_document(
+        self, document: Document, *, progress: ProgressCallback | None = None
+    ) -> IngestResult:
+        """Index one document; returns whether it was created, replaced or unchanged."""
+        started = time.perf_counter()
+        prepared = await self.prepare(document, progress=progress)
+        if isinstance(prepared, IngestResult):
+            return prepared
+        result = (await self.write([prepared]))[0]
         result.processing_time_ms = (time.perf_counter() - started) * 1000
         return result
 

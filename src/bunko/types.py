@@ -7,14 +7,24 @@ share them without importing each other.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
 def new_id() -> str:
-    """A new random identifier (UUID4, canonical text form)."""
-    return str(uuid.uuid4())
+    """A new identifier: a UUIDv7 (RFC 9562) in canonical text form.
+
+    The first 48 bits are the Unix time in milliseconds, so ids made one after the
+    other sort together; index inserts then land on the same few B-tree pages
+    instead of random ones, which keeps bulk ingest fast. The other 74 bits are random.
+    """
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return str(uuid.UUID(int=value))
 
 
 @dataclass(slots=True)

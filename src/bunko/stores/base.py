@@ -72,6 +72,10 @@ class VectorStore(Protocol):
         """Store a document and its chunks atomically; replace an older one with the same source."""
         ...
 
+    def write_documents(self, collection: str, documents: Sequence[DocumentWrite]) -> list[IngestResult]:
+        """Store several documents in one transaction (the bulk-ingest path)."""
+        ...
+
     def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
         """The document stored under ``source``, or None (also when the collection is missing)."""
         ...
