@@ -172,6 +172,42 @@ class StoreConformance:
         assert store.find_by_source("c", "a.txt").content_hash == "h2"
         assert store.find_by_source("c", "b.txt") is None
 
+    def test_batch_write_is_all_or_nothing(self, backend: StoreBackend) -> None:
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO)
+        good = make_document("good.txt", ["g1", "g2"], unit_vectors(2, 50))
+        bad = make_document("bad.txt", ["b1"], unit_vectors(1, 51, dim=DIM + 2))
+        with pytest.raises(DimensionMismatchError):
+            store.write_documents("c", [good, bad])
+        assert store.list_documents("c") == [] and store.count("c") == 0
+        results = store.write_documents("c", [good, make_document("ok.txt", ["o1"], unit_vectors(1, 52))])
+        assert [r.status for r in results] == ["created", "created"]
+        assert store.count("c") == 3
+
+    def test_counters_follow_every_change(self, backend: StoreBackend) -> None:
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO)
+
+        def counts() -> tuple[int, int]:
+            c = store.get_collection("c")
+            assert c.chunk_count == store.count("c")
+            return c.document_count, c.chunk_count
+
+        a = make_document("a.txt", ["a1", "a2", "a3"], unit_vectors(3, 60), content_hash="1")
+        store.write_document("c", a)
+        assert counts() == (1, 3)
+        store.write_document("c", make_document("a.txt", ["a1"], unit_vectors(1, 61), content_hash="2"))
+        assert counts() == (1, 1)
+        ids = store.upsert("c", [VectorRecord(f"r{i}", vector=v.tolist()) for i, v in enumerate(unit_vectors(4, 62))])
+        assert counts() == (1, 5)
+        store.upsert("c", [VectorRecord("r0 again", id=ids[0], vector=unit_vectors(1, 63)[0].tolist())])
+        assert counts() == (1, 5)
+        store.delete("c", ids[:2])
+        assert counts() == (1, 3)
+        store.delete_documents([store.list_documents("c")[0].id])
+        assert counts() == (0, 2)
+        assert len(store.query("c", unit_vectors(1, 64)[0], 10)) == 2
+
     def test_get_list_and_delete_documents(self, backend: StoreBackend) -> None:
         store = backend.for_tenant("acme")
         store.ensure_collection("c", INFO)
