@@ -128,6 +128,7 @@ class DocumentInfo:
     metadata: dict[str, Any]
     content_hash: str = ""
     created_at: str = ""
+    version: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -232,8 +233,9 @@ class IngestResult:
     document_id: str
     source: str
     chunks: int
-    status: str  # "created", "replaced" or "unchanged"
+    status: str  # "created", "replaced" (a new version) or "unchanged"
     processing_time_ms: float = 0.0
+    version: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""

@@ -87,7 +87,9 @@ _MIGRATIONS: list[str] = [
         content_hash TEXT NOT NULL DEFAULT '',
         metadata TEXT NOT NULL DEFAULT '{}',
         chunk_count INTEGER NOT NULL DEFAULT 0,
+        version INTEGER NOT NULL DEFAULT 1,
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
         UNIQUE (tenant_id, uid),
         UNIQUE (tenant_id, collection_id, source)
     );
@@ -465,30 +467,40 @@ class SQLiteVectorStore:
                 if document.chunks:
                     self._check_dimension(int(row[5]), vectors.shape[1], collection)
                 old = conn.execute(
-                    "SELECT id, uid, content_hash, chunk_count FROM documents "
+                    "SELECT id, uid, content_hash, chunk_count, version FROM documents "
                     "WHERE tenant_id = ? AND collection_id = ? AND source = ?",
                     (tenant_pk, collection_pk, document.source),
                 ).fetchone()
                 if old is not None and document.content_hash and old[2] == document.content_hash:
-                    results.append(IngestResult(old[1], document.source, int(old[3]), "unchanged"))
+                    results.append(IngestResult(old[1], document.source, int(old[3]), "unchanged", version=old[4]))
                     continue
-                status = "created"
-                if old is not None:
-                    self._delete_document_rows(conn, tenant_pk, collection_pk, [int(old[0])])
-                    status = "replaced"
-                doc_pk = conn.execute(
-                    "INSERT INTO documents (uid, tenant_id, collection_id, source, content_hash, metadata, "
-                    "chunk_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (document.id, tenant_pk, collection_pk, document.source, document.content_hash,
-                     json.dumps(document.metadata, ensure_ascii=False, default=str), len(document.chunks)),
-                ).lastrowid
+                metadata = json.dumps(document.metadata, ensure_ascii=False, default=str)
+                if old is None:
+                    uid, version, status = document.id, 1, "created"
+                    doc_pk = conn.execute(
+                        "INSERT INTO documents (uid, tenant_id, collection_id, source, content_hash, metadata, "
+                        "chunk_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (uid, tenant_pk, collection_pk, document.source, document.content_hash, metadata,
+                         len(document.chunks)),
+                    ).lastrowid
+                    self._count(conn, tenant_pk, collection_pk, 1, 0, mutated=False)
+                else:
+                    # A new version of the same document: same id, old chunks out, new chunks in,
+                    # all inside this transaction.
+                    doc_pk, uid, version, status = int(old[0]), old[1], int(old[4]) + 1, "replaced"
+                    self._delete_document_chunks(conn, tenant_pk, collection_pk, [doc_pk])
+                    conn.execute(
+                        "UPDATE documents SET content_hash = ?, metadata = ?, chunk_count = ?, version = ?, "
+                        "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE tenant_id = ? AND id = ?",
+                        (document.content_hash, metadata, len(document.chunks), version, tenant_pk, doc_pk),
+                    )
                 self._insert_chunks(
                     conn, tenant_pk, collection_pk, doc_pk,
                     [(c.id, c.index, c.start, c.end, c.token_count, c.content, c.metadata) for c in document.chunks],
                     vectors, terms,
                 )
-                self._count(conn, tenant_pk, collection_pk, 1, len(document.chunks), mutated=False)
-                results.append(IngestResult(document.id, document.source, len(document.chunks), status))
+                self._count(conn, tenant_pk, collection_pk, 0, len(document.chunks), mutated=False)
+                results.append(IngestResult(uid, document.source, len(document.chunks), status, version=version))
         elapsed = (time.perf_counter() - started) * 1000
         for result in results:
             result.processing_time_ms = elapsed / max(1, len(results))
@@ -556,10 +568,10 @@ class SQLiteVectorStore:
                 self._delete_document_rows(conn, tenant_pk, collection_pk, doc_pks)
         return len(rows)
 
-    def _delete_document_rows(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
-                              doc_pks: list[int]) -> None:
-        """Delete documents of one collection with their chunks and FTS rows, and fix the counters."""
-        chunks = documents = 0
+    def _delete_document_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                                doc_pks: list[int]) -> None:
+        """Delete the chunks and FTS rows of documents of one collection, and fix the counters."""
+        chunks = 0
         for start in range(0, len(doc_pks), 500):
             batch = doc_pks[start : start + 500]
             marks = ",".join("?" * len(batch))
@@ -570,9 +582,19 @@ class SQLiteVectorStore:
             )
             chunks += conn.execute(f"DELETE FROM chunks WHERE tenant_id = ? AND document_id IN ({marks})",
                                    (tenant_pk, *batch)).rowcount
+        self._count(conn, tenant_pk, collection_pk, 0, -chunks, mutated=True)
+
+    def _delete_document_rows(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                              doc_pks: list[int]) -> None:
+        """Delete documents of one collection with their chunks and FTS rows, and fix the counters."""
+        self._delete_document_chunks(conn, tenant_pk, collection_pk, doc_pks)
+        documents = 0
+        for start in range(0, len(doc_pks), 500):
+            batch = doc_pks[start : start + 500]
+            marks = ",".join("?" * len(batch))
             documents += conn.execute(f"DELETE FROM documents WHERE tenant_id = ? AND id IN ({marks})",
                                       (tenant_pk, *batch)).rowcount
-        self._count(conn, tenant_pk, collection_pk, -documents, -chunks, mutated=True)
+        self._count(conn, tenant_pk, collection_pk, -documents, 0, mutated=False)
 
     # -- chunks and vectors --------------------------------------------------------
     @staticmethod
@@ -877,12 +899,13 @@ _COLLECTION_SELECT = (
 
 _DOC_SELECT = (
     "SELECT d.uid, d.source, (SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
-    "AND c.document_id = d.id), d.metadata, d.content_hash, d.created_at FROM documents d WHERE d.tenant_id = ?"
+    "AND c.document_id = d.id), d.metadata, d.content_hash, d.created_at, d.version FROM documents d "
+    "WHERE d.tenant_id = ?"
 )
 
 
 def _doc_info(row: Any) -> DocumentInfo:
-    return DocumentInfo(row[0], row[1], int(row[2]), json.loads(row[3]), row[4], row[5])
+    return DocumentInfo(row[0], row[1], int(row[2]), json.loads(row[3]), row[4], row[5], int(row[6]))
 
 
 def _check_top_k(top_k: int) -> int:

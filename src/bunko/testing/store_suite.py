@@ -164,9 +164,10 @@ class StoreConformance:
         result = store.write_document("c", same)
         assert (result.status, result.document_id, result.chunks) == ("unchanged", first.id, 2)
         new = make_document("a.txt", ["new one", "new two", "new three"], unit_vectors(3, 12), content_hash="h2")
-        assert store.write_document("c", new).status == "replaced"
+        replaced = store.write_document("c", new)
+        assert (replaced.status, replaced.document_id, replaced.version) == ("replaced", first.id, 2)
         docs = store.list_documents("c")
-        assert [(d.id, d.chunks) for d in docs] == [(new.id, 3)]
+        assert [(d.id, d.chunks, d.version) for d in docs] == [(first.id, 3, 2)]  # same document, new version
         contents = {h.content for h in store.query("c", unit_vectors(1, 13)[0], 10)}
         assert contents == {"new one", "new two", "new three"}
         assert store.find_by_source("c", "a.txt").content_hash == "h2"
