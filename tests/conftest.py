@@ -11,6 +11,8 @@ from bunko import Bunko
 from bunko.embedders import UniversalSentenceEncoderEmbedder
 from bunko.stores import SQLiteBackend
 
+pytest_plugins = ["tests.pg"]  # the PostgreSQL server fixtures
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "docs"
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -328,6 +328,84 @@ def documents_delete(ctx: click.Context, document_ids: tuple[str, ...], collecti
         sys.exit(EXIT_ERROR)
 
 
+@cli.group()
+def db() -> None:
+    """Database schema: migrate and status (PostgreSQL; the embedded store migrates itself)."""
+
+
+def _database_url(ctx: click.Context) -> str:
+    from .config import Settings
+
+    obj = ctx.find_root().obj
+    return Settings.resolve(obj.get("db"), home=obj.get("home")).database_url
+
+
+def _postgres_url(ctx: click.Context) -> str | None:
+    url = _database_url(ctx)
+    return url if url.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "postgres") else None
+
+
+@db.command("migrate")
+@json_option
+@click.pass_context
+@handle_errors
+def db_migrate(ctx: click.Context, as_json: bool) -> None:
+    """Create or upgrade the schema (run as the schema owner)."""
+    url = _postgres_url(ctx)
+    if url is None:
+        from .stores import open_backend
+
+        open_backend(_database_url(ctx)).close()  # the embedded store migrates when opened
+        applied: list[str] = []
+    else:
+        from .stores.postgres import migrate_database
+
+        applied = migrate_database(url)
+    if as_json:
+        _emit_json({"applied": applied})
+    else:
+        stderr.print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else
+                                                                 "; the schema is up to date"))
+
+
+@db.command("status")
+@json_option
+@click.pass_context
+@handle_errors
+def db_status(ctx: click.Context, as_json: bool) -> None:
+    """Show the schema version, pending migrations and server versions."""
+    url = _postgres_url(ctx)
+    if url is None:
+        from .stores import open_backend
+        from .stores.sqlite import SCHEMA_VERSION, SQLiteBackend
+
+        backend = open_backend(_database_url(ctx))
+        assert isinstance(backend, SQLiteBackend)
+        import sqlite3
+
+        data: dict[str, Any] = {"backend": "sqlite", "path": backend.path, "schema_version": SCHEMA_VERSION,
+                                "sqlite_version": sqlite3.sqlite_version, "pending": []}
+        backend.close()
+    else:
+        from .stores.postgres import schema_status
+
+        data = {"backend": "postgresql", **schema_status(url)}
+    if as_json:
+        _emit_json(data)
+        return
+    for key, value in data.items():
+        if key == "applied":
+            for m in value:
+                stdout.print(f"applied  {m['version']:>3}  {m['name']}  ({m['applied_at']})")
+        elif key == "pending":
+            for m in value:
+                stdout.print(f"pending  {m['version']:>3}  {m['name']}")
+            if not value:
+                stdout.print("pending  none")
+        else:
+            stdout.print(f"{key}: {value}")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bunko")

@@ -41,7 +41,16 @@ def open_backend(url: str) -> StoreBackend:
     return opener(url)
 
 
+def _open_postgres(url: str) -> StoreBackend:
+    # Imported on use: psycopg and pgvector are the optional "postgres" extra.
+    from .postgres import open_postgres
+
+    return open_postgres(url)
+
+
 register_backend("sqlite", open_sqlite)
+register_backend("postgresql", _open_postgres)
+register_backend("postgres", _open_postgres)
 
 __all__ = [
     "ChunkWrite",

@@ -1,0 +1,219 @@
+"""Versioned migrations of the PostgreSQL schema (``bunko`` schema), applied in order.
+
+Each migration is a name and a list of SQL statements run in one transaction by
+``bunko db migrate`` (or automatically on first use when the connecting role may).
+Applied versions are recorded in ``bunko.schema_migrations``.
+
+Isolation is enforced twice (R15): every statement bunko sends filters by
+``tenant_id``, and Row-Level Security on every tenant table admits only rows whose
+``tenant_id`` equals the per-transaction setting ``bunko.tenant_id``. RLS is FORCEd,
+so it binds the tables' owner too; the application works as ``bunko_app``, a role
+with no BYPASSRLS, so a query that forgets its predicate sees nothing.
+"""
+
+from __future__ import annotations
+
+APP_ROLE = "bunko_app"
+
+_TENANT = "NULLIF(current_setting('bunko.tenant_id', true), '')::bigint"
+
+# CJK characters to space out for the keyword index, mirroring analysis.BigramAnalyzer:
+# each becomes its own token, and queries ask for CJK bigrams as two-token phrases.
+_CJK_CLASS = (
+    "[\\u3040-\\u309f\\u30a0-\\u30ff\\u31f0-\\u31ff\\u3400-\\u4dbf\\u4e00-\\u9fff"
+    "\\uf900-\\ufaff\\uff66-\\uff9f\\uac00-\\ud7af\\u3005\\u3006]"
+)
+
+_TENANT_TABLES = ("collections", "documents", "document_versions", "chunks", "usage_records", "search_logs")
+
+
+def _rls(table: str) -> list[str]:
+    return [
+        f"ALTER TABLE bunko.{table} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE bunko.{table} FORCE ROW LEVEL SECURITY",
+        f"CREATE POLICY tenant_isolation ON bunko.{table} USING (tenant_id = {_TENANT}) "
+        f"WITH CHECK (tenant_id = {_TENANT})",
+    ]
+
+
+_M001 = [
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    """CREATE TABLE bunko.tenants (
+        id bigserial PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        created_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    """CREATE TABLE bunko.collections (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        name text NOT NULL,
+        description text NOT NULL DEFAULT '',
+        embedding_provider text NOT NULL,
+        embedding_model text NOT NULL,
+        dimension integer NOT NULL CHECK (dimension > 0 AND dimension <= 16000),
+        analyzer text NOT NULL DEFAULT 'bigram',
+        hnsw_m integer NOT NULL DEFAULT 16,
+        hnsw_ef_construction integer NOT NULL DEFAULT 64,
+        document_count bigint NOT NULL DEFAULT 0,
+        chunk_count bigint NOT NULL DEFAULT 0,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        created_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (tenant_id, name),
+        UNIQUE (tenant_id, id)
+    )""",
+    """CREATE TABLE bunko.documents (
+        id bigserial PRIMARY KEY,
+        uid text NOT NULL,
+        tenant_id bigint NOT NULL,
+        collection_id bigint NOT NULL,
+        source text NOT NULL,
+        content_hash text NOT NULL DEFAULT '',
+        metadata jsonb NOT NULL DEFAULT '{}',
+        chunk_count integer NOT NULL DEFAULT 0,
+        version integer NOT NULL DEFAULT 1,
+        current_version_id bigint,
+        user_id text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (tenant_id, uid),
+        UNIQUE (tenant_id, collection_id, source),
+        UNIQUE (tenant_id, id),
+        FOREIGN KEY (tenant_id, collection_id) REFERENCES bunko.collections (tenant_id, id) ON DELETE CASCADE
+    )""",
+    """CREATE TABLE bunko.document_versions (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL,
+        document_id bigint NOT NULL,
+        version integer NOT NULL,
+        content_hash text NOT NULL DEFAULT '',
+        metadata jsonb NOT NULL DEFAULT '{}',
+        chunk_count integer NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (document_id, version),
+        FOREIGN KEY (tenant_id, document_id) REFERENCES bunko.documents (tenant_id, id) ON DELETE CASCADE
+    )""",
+    f"""CREATE TABLE bunko.chunks (
+        id bigserial PRIMARY KEY,
+        uid text NOT NULL,
+        tenant_id bigint NOT NULL,
+        collection_id bigint NOT NULL,
+        document_id bigint,
+        version_id bigint,
+        chunk_index integer NOT NULL DEFAULT 0,
+        start_offset integer NOT NULL DEFAULT 0,
+        end_offset integer NOT NULL DEFAULT 0,
+        token_count integer NOT NULL DEFAULT 0,
+        content text NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{{}}',
+        embedding vector NOT NULL,
+        -- Keyword index over the analyzed text (the analyzer seam: CJK characters spaced out).
+        fts tsvector GENERATED ALWAYS AS
+            (to_tsvector('simple'::regconfig, regexp_replace(content, '({_CJK_CLASS})', ' \\1 ', 'g'))) STORED,
+        UNIQUE (tenant_id, collection_id, uid),
+        FOREIGN KEY (tenant_id, collection_id) REFERENCES bunko.collections (tenant_id, id) ON DELETE CASCADE,
+        FOREIGN KEY (tenant_id, document_id) REFERENCES bunko.documents (tenant_id, id) ON DELETE CASCADE
+    )""",
+    "CREATE INDEX chunks_scan ON bunko.chunks (tenant_id, collection_id, id)",
+    "CREATE INDEX chunks_document ON bunko.chunks (tenant_id, document_id)",
+    "CREATE INDEX chunks_metadata ON bunko.chunks USING gin (metadata jsonb_path_ops)",
+    "CREATE INDEX chunks_fts ON bunko.chunks USING gin (fts)",
+    "CREATE INDEX documents_metadata ON bunko.documents USING gin (metadata jsonb_path_ops)",
+    """CREATE TABLE bunko.usage_records (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        user_id text,
+        operation text NOT NULL,
+        provider text,
+        model text,
+        input_tokens integer NOT NULL DEFAULT 0,
+        output_tokens integer NOT NULL DEFAULT 0,
+        latency_ms double precision,
+        created_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    "CREATE INDEX usage_records_tenant ON bunko.usage_records (tenant_id, created_at)",
+    """CREATE TABLE bunko.search_logs (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        user_id text,
+        query text,
+        result_count integer NOT NULL,
+        search_time_ms double precision NOT NULL,
+        search_type text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    "CREATE INDEX search_logs_tenant ON bunko.search_logs (tenant_id, created_at)",
+    # Tenants: a row is visible only to a transaction that names it.
+    "ALTER TABLE bunko.tenants ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE bunko.tenants FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY tenant_self ON bunko.tenants USING (name = current_setting('bunko.tenant', true)) "
+    "WITH CHECK (name = current_setting('bunko.tenant', true))",
+    *[statement for table in _TENANT_TABLES for statement in _rls(table)],
+    # Index DDL needs the table owner; the application role gets exactly this, tenant-checked.
+    f"""CREATE FUNCTION bunko.build_hnsw_index(p_collection_id bigint, p_maintenance_work_mem text,
+                                             p_parallel_workers integer) RETURNS text
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        c record;
+        idx text;
+    BEGIN
+        SELECT id, dimension, hnsw_m, hnsw_ef_construction INTO c FROM bunko.collections
+         WHERE id = p_collection_id AND tenant_id = {_TENANT};
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        PERFORM set_config('maintenance_work_mem', p_maintenance_work_mem, true);
+        PERFORM set_config('max_parallel_maintenance_workers', p_parallel_workers::text, true);
+        idx := 'chunks_hnsw_' || c.id;
+        IF c.dimension <= 2000 THEN
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON bunko.chunks USING hnsw '
+                           '((embedding::vector(%s)) vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
+                           'WHERE collection_id = %s', idx, c.dimension, c.hnsw_m, c.hnsw_ef_construction, c.id);
+        ELSE
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON bunko.chunks USING hnsw '
+                           '((embedding::halfvec(%s)) halfvec_cosine_ops) WITH (m = %s, ef_construction = %s) '
+                           'WHERE collection_id = %s', idx, c.dimension, c.hnsw_m, c.hnsw_ef_construction, c.id);
+        END IF;
+        RETURN idx;
+    END
+    $fn$""",
+    f"""CREATE FUNCTION bunko.drop_hnsw_index(p_collection_id bigint) RETURNS void
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM bunko.collections WHERE id = p_collection_id AND tenant_id = {_TENANT}) THEN
+            EXECUTE format('DROP INDEX IF EXISTS bunko.%I', 'chunks_hnsw_' || p_collection_id);
+        END IF;
+    END
+    $fn$""",
+]
+
+# Statements that (re)grant the application role; run after every migration.
+_GRANTS = [
+    f"GRANT USAGE ON SCHEMA bunko TO {APP_ROLE}",
+    f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA bunko TO {APP_ROLE}",
+    f"REVOKE INSERT, UPDATE, DELETE ON bunko.schema_migrations FROM {APP_ROLE}",
+    f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA bunko TO {APP_ROLE}",
+    f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA bunko TO {APP_ROLE}",
+]
+
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    ("m001_tenants_collections_documents_chunks_rls", _M001),
+]
+
+BOOTSTRAP = [
+    "CREATE SCHEMA IF NOT EXISTS bunko",
+    """CREATE TABLE IF NOT EXISTS bunko.schema_migrations (
+        version integer PRIMARY KEY,
+        name text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    )""",
+]
+
+CREATE_APP_ROLE = f"""DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+        CREATE ROLE {APP_ROLE} NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+    END IF;
+END
+$do$"""
+
+GRANTS = _GRANTS

@@ -1,0 +1,824 @@
+"""PostgreSQL + pgvector backend: the same contract as the embedded store, for production.
+
+Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` (or
+``--db``) at ``postgresql://...``.
+
+* Schema: versioned migrations in :mod:`bunko.stores.pg_migrations` (``bunko db migrate``).
+* Isolation (R15): every statement filters by ``tenant_id``, and Row-Level Security
+  checks the per-transaction setting ``bunko.tenant_id`` on every tenant table. The
+  pool runs as ``bunko_app`` (``SET ROLE`` when the login role is a superuser or
+  may bypass RLS), so even a query that forgot its predicate returns nothing.
+* Vectors: a ``vector`` column (dimension fixed per collection and checked on every
+  write and query) and, once a collection is large enough, a partial HNSW cosine
+  index per collection on ``embedding::vector(d)`` (``halfvec(d)`` above 2,000
+  dimensions), built after bulk loads.
+* Writes: documents are written in batches with binary ``COPY``, one transaction per
+  batch; a new version of a document replaces its chunks inside that transaction.
+* Restricted search (R21): a planner that counts the restricted rows and picks an
+  exact scan (few rows, or no index), an HNSW iterative index scan (pgvector 0.8+,
+  verified with ``SHOW``), or an over-fetch-and-retry loop, so that when k matching
+  chunks exist, k come back in the right order.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..analysis import DEFAULT_ANALYZER, Analyzer
+from ..errors import (
+    CollectionNotFoundError,
+    ConfigError,
+    DimensionMismatchError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    VectorStoreError,
+)
+from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
+from . import pg_migrations
+from .base import DocumentWrite
+from .sqlite import _check_name, _check_top_k
+
+try:  # optional dependencies: the "postgres" extra
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg import sql
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import ConnectionPool
+
+    HAVE_POSTGRES = True
+except ImportError:  # pragma: no cover - exercised by the optional-dependency test
+    HAVE_POSTGRES = False
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, frozen=True)
+class PostgresSettings:
+    """Tuning knobs of the PostgreSQL backend."""
+
+    pool_min: int = 1
+    pool_max: int = 8
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 64
+    ef_search: int = 100
+    # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
+    hnsw_min_rows: int = 10_000
+    maintenance_work_mem: str = "1GB"
+    parallel_workers: int = 2
+    # A restricted search scans exactly when the restriction leaves at most this many chunks.
+    exact_max_rows: int = 20_000
+    # Iterative HNSW scans: None = use them when pgvector supports them (0.8+); False = never.
+    iterative_scan: bool | None = None
+    max_scan_tuples: int = 100_000
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+class PostgresBackend:
+    """A PostgreSQL database that hands out tenant-bound stores."""
+
+    scheme = "postgresql"
+
+    def __init__(self, url: str, *, settings: PostgresSettings | None = None, migrate: bool = True,
+                 analyzer: Analyzer = DEFAULT_ANALYZER) -> None:
+        if not HAVE_POSTGRES:
+            raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
+        self.url = url
+        self.settings = settings or PostgresSettings()
+        self.analyzer = analyzer
+        conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
+        self._conninfo = conninfo
+        if migrate:
+            migrate_database(conninfo)
+        self._check_schema()
+        self._pool = ConnectionPool(
+            conninfo, min_size=self.settings.pool_min, max_size=self.settings.pool_max,
+            configure=self._configure, open=False, name="bunko",
+            # A connection the server dropped (restart, idle timeout) is replaced on checkout.
+            check=ConnectionPool.check_connection,
+        )
+        try:
+            self._pool.open(wait=True, timeout=30)
+        except Exception as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self.pgvector_version = self._scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        self._iterative = (
+            self.settings.iterative_scan is not False and _version_tuple(self.pgvector_version) >= (0, 8)
+        )
+        self._index_lock = threading.Lock()
+
+    # -- connections ---------------------------------------------------------------------
+    def _configure(self, conn: Any) -> None:
+        """Per pooled connection: vector types, and drop to the application role if needed."""
+        register_vector(conn)
+        bypass = conn.execute(
+            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()[0]
+        if bypass:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(pg_migrations.APP_ROLE)))
+        # COPY cannot write into a table with row-level security, so bulk rows go through this
+        # session-private staging table and then one INSERT ... SELECT that RLS checks.
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
+            "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
+            "token_count int4, content text, metadata jsonb, embedding vector) ON COMMIT DELETE ROWS"
+        )
+        conn.commit()
+
+    def _check_schema(self) -> None:
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+                version = conn.execute(
+                    "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations"
+                ).fetchone()[0]
+        except psycopg.errors.UndefinedTable as exc:
+            raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`") from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        if version < len(pg_migrations.MIGRATIONS):
+            raise VectorStoreError(
+                f"the database schema is at version {version}, this bunko needs {len(pg_migrations.MIGRATIONS)}: "
+                "run `bunko db migrate`"
+            )
+
+    def _scalar(self, query: str) -> Any:
+        with self._pool.connection() as conn:
+            return conn.execute(query).fetchone()[0]
+
+    @contextmanager
+    def transaction(self, tenant: str, tenant_pk: int | None) -> Iterator[Any]:
+        """A pooled connection in a transaction with the tenant settings RLS checks."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute(
+                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true)",
+                    (tenant, "" if tenant_pk is None else str(tenant_pk)),
+                )
+                yield conn
+        except psycopg.errors.UndefinedFile as exc:
+            raise VectorStoreError(f"PostgreSQL is missing a file or extension: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"lost the connection to PostgreSQL: {exc}") from exc
+        except psycopg.errors.DataException as exc:
+            raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def for_tenant(self, tenant: str) -> PostgresVectorStore:
+        """A store bound to ``tenant``; the only way to reach data."""
+        return PostgresVectorStore(self, _check_name("tenant", tenant))
+
+    def close(self) -> None:
+        """Close the pool."""
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({re.sub(r'://[^@/]*@', '://***@', self.url)!r})"
+
+
+def migrate_database(conninfo: str) -> list[str]:
+    """Apply pending migrations; returns the names applied. Needs a role that owns the schema."""
+    if not HAVE_POSTGRES:
+        raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
+    applied: list[str] = []
+    try:
+        with psycopg.connect(conninfo, connect_timeout=10, autocommit=True) as conn:
+            # One migrator at a time: other processes wait here, then find nothing to do.
+            conn.execute("SELECT pg_advisory_lock(727274)")
+            try:
+                with conn.transaction():
+                    for statement in pg_migrations.BOOTSTRAP:
+                        conn.execute(statement)
+                    conn.execute(pg_migrations.CREATE_APP_ROLE)
+                    done = {r[0] for r in conn.execute("SELECT version FROM bunko.schema_migrations")}
+                    for number, (name, statements) in enumerate(pg_migrations.MIGRATIONS, start=1):
+                        if number in done:
+                            continue
+                        for statement in statements:
+                            conn.execute(statement)
+                        conn.execute("INSERT INTO bunko.schema_migrations (version, name) VALUES (%s, %s)",
+                                     (number, name))
+                        applied.append(name)
+                    for statement in pg_migrations.GRANTS:
+                        conn.execute(statement)
+                    if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+                        conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(
+                            sql.Identifier(pg_migrations.APP_ROLE)))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(727274)")
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise VectorStoreError(
+            f"not allowed to migrate the bunko schema ({exc}); run `bunko db migrate` as the schema owner"
+        ) from exc
+    except psycopg.errors.FeatureNotSupported as exc:
+        raise VectorStoreError(f"PostgreSQL lacks a feature bunko needs: {exc}") from exc
+    except (psycopg.errors.UndefinedFile, psycopg.errors.UndefinedObject) as exc:
+        raise VectorStoreError(
+            f"the pgvector extension is not available on this server ({exc}); install pgvector"
+        ) from exc
+    except psycopg.OperationalError as exc:
+        raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+    return applied
+
+
+def schema_status(conninfo: str) -> dict[str, Any]:
+    """Applied and pending migrations, and the server's versions."""
+    if not HAVE_POSTGRES:
+        raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
+    try:
+        with psycopg.connect(conninfo, connect_timeout=10) as conn:
+            server = conn.execute("SHOW server_version").fetchone()[0]
+            vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            try:
+                rows = conn.execute("SELECT version, name, applied_at FROM bunko.schema_migrations ORDER BY version")
+                applied = [{"version": v, "name": n, "applied_at": a.isoformat()} for v, n, a in rows]
+            except psycopg.errors.UndefinedTable:
+                applied = []
+    except psycopg.OperationalError as exc:
+        raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+    names = {a["version"] for a in applied}
+    pending = [{"version": i, "name": n} for i, (n, _) in enumerate(pg_migrations.MIGRATIONS, start=1)
+               if i not in names]
+    return {"server_version": server, "pgvector_version": vector[0] if vector else None,
+            "applied": applied, "pending": pending}
+
+
+def _vector_literal_type(dim: int) -> str:
+    return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
+
+
+class PostgresVectorStore:
+    """The PostgreSQL store bound to one tenant. Build it with ``PostgresBackend.for_tenant``."""
+
+    def __init__(self, backend: PostgresBackend, tenant: str) -> None:
+        self._backend = backend
+        self._tenant = tenant
+        self._tenant_pk: int | None = None
+        self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this store is bound to (read-only)."""
+        return self._tenant
+
+    def __repr__(self) -> str:
+        return f"PostgresVectorStore(tenant={self._tenant!r})"
+
+    # -- scope ----------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, *, create: bool = False) -> Iterator[tuple[Any, int | None]]:
+        """A transaction scoped to this tenant: (connection, tenant_pk or None if it has no data)."""
+        with self._backend.transaction(self._tenant, self._tenant_pk) as conn:
+            if self._tenant_pk is None:
+                row = conn.execute("SELECT id FROM bunko.tenants WHERE name = %s", (self._tenant,)).fetchone()
+                if row is None and create:
+                    conn.execute("INSERT INTO bunko.tenants (name) VALUES (%s) ON CONFLICT (name) DO NOTHING",
+                                 (self._tenant,))
+                    row = conn.execute("SELECT id FROM bunko.tenants WHERE name = %s", (self._tenant,)).fetchone()
+                if row is not None:
+                    self._tenant_pk = int(row[0])
+                    conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(self._tenant_pk),))
+            yield conn, self._tenant_pk
+
+    def _collection_row(self, conn: Any, tenant_pk: int | None, name: str) -> tuple:
+        row = None
+        if tenant_pk is not None:
+            row = conn.execute(_COLLECTION_SELECT + " WHERE tenant_id = %s AND name = %s", (tenant_pk, name)).fetchone()
+        if row is None:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+        return row
+
+    @staticmethod
+    def _collection(row: tuple) -> Collection:
+        return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
+                          dimension=int(row[5]), created_at=row[6].isoformat(), document_count=int(row[7]),
+                          chunk_count=int(row[8]))
+
+    @staticmethod
+    def _count(conn: Any, tenant_pk: int, collection_pk: int, documents: int, chunks: int) -> None:
+        conn.execute(
+            "UPDATE bunko.collections SET document_count = document_count + %s, chunk_count = chunk_count + %s "
+            "WHERE tenant_id = %s AND id = %s",
+            (documents, chunks, tenant_pk, collection_pk),
+        )
+
+    # -- collections ----------------------------------------------------------------------
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
+        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+        _check_name("collection", name)
+        settings = self._backend.settings
+        with self._tx(create=True) as (conn, tenant_pk):
+            conn.execute(
+                "INSERT INTO bunko.collections (tenant_id, name, description, embedding_provider, embedding_model, "
+                "dimension, analyzer, hnsw_m, hnsw_ef_construction) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (tenant_id, name) DO NOTHING",
+                (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
+                 self._backend.analyzer.name, settings.hnsw_m, settings.hnsw_ef_construction),
+            )
+            collection = self._collection(self._collection_row(conn, tenant_pk, name))
+        if collection.embedder != embedder:
+            raise EmbedderMismatchError(
+                f"collection {name!r} was built with {collection.embedding_provider}:{collection.embedding_model} "
+                f"({collection.dimension} dimensions); the embedder in use is {embedder.provider}:{embedder.model} "
+                f"({embedder.dimension} dimensions). Use the same embedder, or another collection"
+            )
+        return collection
+
+    def get_collection(self, name: str) -> Collection:
+        """The collection, or ``CollectionNotFoundError``."""
+        with self._tx() as (conn, tenant_pk):
+            return self._collection(self._collection_row(conn, tenant_pk, name))
+
+    def list_collections(self) -> list[Collection]:
+        """This tenant's collections, by name."""
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(_COLLECTION_SELECT + " WHERE tenant_id = %s ORDER BY name", (tenant_pk,)).fetchall()
+        return [self._collection(r) for r in rows]
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with all its documents, chunks, vectors and its index."""
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, name)
+            conn.execute("SELECT bunko.drop_hnsw_index(%s)", (row[0],))
+            conn.execute("DELETE FROM bunko.collections WHERE tenant_id = %s AND id = %s", (tenant_pk, row[0]))
+
+    # -- documents ------------------------------------------------------------------------
+    def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
+        """Store a document and its chunks atomically; replace an older one with the same source."""
+        return self.write_documents(collection, [document])[0]
+
+    def write_documents(self, collection: str, documents: Sequence[DocumentWrite]) -> list[IngestResult]:
+        """Store several documents in one transaction, chunks through binary COPY."""
+        started = time.perf_counter()
+        results: list[IngestResult] = []
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            collection_pk, dim = int(row[0]), int(row[5])
+            assert tenant_pk is not None
+            copy_rows: list[tuple] = []
+            added = 0
+            for document in documents:
+                vectors = np.asarray(document.vectors, dtype=np.float32)
+                if vectors.ndim != 2 or vectors.shape[0] != len(document.chunks):
+                    raise VectorStoreError(
+                        f"document {document.source!r}: {len(document.chunks)} chunks but vectors of shape "
+                        f"{vectors.shape}"
+                    )
+                if document.chunks and vectors.shape[1] != dim:
+                    raise DimensionMismatchError(
+                        f"collection {collection!r} holds {dim}-dimensional vectors; got {vectors.shape[1]} dimensions"
+                    )
+                if not np.all(np.isfinite(vectors)):
+                    raise VectorStoreError("vectors contain NaN or infinite values")
+                old = conn.execute(
+                    "SELECT id, uid, content_hash, chunk_count, version FROM bunko.documents "
+                    "WHERE tenant_id = %s AND collection_id = %s AND source = %s FOR UPDATE",
+                    (tenant_pk, collection_pk, document.source),
+                ).fetchone()
+                if old is not None and document.content_hash and old[2] == document.content_hash:
+                    results.append(IngestResult(old[1], document.source, int(old[3]), "unchanged", version=old[4]))
+                    continue
+                metadata = Jsonb(document.metadata)
+                if old is None:
+                    doc_pk = conn.execute(
+                        "INSERT INTO bunko.documents (uid, tenant_id, collection_id, source, content_hash, metadata, "
+                        "chunk_count) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                        (document.id, tenant_pk, collection_pk, document.source, document.content_hash, metadata,
+                         len(document.chunks)),
+                    ).fetchone()[0]
+                    uid, version, status = document.id, 1, "created"
+                    self._count(conn, tenant_pk, collection_pk, 1, 0)
+                else:
+                    doc_pk, uid, version, status = int(old[0]), old[1], int(old[4]) + 1, "replaced"
+                    removed = conn.execute("DELETE FROM bunko.chunks WHERE tenant_id = %s AND document_id = %s",
+                                           (tenant_pk, doc_pk)).rowcount
+                    self._count(conn, tenant_pk, collection_pk, 0, -removed)
+                    conn.execute(
+                        "UPDATE bunko.documents SET content_hash = %s, metadata = %s, chunk_count = %s, version = %s, "
+                        "updated_at = now() WHERE tenant_id = %s AND id = %s",
+                        (document.content_hash, metadata, len(document.chunks), version, tenant_pk, doc_pk),
+                    )
+                version_pk = conn.execute(
+                    "INSERT INTO bunko.document_versions (tenant_id, document_id, version, content_hash, metadata, "
+                    "chunk_count) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                    (tenant_pk, doc_pk, version, document.content_hash, metadata, len(document.chunks)),
+                ).fetchone()[0]
+                conn.execute("UPDATE bunko.documents SET current_version_id = %s WHERE tenant_id = %s AND id = %s",
+                             (version_pk, tenant_pk, doc_pk))
+                for i, chunk in enumerate(document.chunks):
+                    copy_rows.append((chunk.id, tenant_pk, collection_pk, doc_pk, version_pk, chunk.index, chunk.start,
+                                      chunk.end, chunk.token_count, chunk.content, Jsonb(chunk.metadata), vectors[i]))
+                added += len(document.chunks)
+                results.append(IngestResult(uid, document.source, len(document.chunks), status, version=version))
+            self._copy_chunks(conn, copy_rows)
+            self._count(conn, tenant_pk, collection_pk, 0, added)
+            total = int(row[8]) + added
+        self._maybe_build_index(collection_pk, total)
+        elapsed = (time.perf_counter() - started) * 1000
+        for result in results:
+            result.processing_time_ms = elapsed / max(1, len(results))
+        return results
+
+    @staticmethod
+    def _copy_chunks(conn: Any, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        columns = ("uid, tenant_id, collection_id, document_id, version_id, chunk_index, start_offset, end_offset, "
+                   "token_count, content, metadata, embedding")
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY bunko_chunk_stage ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int8", "int8", "int8", "int8", "int4", "int4", "int4", "int4", "text",
+                                "jsonb", "vector"])
+                for r in rows:
+                    copy.write_row(r)
+            cur.execute(f"INSERT INTO bunko.chunks ({columns}) SELECT {columns} FROM bunko_chunk_stage")
+            cur.execute("TRUNCATE bunko_chunk_stage")
+
+    def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
+        """Build the collection's HNSW index once it is big enough (after the load, which is faster)."""
+        if chunk_count < self._backend.settings.hnsw_min_rows:
+            return
+        self.build_index(collection_pk=collection_pk)
+
+    def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
+        """Build (if missing) the HNSW index of a collection; returns its name."""
+        settings = self._backend.settings
+        with self._backend._index_lock, self._tx() as (conn, tenant_pk):
+            if collection_pk is None:
+                collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
+            return conn.execute(
+                "SELECT bunko.build_hnsw_index(%s, %s, %s)",
+                (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
+            ).fetchone()[0]
+
+    def _has_index(self, conn: Any, collection_pk: int) -> bool:
+        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0]
+
+    def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
+        """The document stored under ``source``, or None (also when the collection is missing)."""
+        with self._tx() as (conn, tenant_pk):
+            try:
+                row = self._collection_row(conn, tenant_pk, collection)
+            except CollectionNotFoundError:
+                return None
+            found = conn.execute(_DOC_SELECT + " AND d.collection_id = %s AND d.source = %s",
+                                 (tenant_pk, row[0], source)).fetchone()
+        return None if found is None else _doc_info(found)
+
+    def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
+        """Documents of a collection, oldest first."""
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            rows = conn.execute(_DOC_SELECT + " AND d.collection_id = %s ORDER BY d.id LIMIT %s OFFSET %s",
+                                (tenant_pk, row[0], limit, int(offset))).fetchall()
+        return [_doc_info(r) for r in rows]
+
+    def get_document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
+        """One document of this tenant, or ``DocumentNotFoundError``."""
+        with self._tx() as (conn, tenant_pk):
+            found = None
+            if tenant_pk is not None:
+                query, params = _DOC_SELECT + " AND d.uid = %s", [tenant_pk, document_id]
+                if collection is not None:
+                    query += " AND d.collection_id = %s"
+                    params.append(self._collection_row(conn, tenant_pk, collection)[0])
+                found = conn.execute(query, params).fetchone()
+        if found is None:
+            raise DocumentNotFoundError(f"document {document_id!r} does not exist in tenant {self._tenant!r}")
+        return _doc_info(found)
+
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents (and their chunks); returns how many existed in this tenant."""
+        ids = [str(i) for i in document_ids]
+        if not ids:
+            return 0
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return 0
+            query, params = ("SELECT id, collection_id, chunk_count FROM bunko.documents "
+                             "WHERE tenant_id = %s AND uid = ANY(%s)"), [tenant_pk, ids]
+            if collection is not None:
+                query += " AND collection_id = %s"
+                params.append(self._collection_row(conn, tenant_pk, collection)[0])
+            rows = conn.execute(query + " FOR UPDATE", params).fetchall()
+            for doc_pk, collection_pk, _ in rows:
+                removed = conn.execute("DELETE FROM bunko.chunks WHERE tenant_id = %s AND document_id = %s",
+                                       (tenant_pk, doc_pk)).rowcount
+                conn.execute("DELETE FROM bunko.documents WHERE tenant_id = %s AND id = %s", (tenant_pk, doc_pk))
+                self._count(conn, tenant_pk, collection_pk, -1, -removed)
+        return len(rows)
+
+    # -- chunks and vectors -----------------------------------------------------------------
+    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing (R14)."""
+        if not records:
+            return []
+        for record in records:
+            if record.vector is None:
+                raise VectorStoreError("upsert needs a vector on every record; embed the content first")
+        ids = [r.id or new_id() for r in records]
+        if len(set(ids)) != len(ids):
+            raise VectorStoreError("upsert got the same id twice in one call")
+        vectors = np.asarray([r.vector for r in records], dtype=np.float32)
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            collection_pk, dim = int(row[0]), int(row[5])
+            if vectors.ndim != 2 or vectors.shape[1] != dim:
+                raise DimensionMismatchError(
+                    f"collection {collection!r} holds {dim}-dimensional vectors; got {vectors.shape[-1]} dimensions"
+                )
+            if not np.all(np.isfinite(vectors)):
+                raise VectorStoreError("vectors contain NaN or infinite values")
+            doc_pks: dict[str, int] = {}
+            for record in records:
+                if record.document_id and record.document_id not in doc_pks:
+                    found = conn.execute(
+                        "SELECT id FROM bunko.documents WHERE tenant_id = %s AND collection_id = %s AND uid = %s",
+                        (tenant_pk, collection_pk, record.document_id),
+                    ).fetchone()
+                    if found is None:
+                        raise DocumentNotFoundError(
+                            f"document {record.document_id!r} does not exist in collection {collection!r}"
+                        )
+                    doc_pks[record.document_id] = int(found[0])
+            removed = conn.execute(
+                "DELETE FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                (tenant_pk, collection_pk, ids),
+            ).rowcount
+            rows = [(ids[i], tenant_pk, collection_pk, doc_pks.get(r.document_id or ""), None,
+                     int(r.metadata.get("chunk_index", 0)), 0, len(r.content), 0, r.content, Jsonb(r.metadata),
+                     vectors[i]) for i, r in enumerate(records)]
+            self._copy_chunks(conn, rows)
+            self._count(conn, tenant_pk, collection_pk, 0, len(records) - removed)
+        return ids
+
+    def delete(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection."""
+        if not ids:
+            return 0
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            removed = conn.execute(
+                "DELETE FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                (tenant_pk, row[0], [str(i) for i in ids]),
+            ).rowcount
+            self._count(conn, tenant_pk, row[0], 0, -removed)
+        return int(removed)
+
+    def count(self, collection: str) -> int:
+        """Number of chunks in a collection."""
+        return self.get_collection(collection).chunk_count
+
+    # -- search ---------------------------------------------------------------------------
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        threshold: float | None = None,
+        document_ids: Sequence[str] | None = None,
+        include_content: bool = True,
+    ) -> list[SearchHit]:
+        """Top-k by cosine similarity, best first; restricted to ``document_ids`` if given (R21)."""
+        top_k = _check_top_k(top_k)
+        q = np.asarray(vector, dtype=np.float32).ravel()
+        if not np.all(np.isfinite(q)):
+            raise VectorStoreError("the query vector contains NaN or infinite values")
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            collection_pk, dim, total = int(row[0]), int(row[5]), int(row[8])
+            if q.shape[0] != dim:
+                raise DimensionMismatchError(
+                    f"collection {collection!r} holds {dim}-dimensional vectors; got {q.shape[0]} dimensions"
+                )
+            plan = self.plan(conn, tenant_pk, collection_pk, dim, total, top_k, document_ids)
+            ranked = plan.run(conn, q)
+            if threshold is not None:
+                ranked = [(pk, s) for pk, s in ranked if s >= threshold]
+            self.last_plan = plan.strategy
+            return _fetch_hits(conn, tenant_pk, ranked, include_content)
+
+    def plan(self, conn: Any, tenant_pk: int, collection_pk: int, dim: int, total: int, top_k: int,
+             document_ids: Sequence[str] | None) -> _Plan:
+        """Choose how to search: exact scan, HNSW (iterative or over-fetch), from the restriction's size."""
+        settings = self._backend.settings
+        doc_pks: list[int] | None = None
+        matching = total
+        if document_ids is not None:
+            doc_pks = [r[0] for r in conn.execute(
+                "SELECT id FROM bunko.documents WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                (tenant_pk, collection_pk, [str(d) for d in document_ids]))]
+            matching = sum(r[0] for r in conn.execute(
+                "SELECT chunk_count FROM bunko.documents WHERE tenant_id = %s AND id = ANY(%s)",
+                (tenant_pk, doc_pks))) if doc_pks else 0
+        has_index = total >= settings.hnsw_min_rows and self._has_index(conn, collection_pk)
+        if matching == 0:
+            strategy = "empty"
+        elif not has_index or (doc_pks is not None and matching <= settings.exact_max_rows):
+            strategy = "exact"
+        elif doc_pks is None:
+            strategy = "hnsw"
+        elif self._backend._iterative:
+            strategy = "hnsw-iterative"
+        else:
+            strategy = "hnsw-overfetch"
+        return _Plan(strategy, tenant_pk, collection_pk, dim, top_k, doc_pks, matching, total, settings)
+
+    def keyword_search(
+        self,
+        collection: str,
+        query: str,
+        top_k: int = 5,
+        *,
+        document_ids: Sequence[str] | None = None,
+    ) -> list[SearchHit]:
+        """Top-k by full-text rank over the analyzed text, best first."""
+        top_k = _check_top_k(top_k)
+        tsquery = _tsquery(self._backend.analyzer, query)
+        if tsquery is None:
+            return []
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            params: list[Any] = [tsquery, tenant_pk, row[0], tsquery]
+            restrict = ""
+            if document_ids is not None:
+                restrict = (" AND c.document_id IN (SELECT id FROM bunko.documents WHERE tenant_id = %s "
+                            "AND uid = ANY(%s))")
+                params += [tenant_pk, [str(d) for d in document_ids]]
+            ranked = conn.execute(
+                "SELECT c.id, ts_rank(c.fts, to_tsquery('simple', %s)) AS score FROM bunko.chunks c "
+                "WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ to_tsquery('simple', %s)"
+                + restrict + " ORDER BY score DESC, c.id LIMIT %s",
+                [*params, top_k],
+            ).fetchall()
+            return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A chosen way to run one vector search."""
+
+    strategy: str  # "empty", "exact", "hnsw", "hnsw-iterative" or "hnsw-overfetch"
+    tenant_pk: int
+    collection_pk: int
+    dim: int
+    top_k: int
+    doc_pks: list[int] | None
+    matching: int
+    total: int
+    settings: PostgresSettings
+
+    def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        if self.strategy == "empty":
+            return []
+        if self.strategy == "exact":
+            return self._exact(conn, q)
+        want = min(self.top_k, self.matching)
+        if self.strategy == "hnsw":
+            found = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+        elif self.strategy == "hnsw-iterative":
+            found = self._iterative(conn, q)
+        else:
+            found = self._overfetch(conn, q)
+        if len(found) < want:  # never come back short: the exact scan is the last word
+            self.strategy += "+exact"
+            return self._exact(conn, q)
+        return found
+
+    def _restriction(self) -> tuple[str, list[Any]]:
+        if self.doc_pks is None:
+            return "", []
+        return " AND document_id = ANY(%s)", [self.doc_pks]
+
+    def _exact(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        # The ORDER BY expression differs from the index expression, so the planner cannot use HNSW here.
+        restrict, params = self._restriction()
+        rows = conn.execute(
+            "SELECT id, 1 - (embedding <=> %s::vector) AS score FROM bunko.chunks "
+            "WHERE tenant_id = %s AND collection_id = %s" + restrict
+            + " ORDER BY embedding <=> %s::vector, id LIMIT %s",
+            [q, self.tenant_pk, self.collection_pk, *params, q, self.top_k],
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _index_sql(self) -> str:
+        cast = _vector_literal_type(self.dim)
+        restrict, _ = self._restriction()
+        # collection_id is inlined as an integer literal so the partial index's predicate matches.
+        return (
+            f"SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score FROM bunko.chunks "
+            f"WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)}" + restrict +
+            f" ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s"
+        )
+
+    def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
+        _, params = self._restriction()
+        rows = conn.execute(self._index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(self.settings.max_scan_tuples),))
+        # An invalid or unsupported value silently leaves iterative scans off: read it back.
+        if conn.execute("SHOW hnsw.iterative_scan").fetchone()[0] != "strict_order":
+            self.strategy = "hnsw-overfetch"
+            return self._overfetch(conn, q)
+        return self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+
+    def _overfetch(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        """Ask the index for more candidates than k, filter, and widen until k match."""
+        selectivity = max(self.matching / max(self.total, 1), 1e-6)
+        fetch = int(min(self.total, max(self.top_k * 4, self.top_k / selectivity * 2)))
+        cast = _vector_literal_type(self.dim)
+        while True:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
+            rows = conn.execute(
+                f"SELECT id, score FROM (SELECT id, document_id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
+                f"FROM bunko.chunks WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)} "
+                f"ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s) candidates "
+                "WHERE document_id = ANY(%s) ORDER BY score DESC, id LIMIT %s",
+                [q, self.tenant_pk, q, fetch, self.doc_pks, self.top_k],
+            ).fetchall()
+            if len(rows) >= min(self.top_k, self.matching) or fetch >= min(self.total, 1000):
+                return [(int(r[0]), float(r[1])) for r in rows]
+            fetch = min(self.total, fetch * 4)
+
+
+def _tsquery(analyzer: Analyzer, text: str) -> str | None:
+    """A to_tsquery() string: the analyzer's terms ORed, CJK bigrams as two-lexeme phrases."""
+    parts = []
+    seen: set[str] = set()
+    for term in analyzer.terms(text):
+        if term in seen:
+            continue
+        seen.add(term)
+        lexemes = list(term) if re.match(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af]", term) else [term]
+        parts.append(" <-> ".join("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes))
+    return " | ".join(f"({p})" for p in parts) if parts else None
+
+
+def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], include_content: bool) -> list[SearchHit]:
+    if not ranked:
+        return []
+    rows = conn.execute(
+        "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
+        "coalesce(d.metadata, '{}'::jsonb), c.start_offset, c.end_offset, c.token_count, d.chunk_count "
+        "FROM bunko.chunks c LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id "
+        "WHERE c.tenant_id = %s AND c.id = ANY(%s)",
+        (tenant_pk, [pk for pk, _ in ranked]),
+    ).fetchall()
+    by_id = {r[0]: r for r in rows}
+    hits = []
+    for pk, score in ranked:
+        r = by_id.get(pk)
+        if r is None:
+            continue
+        metadata = dict(r[7])
+        metadata.update(r[6])
+        metadata.setdefault("chunk_index", r[5])
+        metadata.setdefault("start", r[8])
+        metadata.setdefault("end", r[9])
+        if r[11] is not None:
+            metadata.setdefault("chunk_total", r[11])
+        if r[10]:
+            metadata.setdefault("token_count", r[10])
+        hits.append(SearchHit(chunk_id=r[1], document_id=r[2], source=r[3] or str(metadata.get("source", "")),
+                              content=r[4] if include_content else "", score=score, chunk_index=r[5],
+                              metadata=metadata))
+    return hits
+
+
+_COLLECTION_SELECT = (
+    "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, document_count, "
+    "chunk_count FROM bunko.collections"
+)
+
+_DOC_SELECT = (
+    "SELECT d.uid, d.source, d.chunk_count, d.metadata, d.content_hash, d.created_at, d.version "
+    "FROM bunko.documents d WHERE d.tenant_id = %s"
+)
+
+
+def _doc_info(row: tuple) -> DocumentInfo:
+    return DocumentInfo(row[0], row[1], int(row[2]), dict(row[3]), row[4], row[5].isoformat(), int(row[6]))
+
+
+def open_postgres(url: str) -> PostgresBackend:
+    """Open a ``postgresql://`` URL as a backend (migrating the schema if needed)."""
+    return PostgresBackend(url)
+

@@ -1,0 +1,198 @@
+"""The PostgreSQL backend: the shared conformance suite, RLS, migrations and the search planner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from bunko.stores.postgres import PostgresBackend, PostgresSettings, schema_status
+from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
+
+from .pg import psycopg
+
+
+@pytest.fixture()
+def backend(pg_url: str) -> Iterator[PostgresBackend]:
+    b = PostgresBackend(pg_url)
+    yield b
+    b.close()
+
+
+@pytest.fixture()
+def second_backend(pg_url: str) -> Iterator[PostgresBackend]:
+    b = PostgresBackend(pg_url)
+    yield b
+    b.close()
+
+
+class TestPostgresConformance(StoreConformance):
+    """Runs the whole conformance suite on PostgreSQL."""
+
+
+def _admin(url: str):
+    return psycopg.connect(url, autocommit=True)
+
+
+def test_pool_works_as_the_application_role(backend: PostgresBackend) -> None:
+    with backend._pool.connection() as conn:
+        user, bypass = conn.execute(
+            "SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+    assert (user, bypass) == ("bunko_app", False)
+
+
+def test_rls_hides_rows_from_a_query_without_the_tenant_setting(backend: PostgresBackend, pg_url: str) -> None:
+    a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
+    for store, seed in ((a, 1), (b, 2)):
+        store.ensure_collection("shared", INFO)
+        store.write_document("shared", make_document(f"{store.tenant}.txt", ["x", "y"], unit_vectors(2, seed)))
+    with _admin(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM bunko.chunks").fetchone()[0] == 4  # the owner-superuser sees all
+        conn.execute("SET ROLE bunko_app")
+        for table in ("tenants", "collections", "documents", "document_versions", "chunks"):
+            assert conn.execute(f"SELECT count(*) FROM bunko.{table}").fetchone()[0] == 0, table
+        # A query that forgets its tenant predicate still sees only the tenant of the transaction.
+        conn.execute("SELECT set_config('bunko.tenant', 'tenant-a', false)")
+        a_pk = conn.execute("SELECT id FROM bunko.tenants").fetchone()[0]
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(a_pk),))
+        sources = {r[0] for r in conn.execute("SELECT source FROM bunko.documents")}
+        assert sources == {"tenant-a.txt"}
+        assert conn.execute("SELECT count(*) FROM bunko.chunks").fetchone()[0] == 2
+        # Writing a row for another tenant is refused by the policy's WITH CHECK.
+        other = a_pk + 1
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE bunko.collections SET tenant_id = %s", (other,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO bunko.collections (tenant_id, name, embedding_provider, embedding_model, "
+                         "dimension) VALUES (%s, 'x', 'p', 'm', 4)", (other,))
+
+
+def test_migrations_are_recorded_and_idempotent(pg_url: str) -> None:
+    from bunko.stores.postgres import migrate_database
+
+    assert migrate_database(pg_url) == []  # the template was migrated already
+    status = schema_status(pg_url)
+    assert status["pending"] == [] and [m["version"] for m in status["applied"]] == [1]
+    assert status["pgvector_version"]
+
+
+def test_unmigrated_database_gives_a_clear_error(pg_server) -> None:
+    from bunko.errors import VectorStoreError
+
+    with _admin(pg_server.admin_url) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bunko_empty")
+        conn.execute("CREATE DATABASE bunko_empty")
+    from .pg import _with_dbname
+
+    url = _with_dbname(pg_server.admin_url, "bunko_empty")
+    with pytest.raises(VectorStoreError, match="bunko db migrate"):
+        PostgresBackend(url, migrate=False)
+    assert schema_status(url)["pending"]
+    with pytest.raises(VectorStoreError, match="cannot connect"):
+        PostgresBackend("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", migrate=False)
+
+
+def _planner_backend(url: str, **overrides) -> PostgresBackend:
+    return PostgresBackend(url, settings=PostgresSettings(hnsw_min_rows=2_000, exact_max_rows=300, **overrides))
+
+
+@pytest.mark.parametrize("iterative", [None, False])
+def test_restricted_search_strategies_return_k_in_order(pg_url: str, iterative: bool | None) -> None:
+    backend = _planner_backend(pg_url, iterative_scan=iterative)
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    vectors = unit_vectors(3_000, 70)
+    docs = [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50])
+            for i in range(60)]
+    store.write_documents("c", docs)  # crosses hnsw_min_rows: the HNSW index is built after the load
+    with backend._pool.connection() as conn:
+        assert conn.execute("SELECT to_regclass('bunko.chunks_hnsw_1') IS NOT NULL").fetchone()[0]
+    q = unit_vectors(1, 71)[0]
+
+    def exact(ids: list[str] | None) -> list[float]:
+        rows = range(3_000) if ids is None else [i * 50 + j for i in range(60) if docs[i].id in ids for j in range(50)]
+        return sorted((float(vectors[r] @ q) for r in rows), reverse=True)[:10]
+
+    hits = store.query("c", q, 10)
+    assert store.last_plan == "hnsw" and len(hits) == 10
+    assert np.allclose([h.score for h in hits][:5], exact(None)[:5], atol=1e-4)
+
+    few = [docs[0].id, docs[1].id]  # 100 chunks: exact scan
+    hits = store.query("c", q, 10, document_ids=few)
+    assert store.last_plan == "exact"
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for s in exact(few)]
+
+    many = [d.id for d in docs[:20]]  # 1,000 chunks, a third of the collection: index with a restriction
+    hits = store.query("c", q, 10, document_ids=many)
+    assert store.last_plan.startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
+    assert len(hits) == 10 and {h.document_id for h in hits} <= set(many)
+    assert all(a.score >= b.score for a, b in pairwise(hits))
+    recall = len({round(h.score, 4) for h in hits} & {round(s, 4) for s in exact(many)}) / 10
+    assert recall >= 0.9
+    backend.close()
+
+
+def test_halfvec_index_above_2000_dimensions(pg_url: str) -> None:
+    from bunko.types import EmbedderInfo
+
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50))
+    store = backend.for_tenant("acme")
+    store.ensure_collection("large", EmbedderInfo("openai", "text-embedding-3-large", 3072))
+    vectors = unit_vectors(60, 80, dim=3072)
+    store.write_document("large", make_document("big", [f"t{i}" for i in range(60)], vectors))
+    with backend._pool.connection() as conn:
+        definition = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_hnsw_1'").fetchone()[0]
+    assert "halfvec(3072)" in definition
+    hits = store.query("large", vectors[7], 3)
+    assert store.last_plan == "hnsw" and hits[0].content == "t7"
+    backend.close()
+
+
+def test_engine_and_cli_end_to_end_on_postgres(pg_url: str, embedder) -> None:
+    """The same CLI and pipeline over PostgreSQL: ingest the samples, ask, isolation by tenant."""
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from bunko.cli import cli
+
+    from .conftest import EXAMPLES
+
+    def run(*args: str) -> tuple[int, dict]:
+        result = CliRunner().invoke(cli, ["--db", pg_url, *args, "--json"], catch_exceptions=False)
+        return result.exit_code, json.loads(result.stdout)
+
+    code, status = run("db", "status")
+    assert code == 0 and status["backend"] == "postgresql" and status["pending"] == []
+    assert run("db", "migrate") == (0, {"applied": []})
+    code, data = run("ingest", str(EXAMPLES), "-c", "bousai", "--tenant", "alpha")
+    assert code == 0 and data["documents"] == 6 and data["errors"] == []
+    code, again = run("ingest", str(EXAMPLES), "-c", "bousai", "--tenant", "alpha")
+    assert again["unchanged"] == 6
+    code, answer = run("ask", "水は何日分備蓄すればいいですか？", "-c", "bousai", "--tenant", "alpha")
+    assert code == 0 and "3日分" in answer["answer"]
+    cited = [int(n) for n in dict.fromkeys(re.findall(r"\[(\d+)\]", answer["answer"]))]
+    assert [s["index"] for s in answer["sources"]] == cited
+    code, hits = run("search", "警戒レベル", "-c", "bousai", "--tenant", "alpha", "--mode", "keyword")
+    assert code == 0 and hits["results"][0]["source"].endswith("hinan.md")
+    code, other = run("search", "水", "-c", "bousai", "--tenant", "beta")
+    assert code == 1 and other["error"]["type"] == "CollectionNotFoundError"
+    _, docs = run("documents", "list", "-c", "bousai", "--tenant", "alpha")
+    code, deleted = run("documents", "delete", docs["documents"][0]["id"], "--tenant", "beta")
+    assert code == 1 and deleted["deleted"] == 0
+
+
+def test_pool_recovers_after_the_server_drops_connections(backend: PostgresBackend, pg_url: str) -> None:
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    with _admin(pg_url) as conn:
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE usename = current_user AND pid <> pg_backend_pid() AND datname = current_database()"
+        ).fetchone()[0]
+    assert killed >= 1
+    assert store.get_collection("c").name == "c"  # a fresh connection, no error
