@@ -99,11 +99,11 @@ def test_folder_walk_reports_skipped_files(db: str, tmp_path: Path) -> None:
     folder = tmp_path / "mixed"
     folder.mkdir()
     (folder / "a.md").write_text("# A\n\n本文です。", encoding="utf-8")
-    (folder / "b.pdf").write_bytes(b"%PDF-1.4")
+    (folder / "b.bin").write_bytes(b"\x00\x01 binary")
     (folder / ".hidden.md").write_text("secret", encoding="utf-8")
     code, data = run_json(db, "ingest", str(folder))
     assert code == 0 and data["documents"] == 1
-    assert [Path(s["path"]).name for s in data["skipped"]] == ["b.pdf"]
+    assert [Path(s["path"]).name for s in data["skipped"]] == ["b.bin"]
 
 
 def test_tenants_are_isolated_from_the_cli(db: str) -> None:

@@ -51,6 +51,48 @@ class UnsupportedFormatError(LoaderError):
     code = "UNSUPPORTED_FORMAT"
 
 
+class EncryptedDocumentError(LoaderError):
+    """The file is encrypted and cannot be read without a password."""
+
+    code = "ENCRYPTED_DOCUMENT"
+
+
+class NoTextError(LoaderError):
+    """The file has no extractable text (for example a scanned PDF; OCR is not enabled)."""
+
+    code = "NO_TEXT"
+
+
+class CorruptDocumentError(LoaderError):
+    """The file is damaged or not what its type claims, and no reader could recover it."""
+
+    code = "CORRUPT_DOCUMENT"
+
+
+class GarbledTextError(LoaderError):
+    """Text came out as mojibake (CID codes, replacement characters) from every extractor."""
+
+    code = "GARBLED_TEXT"
+
+
+class EncodingDetectionError(LoaderError):
+    """The text encoding could not be determined."""
+
+    code = "UNKNOWN_ENCODING"
+
+
+class FetchError(LoaderError):
+    """A URL could not be fetched (network, status, size or content type)."""
+
+    code = "FETCH_ERROR"
+
+
+class BlockedURLError(FetchError):
+    """A URL was refused by the SSRF guard (private, loopback, link-local or metadata address)."""
+
+    code = "BLOCKED_URL"
+
+
 class PreprocessingError(BunkoError):
     """Text could not be normalised, or is empty after normalisation."""
 
@@ -126,13 +168,20 @@ class RAGPipelineError(BunkoError):
 __all__ = [
     "BunkoError",
     "CollectionNotFoundError",
+    "BlockedURLError",
     "ConfigError",
+    "CorruptDocumentError",
     "DimensionMismatchError",
     "DocumentNotFoundError",
     "EmbedderMismatchError",
     "EmbeddingError",
+    "EncodingDetectionError",
+    "EncryptedDocumentError",
+    "FetchError",
+    "GarbledTextError",
     "GenerationError",
     "LoaderError",
+    "NoTextError",
     "NotFoundError",
     "PreprocessingError",
     "RAGPipelineError",

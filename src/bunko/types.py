@@ -28,6 +28,18 @@ def new_id() -> str:
 
 
 @dataclass(slots=True)
+class DocumentPart:
+    """A piece of a document with its own location metadata (a PDF page, a Markdown section).
+
+    Loaders that know structure return parts; indexing then gives every chunk the
+    metadata of the part it starts in (``page_number``, ``section``, ``hierarchy``, ...).
+    """
+
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Document:
     """A document: text ``content`` plus ``metadata`` (LangChain-compatible shape, R1).
 
@@ -40,6 +52,12 @@ class Document:
     content: str
     metadata: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    parts: list[DocumentPart] | None = None
+
+    @classmethod
+    def from_parts(cls, parts: list[DocumentPart], metadata: dict[str, Any] | None = None) -> Document:
+        """A document whose content is its parts joined by blank lines."""
+        return cls("\n\n".join(p.text for p in parts), metadata or {}, parts=parts)
 
     @property
     def source(self) -> str:

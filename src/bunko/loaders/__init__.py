@@ -1,0 +1,237 @@
+"""Loaders: turn files (and URLs) into ``Document``s, chosen by file type.
+
+The type comes from the file's content where it can (PDF magic, ZIP members of
+Office files, HTML markup), and from the suffix otherwise; a ``.pdf`` that is not a
+PDF is reported as such instead of being fed to the wrong reader. Each loader
+returns documents with R1 metadata: ``source`` (the resolved path or URL, which is
+also the document's stable key for re-ingest), ``source_type``, ``filename``,
+``filesize``, ``mime_type``, ``created_at``, ``language``, and what the format
+knows (``page_count``, ``author``, ``title``). Structured formats return
+``DocumentPart``s (pages, sections, slides) so chunks keep where they came from.
+
+Loaders for heavy formats live in submodules that import their libraries only when
+used; a missing library raises a ``LoaderError`` that names the extra to install.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis import detect_language
+from ..errors import CorruptDocumentError, LoaderError, UnsupportedFormatError
+from ..types import Document
+
+MAX_FILE_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class LoadOptions:
+    """Options every loader may read."""
+
+    password: str | None = None  # for encrypted PDFs
+    content_path: str | None = None  # JSON: dotted path of the text field (seed 000 doc-loader)
+    max_bytes: int = MAX_FILE_BYTES
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Loader = Callable[[Path, LoadOptions], list[Document]]
+
+
+@dataclass(slots=True, frozen=True)
+class FileKind:
+    """A registered file type: its loader, suffixes and MIME type."""
+
+    name: str
+    loader: Callable[[], Loader]  # imported on first use
+    suffixes: tuple[str, ...]
+    mime_type: str
+
+
+_KINDS: dict[str, FileKind] = {}
+_BY_SUFFIX: dict[str, str] = {}
+
+
+def register_loader(kind: str, loader: Callable[[], Loader], suffixes: Iterable[str], mime_type: str) -> None:
+    """Register a file kind; ``loader`` is a zero-argument callable returning the load function."""
+    entry = FileKind(kind, loader, tuple(s.lower() for s in suffixes), mime_type)
+    _KINDS[kind] = entry
+    for suffix in entry.suffixes:
+        _BY_SUFFIX[suffix] = kind
+
+
+def supported_suffixes() -> list[str]:
+    """The file suffixes that have a loader."""
+    return sorted(_BY_SUFFIX)
+
+
+def mime_type(kind: str) -> str:
+    """The MIME type of a registered kind."""
+    return _KINDS[kind].mime_type
+
+
+def sniff(path: Path) -> str | None:
+    """The file kind from its first bytes (``pdf``, ``docx``, ``pptx``, ``html``), or None."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        raise LoaderError(f"{path}: cannot read ({exc.strerror})") from exc
+    if head.lstrip()[:5] == b"%PDF-" or b"%PDF-" in head[:1024]:
+        return "pdf"
+    if head[:4] == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = set(archive.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return None
+        if "word/document.xml" in names:
+            return "docx"
+        if "ppt/presentation.xml" in names:
+            return "pptx"
+        return "zip"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith((b"<!doctype html", b"<html")) or (b"<html" in text[:1024] and b"<body" in text):
+        return "html"
+    return None
+
+
+def detect_kind(path: Path) -> str:
+    """The kind to load ``path`` as: content first, then suffix; raises for unsupported files."""
+    sniffed = sniff(path)
+    by_suffix = _BY_SUFFIX.get(path.suffix.lower())
+    if sniffed in _KINDS and (by_suffix is None or by_suffix in ("text", "markdown", sniffed)
+                              or sniffed != "html"):
+        if by_suffix not in (None, sniffed) and by_suffix not in ("text", "markdown"):
+            raise CorruptDocumentError(
+                f"{path}: the name says {by_suffix} but the content is {sniffed}; rename the file or check it"
+            )
+        return sniffed  # type: ignore[return-value]
+    if by_suffix in ("pdf", "docx", "pptx") and sniffed != by_suffix:
+        raise CorruptDocumentError(f"{path}: not a valid {by_suffix.upper()} file (the content does not match)")
+    if by_suffix is not None:
+        return by_suffix
+    if sniffed == "zip":
+        raise UnsupportedFormatError(f"{path}: a ZIP archive that is not a Word or PowerPoint file")
+    raise UnsupportedFormatError(
+        f"{path}: unsupported file type {path.suffix or '(no suffix)'!r}; supported: {', '.join(supported_suffixes())}"
+    )
+
+
+def file_metadata(path: Path, kind: str, text: str = "") -> dict[str, Any]:
+    """The R1 metadata every file loader starts from."""
+    stat = path.stat()
+    return {
+        "source": str(path),
+        "source_type": "file",
+        "filename": path.name,
+        "filesize": stat.st_size,
+        "mime_type": _KINDS[kind].mime_type if kind in _KINDS else "application/octet-stream",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stat.st_mtime)),
+        "language": detect_language(text) if text else "und",
+    }
+
+
+def read_bytes(path: Path, options: LoadOptions) -> bytes:
+    """The file's bytes, refusing files over the size limit."""
+    try:
+        size = path.stat().st_size
+        if size > options.max_bytes:
+            raise LoaderError(f"{path}: {size} bytes is over the {options.max_bytes}-byte limit for one file")
+        return path.read_bytes()
+    except OSError as exc:
+        raise LoaderError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def load_path(path: str | os.PathLike[str], options: LoadOptions | None = None) -> list[Document]:
+    """Load one file with the loader for its detected kind."""
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        raise LoaderError(f"{path}: no such file")
+    if not p.is_file():
+        raise LoaderError(f"{path}: not a regular file")
+    kind = detect_kind(p)
+    documents = _KINDS[kind].loader()(p, options or LoadOptions())
+    for document in documents:
+        document.metadata.setdefault("kind", kind)
+    return documents
+
+
+@dataclass(slots=True, frozen=True)
+class Skipped:
+    """A file found while walking a folder that has no loader."""
+
+    path: str
+    reason: str
+
+
+def is_url(value: str | os.PathLike[str]) -> bool:
+    """True for http(s) URLs given where paths are accepted."""
+    return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path | str], list[Skipped]]:
+    """Expand files, folders and URLs into what to load, and the files skipped (with why).
+
+    Files named explicitly are always returned (an unsupported one then fails loudly
+    in ``load_path``); inside folders, hidden entries are ignored and files without a
+    loader are reported as skipped. URLs are passed through. Missing paths raise.
+    """
+    found: list[Path | str] = []
+    skipped: list[Skipped] = []
+    seen: set[Path | str] = set()
+
+    def add(item: Path | str) -> None:
+        if item not in seen:
+            seen.add(item)
+            found.append(item)
+
+    for raw in paths:
+        if is_url(raw):
+            add(str(raw))
+            continue
+        p = Path(raw).expanduser()
+        if not p.exists():
+            raise LoaderError(f"{raw}: no such file or folder")
+        if p.is_dir():
+            for child in _walk(p):
+                if child.suffix.lower() in _BY_SUFFIX or (not child.suffix and sniff(child) in _KINDS):
+                    add(child.resolve())
+                else:
+                    skipped.append(Skipped(str(child), f"unsupported file type {child.suffix or '(none)'!r}"))
+        else:
+            add(p.resolve())
+    return found, skipped
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath) / name
+
+
+def _lazy(module: str, name: str) -> Callable[[], Loader]:
+    def get() -> Loader:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{module}"), name)  # type: ignore[no-any-return]
+
+    return get
+
+
+register_loader("text", _lazy("text", "load_text"), [".txt", ".text"], "text/plain")
+register_loader("markdown", _lazy("text", "load_markdown"), [".md", ".markdown"], "text/markdown")
+register_loader("json", _lazy("text", "load_json"), [".json", ".jsonl"], "application/json")
+register_loader("pdf", _lazy("pdf", "load_pdf"), [".pdf"], "application/pdf")
+register_loader("docx", _lazy("office", "load_docx"), [".docx"],
+                "application/vnd.openxmlformats-officedocument.wordprocessingml.document")
+register_loader("pptx", _lazy("office", "load_pptx"), [".pptx"],
+                "application/vnd.openxmlformats-officedocument.presentationml.presentation")
+register_loader("html", _lazy("html", "load_html"), [".html", ".htm", ".xhtml"], "text/html")
