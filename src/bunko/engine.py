@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .config import DEFAULT_COLLECTION, Settings
@@ -30,11 +31,11 @@ from .embedders import get_embedder
 from .errors import BunkoError
 from .generation import Generator, LLMProvider
 from .indexing import IndexManager
-from .loaders import Skipped, discover, load_path
+from .loaders import LoadOptions, Skipped, discover, load_path
 from .pipeline import RAGPipeline
 from .preprocess import Preprocessor
 from .retrieval import Retriever, SearchMode
-from .splitters import Splitter, get_splitter
+from .splitters import Splitter, splitter_spec
 from .stores import DocumentWrite, StoreBackend, VectorStore, open_backend
 from .types import Collection, Document, DocumentInfo, GenerationResult, IngestResult, SearchHit
 
@@ -44,6 +45,15 @@ T = TypeVar("T")
 # per document would spend most of bulk ingest in commits (FTS5 segments, index pages).
 INGEST_BATCH_CHUNKS = 2000
 INGEST_BATCH_DOCUMENTS = 64
+# Files read and parsed ahead of the embedder, in threads.
+LOAD_WORKERS = 4
+
+
+def load_url(url: str, options: LoadOptions) -> list[Document]:
+    """Fetch and load a URL (through the SSRF guard of ``loaders.url``)."""
+    from .loaders.url import load_url as fetch
+
+    return fetch(url, options)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -118,14 +128,23 @@ class Bunko:
         *,
         home: str | os.PathLike[str] | None = None,
         embedder: Any = None,
-        splitter: Splitter | None = None,
+        splitter: Splitter | str | dict[str, Any] | None = None,
         llm: LLMProvider | None = None,
     ) -> None:
         self.settings = Settings.resolve(database_url, home=home,
                                          embedder=embedder if isinstance(embedder, str) else None)
         self.backend: StoreBackend = open_backend(self.settings.database_url)
         self._embedder = None if isinstance(embedder, str) else embedder
-        self.splitter = splitter or get_splitter("recursive")
+        # A Splitter instance is used as is; a name or spec picks the splitter of new collections
+        # (existing collections keep the one they were built with).
+        self.splitter: Splitter | None = None
+        self.splitter_spec: dict[str, Any] | None = None
+        if isinstance(splitter, str):
+            self.splitter_spec = splitter_spec(splitter)
+        elif isinstance(splitter, dict):
+            self.splitter_spec = splitter_spec(**splitter)
+        else:
+            self.splitter = splitter
         self.preprocessor = Preprocessor()
         self.llm = llm
 
@@ -173,10 +192,12 @@ class Tenant:
         """The tenant-bound store (for low-level upsert/query/delete, R14)."""
         return self._store
 
-    def pipeline(self, collection: str = DEFAULT_COLLECTION) -> RAGPipeline:
-        """A ``RAGPipeline`` over one collection of this tenant."""
+    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection of this tenant (``splitter`` names one for a new collection)."""
         engine = self._engine
-        index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection)
+        spec = splitter_spec(splitter) if splitter else engine.splitter_spec
+        index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
+                                     splitter=spec)
         retriever = Retriever(engine.embedder, self._store, collection)
         generator = Generator(engine.llm, embedder=engine.embedder)
         return RAGPipeline(index_manager, retriever, generator)
@@ -192,17 +213,34 @@ class Tenant:
         collection: str = DEFAULT_COLLECTION,
         *,
         progress: IngestProgress | None = None,
+        splitter: str | None = None,
+        options: LoadOptions | None = None,
+        workers: int = LOAD_WORKERS,
     ) -> IngestReport:
-        """Load and index files and folders; a failing file is reported, the rest go on.
+        """Load and index files, folders and URLs; a failing one is reported, the rest go on.
 
+        Files are read and parsed by ``workers`` threads ahead of the embedder, in order.
         Embedded documents are written in batches (one transaction per batch of about
         ``INGEST_BATCH_CHUNKS`` chunks): each document is stored whole or not at all, and
-        an interrupted run leaves only whole documents behind.
+        an interrupted run leaves only whole documents behind; running again finishes it.
         """
         started = time.perf_counter()
         files, skipped = discover(paths)
         report = IngestReport(skipped=skipped)
-        manager = self.pipeline(collection).index_manager
+        manager = self.pipeline(collection, splitter=splitter).index_manager
+        options = options or LoadOptions()
+        semaphore = asyncio.Semaphore(max(1, workers))
+
+        async def load(item: Path | str) -> list[Document]:
+            async with semaphore:
+                return await asyncio.to_thread(load_url if isinstance(item, str) else load_path, item, options)
+
+        # Start loading up to ``workers`` files ahead; results are consumed in order.
+        loads: dict[int, asyncio.Task[list[Document]]] = {}
+
+        def schedule(upto: int) -> None:
+            for i in range(len(loads), min(upto, len(files))):
+                loads[i] = asyncio.ensure_future(load(files[i]))
         order: dict[str, int] = {}
         pending: list[tuple[str, DocumentWrite]] = []
 
@@ -220,12 +258,13 @@ class Tenant:
                     if progress:
                         progress("error", path, error)
 
-        for path in files:
+        for i, path in enumerate(files):
+            schedule(i + 1 + max(1, workers))
             if progress:
                 progress("start", str(path), None)
             try:
                 prepared: list[DocumentWrite | IngestResult] = []
-                for document in await asyncio.to_thread(load_path, path):
+                for document in await loads.pop(i):
                     prepared.append(await manager.prepare(document))
             except BunkoError as exc:
                 error = IngestError(str(path), type(exc).__name__, exc.message)
@@ -249,9 +288,9 @@ class Tenant:
         return report
 
     def ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str = DEFAULT_COLLECTION,
-               *, progress: IngestProgress | None = None) -> IngestReport:
+               **options: Any) -> IngestReport:
         """Sync form of :meth:`aingest`."""
-        return _run(self.aingest(paths, collection, progress=progress))
+        return _run(self.aingest(paths, collection, **options))
 
     def add_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
         """Sync form of :meth:`aadd_document`."""

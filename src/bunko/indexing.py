@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .embedders import BaseEmbedder, embedder_info
-from .errors import BunkoError, EmbeddingError
+from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
-from .splitters import Splitter
+from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
 from .stores.base import ChunkWrite, DocumentWrite, VectorStore
 from .types import Document, IngestResult, new_id
 
@@ -40,20 +41,44 @@ class IndexManager:
     def __init__(
         self,
         preprocessor: Preprocessor,
-        chunker: Splitter,
+        chunker: Splitter | None,
         embedder: Any,
         vector_store: VectorStore,
         collection: str = "default",
+        *,
+        splitter: dict[str, Any] | None = None,
     ) -> None:
+        """``chunker`` is used as given; without one, the collection's recorded splitter is.
+
+        ``splitter`` (a spec from ``splitters.splitter_spec``) picks the splitter of a new
+        collection; for an existing collection it must match what the collection records.
+        """
         self.preprocessor = preprocessor
         self.chunker = chunker
         self.embedder = embedder
         self.vector_store = vector_store
         self.collection = collection
+        self.splitter = splitter
         self._info = embedder_info(embedder)
+        self._ready = False
+
+    def _ensure_collection(self) -> None:
+        """Create the collection if needed and settle which splitter it uses."""
+        spec = self.splitter or DEFAULT_SPLITTER
+        collection = self.vector_store.ensure_collection(self.collection, self._info, config={"splitter": spec})
+        if self.chunker is None:
+            stored = collection.config.get("splitter") or DEFAULT_SPLITTER
+            if self.splitter is not None and self.splitter != stored:
+                raise ConfigError(
+                    f"collection {self.collection!r} splits documents with {stored}; it cannot switch to "
+                    f"{self.splitter}. Use a new collection for another splitter"
+                )
+            self.chunker = build_splitter(stored, self.embedder)
+        self._ready = True
 
     def content_hash(self, normalized: str) -> str:
         """A key that changes when the text, the splitter or the embedder changes."""
+        assert self.chunker is not None, "the splitter is settled when the collection is"
         h = hashlib.sha256()
         h.update(f"{self._info.provider}:{self._info.model}:{self._info.dimension}\n".encode())
         h.update(_splitter_signature(self.chunker).encode())
@@ -76,10 +101,12 @@ class IndexManager:
         called with the number of chunks embedded so far, batch by batch.
         """
         started = time.perf_counter()
-        normalized = self.preprocessor.normalize(document.content)
+        normalized, spans = self.normalize(document)
         source = document.source
+        if not self._ready:
+            await asyncio.to_thread(self._ensure_collection)
+        assert self.chunker is not None
         digest = self.content_hash(normalized)
-        await asyncio.to_thread(self.vector_store.ensure_collection, self.collection, self._info)
         existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
         if existing is not None and existing.content_hash == digest:
             return IngestResult(existing.id, source, existing.chunks, "unchanged",
@@ -106,7 +133,7 @@ class IndexManager:
                 token_count=int(counter(p.content)) if counter else 0,
                 # index, offsets and chunk_total live in columns; metadata holds only what is
                 # specific to the chunk (section, page number, ...), which keeps bulk writes cheap.
-                metadata={},
+                metadata=_part_metadata(spans, p.start, p.end),
             )
             for p in pieces
         ]
@@ -114,6 +141,32 @@ class IndexManager:
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))
         return DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, matrix)
+
+    def normalize(self, document: Document) -> tuple[str, list[tuple[int, int, dict[str, Any]]]]:
+        """The normalised text, and where each part (page, section) lies in it.
+
+        Parts are normalised one by one and joined by a blank line, so a chunk's offsets
+        map back to the part it came from. Parts that are empty after normalisation are
+        dropped; a document with no text left raises ``PreprocessingError``.
+        """
+        if not document.parts:
+            return self.preprocessor.normalize(document.content), []
+        pieces: list[str] = []
+        spans: list[tuple[int, int, dict[str, Any]]] = []
+        offset = 0
+        for part in document.parts:
+            try:
+                text = self.preprocessor.normalize(part.text)
+            except PreprocessingError:
+                continue
+            if pieces:
+                offset += 2  # the "\n\n" joining parts
+            spans.append((offset, offset + len(text), part.metadata))
+            pieces.append(text)
+            offset += len(text)
+        if not pieces:
+            raise PreprocessingError(f"{document.source}: no text left after normalisation")
+        return "\n\n".join(pieces), spans
 
     async def write(self, prepared: list[DocumentWrite]) -> list[IngestResult]:
         """Store prepared documents in one transaction: each is either fully stored or absent."""
@@ -132,6 +185,20 @@ class IndexManager:
         result = (await self.write([prepared]))[0]
         result.processing_time_ms = (time.perf_counter() - started) * 1000
         return result
+
+
+def _part_metadata(spans: list[tuple[int, int, dict[str, Any]]], start: int, end: int) -> dict[str, Any]:
+    """The metadata of the part a chunk starts in, plus ``page_end`` when it runs onto later pages."""
+    if not spans:
+        return {}
+    starts = [s for s, _, _ in spans]
+    first = max(0, bisect_right(starts, start) - 1)
+    last = max(0, bisect_right(starts, max(start, end - 1)) - 1)
+    metadata = dict(spans[first][2])
+    page, last_page = spans[first][2].get("page_number"), spans[last][2].get("page_number")
+    if page is not None and last_page is not None and last_page != page:
+        metadata["page_end"] = last_page
+    return metadata
 
 
 __all__ = ["BunkoError", "IndexManager"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bunko.errors import SplitterError, UnknownProviderError
@@ -286,6 +287,197 @@ def _rstrip(text: str, start: int, end: int) -> int:
     return end
 
 
+# -- token-aware splitting (R8) ---------------------------------------------------
+
+TokenCounter = Callable[[str], int]
+
+_CJK_CHARS = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af]")
+_WORDS = re.compile(r"[^\s\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af]+")
+
+
+def estimate_tokens(text: str) -> int:
+    """An offline token estimate for Japanese and English: one per CJK character, ~1.3 per word.
+
+    Used when the embedder has no tokenizer of its own; it errs on the high side for
+    subword tokenizers, so budgets computed with it are safe.
+    """
+    cjk = len(_CJK_CHARS.findall(text))
+    words = _WORDS.findall(text)
+    return cjk + sum(max(1, (len(w) + 3) // 4) for w in words)
+
+
+# Paragraphs are separated by blank lines; a Markdown heading line starts a section.
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_HEADING_LINE = re.compile(r"#{1,6}\s")  # used with .match(text, pos), which anchors at pos
+# Sentence ends: Japanese 。！？ (and full stops) with any closing brackets after them, Western
+# .!? before whitespace, and line breaks inside a paragraph.
+_SENTENCE_END = re.compile(r"[。！？!?．][」』）)\]】〕〉》”’]*|\.(?=\s)[\"')\]]*|\n")
+
+
+@dataclass(slots=True)
+class _Unit:
+    start: int
+    end: int
+    tokens: int
+    heading: bool = False
+
+
+class TokenSplitter:
+    """Chunks of at most ``max_tokens`` tokens (R8), cut at paragraph, section and sentence breaks.
+
+    * Paragraphs (blank-line separated) are packed whole while they fit; a paragraph
+      that does not fit is cut into sentences (Japanese ``。！？`` with a closing
+      ``」』）`` kept on the sentence; ``. ! ?`` before whitespace), and a sentence that
+      still does not fit is cut by characters -- never truncated.
+    * A Markdown heading stays with the text after it: a chunk never ends on a heading,
+      and a heading starts a new chunk when the current one is at least half full.
+    * Overlap: each chunk starts with the last whole sentences/paragraphs of the previous
+      one that fit in ``overlap_tokens``.
+    * Every chunk is measured again with ``counter`` (the embedder's own tokenizer where
+      it has one) and cut further if it is over ``max_tokens``, so none ever exceeds it.
+
+    Offsets slice the input: ``text[c.start:c.end] == c.content``.
+    """
+
+    def __init__(self, max_tokens: int = 1000, overlap_tokens: int = 100,
+                 counter: TokenCounter | None = None) -> None:
+        if not isinstance(max_tokens, int) or max_tokens < 8:
+            raise SplitterError(f"max_tokens must be an integer of at least 8; got {max_tokens!r}")
+        if not isinstance(overlap_tokens, int) or not 0 <= overlap_tokens < max_tokens // 2:
+            raise SplitterError(f"overlap_tokens must be from 0 to half of max_tokens; got {overlap_tokens!r}")
+        self.max_tokens = max_tokens
+        self.chunk_overlap = overlap_tokens
+        self.counter: TokenCounter = counter or estimate_tokens
+
+    @property
+    def chunk_size(self) -> int:
+        """The budget in tokens (named like the character splitter's for change detection)."""
+        return self.max_tokens
+
+    def __repr__(self) -> str:
+        return f"TokenSplitter(max_tokens={self.max_tokens}, overlap_tokens={self.chunk_overlap})"
+
+    def split(self, text: str) -> list[TextChunk]:
+        """Split ``text`` into chunks whose offsets slice ``text``."""
+        units = self._units(text, 0, len(text), self.max_tokens)
+        spans = self._pack(units)
+        chunks: list[TextChunk] = []
+        for start, end in spans:
+            for s, e in self._enforce(text, start, end):
+                chunks.append(TextChunk(text[s:e], len(chunks), s, e))
+        return chunks
+
+    # -- units ---------------------------------------------------------------------
+    def _units(self, text: str, start: int, end: int, budget: int) -> list[_Unit]:
+        units: list[_Unit] = []
+        cursor = start
+        for match in [*list(_PARAGRAPH_BREAK.finditer(text, start, end)), None]:
+            stop = match.start() if match else end
+            units.extend(self._paragraph(text, cursor, stop, budget))
+            if match:
+                cursor = match.end()
+        return units
+
+    def _paragraph(self, text: str, start: int, end: int, budget: int) -> list[_Unit]:
+        start, end = _lstrip(text, start, end), _rstrip(text, start, end)
+        if start >= end:
+            return []
+        tokens = self.counter(text[start:end])
+        if tokens <= budget:
+            return [_Unit(start, end, tokens, bool(_HEADING_LINE.match(text, start)))]
+        units: list[_Unit] = []
+        cursor = start
+        for match in [*list(_SENTENCE_END.finditer(text, start, end)), None]:
+            stop = match.end() if match else end
+            s, e = _lstrip(text, cursor, stop), _rstrip(text, cursor, stop)
+            if s < e:
+                n = self.counter(text[s:e])
+                units.extend([_Unit(s, e, n)] if n <= budget else self._hard(text, s, e, budget))
+            cursor = stop
+        return units
+
+    def _hard(self, text: str, start: int, end: int, budget: int) -> list[_Unit]:
+        """Cut a span with no usable boundary into the longest pieces that fit ``budget``."""
+        units: list[_Unit] = []
+        while start < end:
+            lo, hi = start + 1, end
+            while lo < hi:  # the longest prefix that fits (token counts grow with length)
+                mid = (lo + hi + 1) // 2
+                if self.counter(text[start:mid]) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            stop = max(lo, start + 1)
+            s, e = start, _rstrip(text, start, stop)
+            if s < e:
+                units.append(_Unit(s, e, self.counter(text[s:e])))
+            start = _lstrip(text, stop, end)
+        return units
+
+    # -- packing -------------------------------------------------------------------
+    def _pack(self, units: list[_Unit]) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int]] = []
+        current: list[_Unit] = []
+        total = 0
+        for unit in units:
+            only_headings = all(u.heading for u in current)
+            full = total + unit.tokens > self.max_tokens
+            section_break = unit.heading and total * 2 >= self.max_tokens
+            if current and (full or section_break) and not (only_headings and not full):
+                spans.append((current[0].start, current[-1].end))
+                current = self._overlap(current) if not unit.heading else []
+                total = sum(u.tokens for u in current)
+                if total + unit.tokens > self.max_tokens:
+                    current, total = [], 0
+            current.append(unit)
+            total += unit.tokens
+        if current:
+            spans.append((current[0].start, current[-1].end))
+        return spans
+
+    def _overlap(self, previous: list[_Unit]) -> list[_Unit]:
+        carried: list[_Unit] = []
+        total = 0
+        for unit in reversed(previous[1:]):  # never carry the whole chunk: each chunk must advance
+            if unit.heading or total + unit.tokens > self.chunk_overlap:
+                break
+            carried.insert(0, unit)
+            total += unit.tokens
+        return carried
+
+    def _enforce(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
+        """The span itself if its real token count fits, else its pieces re-split with a smaller budget."""
+        if self.counter(text[start:end]) <= self.max_tokens:
+            return [(start, end)]
+        budget = self.max_tokens
+        while budget >= 4:
+            budget = budget * 3 // 4
+            units = self._units(text, start, end, budget)
+            pieces = self._pack_plain(units, budget)
+            if all(self.counter(text[s:e]) <= self.max_tokens for s, e in pieces):
+                return pieces
+        return [(u.start, u.end) for u in self._hard(text, start, end, self.max_tokens)]
+
+    @staticmethod
+    def _pack_plain(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
+        spans, current, total = [], [], 0
+        for unit in units:
+            if current and total + unit.tokens > budget:
+                spans.append((current[0].start, current[-1].end))
+                current, total = [], 0
+            current.append(unit)
+            total += unit.tokens
+        if current:
+            spans.append((current[0].start, current[-1].end))
+        return spans
+
+
+def _lstrip(text: str, start: int, end: int) -> int:
+    while start < end and text[start].isspace():
+        start += 1
+    return start
+
+
 # -- registry -------------------------------------------------------------------
 
 SplitterFactory = Callable[..., Splitter]
@@ -321,14 +513,51 @@ def get_splitter(name: str = "recursive", **options: object) -> Splitter:
 
 
 register_splitter("recursive", RecursiveCharacterSplitter)
+register_splitter("token", TokenSplitter)
+
+DEFAULT_SPLITTER: dict[str, object] = {"name": "recursive", "chunk_size": 512, "chunk_overlap": 64}
+_DEFAULT_OPTIONS: dict[str, dict[str, object]] = {
+    "recursive": {"chunk_size": 512, "chunk_overlap": 64},
+    "token": {"max_tokens": 1000, "overlap_tokens": 100},
+}
+
+
+def splitter_spec(name: str, **options: object) -> dict[str, object]:
+    """A complete, JSON-ready description of a splitter (what a collection records)."""
+    if name not in _REGISTRY:
+        raise UnknownProviderError(f"unknown splitter {name!r}; known splitters: {', '.join(available_splitters())}")
+    return {"name": name, **_DEFAULT_OPTIONS.get(name, {}), **options}
+
+
+def build_splitter(spec: dict[str, object], embedder: object = None) -> Splitter:
+    """The splitter a spec describes; a token splitter counts with the embedder's own tokenizer.
+
+    The token budget is also capped at the embedder's input limit (``max_input_tokens``)
+    when it declares one, so no chunk can be longer than the model accepts.
+    """
+    options = {k: v for k, v in spec.items() if k != "name"}
+    name = str(spec.get("name", "recursive"))
+    if name == "token":
+        counter = getattr(embedder, "count_tokens", None)
+        if counter is not None:
+            options["counter"] = counter
+        limit = getattr(embedder, "max_input_tokens", None)
+        if isinstance(limit, int) and limit > 0:
+            options["max_tokens"] = min(int(options.get("max_tokens", 1000)), limit)  # type: ignore[arg-type]
+    return get_splitter(name, **options)
 
 
 __all__ = [
     "DEFAULT_SEPARATORS",
+    "DEFAULT_SPLITTER",
     "RecursiveCharacterSplitter",
     "Splitter",
     "SplitterFactory",
+    "TokenSplitter",
     "available_splitters",
+    "build_splitter",
+    "estimate_tokens",
     "get_splitter",
     "register_splitter",
+    "splitter_spec",
 ]

@@ -125,6 +125,7 @@ class Collection:
     document_count: int = 0
     chunk_count: int = 0
     created_at: str = ""
+    config: dict[str, Any] = field(default_factory=dict)  # e.g. {"splitter": {"name": "token", ...}}
 
     @property
     def embedder(self) -> EmbedderInfo:

@@ -51,8 +51,12 @@ class VectorStore(Protocol):
         ...
 
     # Collections (R3)
-    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
-        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
+                          config: dict[str, Any] | None = None) -> Collection:
+        """Return the collection, creating it (with ``config``) for this embedder if missing.
+
+        Refuses another embedder. ``config`` is only stored on creation (the splitter, ...).
+        """
         ...
 
     def get_collection(self, name: str) -> Collection:

@@ -57,6 +57,7 @@ _M001 = [
         document_count bigint NOT NULL DEFAULT 0,
         chunk_count bigint NOT NULL DEFAULT 0,
         metadata jsonb NOT NULL DEFAULT '{}',
+        config jsonb NOT NULL DEFAULT '{}',
         created_at timestamptz NOT NULL DEFAULT now(),
         UNIQUE (tenant_id, name),
         UNIQUE (tenant_id, id)

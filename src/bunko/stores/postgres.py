@@ -303,7 +303,7 @@ class PostgresVectorStore:
     def _collection(row: tuple) -> Collection:
         return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
                           dimension=int(row[5]), created_at=row[6].isoformat(), document_count=int(row[7]),
-                          chunk_count=int(row[8]))
+                          chunk_count=int(row[8]), config=dict(row[9]))
 
     @staticmethod
     def _count(conn: Any, tenant_pk: int, collection_pk: int, documents: int, chunks: int) -> None:
@@ -314,17 +314,18 @@ class PostgresVectorStore:
         )
 
     # -- collections ----------------------------------------------------------------------
-    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
+                          config: dict[str, Any] | None = None) -> Collection:
         """Return the collection, creating it for this embedder if missing; refuse another embedder."""
         _check_name("collection", name)
         settings = self._backend.settings
         with self._tx(create=True) as (conn, tenant_pk):
             conn.execute(
                 "INSERT INTO bunko.collections (tenant_id, name, description, embedding_provider, embedding_model, "
-                "dimension, analyzer, hnsw_m, hnsw_ef_construction) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (tenant_id, name) DO NOTHING",
+                "dimension, analyzer, hnsw_m, hnsw_ef_construction, config) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING",
                 (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                 self._backend.analyzer.name, settings.hnsw_m, settings.hnsw_ef_construction),
+                 self._backend.analyzer.name, settings.hnsw_m, settings.hnsw_ef_construction, Jsonb(config or {})),
             )
             collection = self._collection(self._collection_row(conn, tenant_pk, name))
         if collection.embedder != embedder:
@@ -805,7 +806,7 @@ def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], incl
 
 _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, document_count, "
-    "chunk_count FROM bunko.collections"
+    "chunk_count, config FROM bunko.collections"
 )
 
 _DOC_SELECT = (

@@ -72,6 +72,7 @@ _MIGRATIONS: list[str] = [
         embedding_model TEXT NOT NULL,
         dimension INTEGER NOT NULL CHECK (dimension > 0),
         analyzer TEXT NOT NULL DEFAULT 'bigram',
+        config TEXT NOT NULL DEFAULT '{}',
         document_count INTEGER NOT NULL DEFAULT 0,
         chunk_count INTEGER NOT NULL DEFAULT 0,
         mutation_seq INTEGER NOT NULL DEFAULT 0,
@@ -370,6 +371,7 @@ class SQLiteVectorStore:
             created_at=row[6],
             document_count=int(row[7]),
             chunk_count=int(row[8]),
+            config=json.loads(row[9]),
         )
 
     @staticmethod
@@ -383,7 +385,8 @@ class SQLiteVectorStore:
         )
 
     # -- collections ---------------------------------------------------------------
-    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "") -> Collection:
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
+                          config: dict[str, Any] | None = None) -> Collection:
         """Return the collection, creating it for this embedder if missing; refuse another embedder."""
         _check_name("collection", name)
         with self._backend._write_translated() as conn:
@@ -392,9 +395,9 @@ class SQLiteVectorStore:
             if row is None:
                 conn.execute(
                     "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
-                    "embedding_model, dimension, analyzer) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "embedding_model, dimension, analyzer, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                     self._backend.analyzer.name),
+                     self._backend.analyzer.name, json.dumps(config or {}, ensure_ascii=False)),
                 )
                 row = conn.execute(
                     _COLLECTION_SELECT + " WHERE tenant_id = ? AND name = ?", (tenant_pk, name)
@@ -894,7 +897,7 @@ class SQLiteVectorStore:
 
 _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, "
-    "document_count, chunk_count FROM collections"
+    "document_count, chunk_count, config FROM collections"
 )
 
 _DOC_SELECT = (
