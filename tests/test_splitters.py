@@ -538,7 +538,7 @@ def test_register_splitter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(s, Whole) and s.tag == "x"
     assert isinstance(s, Splitter)
     assert s.split("abc") == [TextChunk("abc", 0, 0, 3)]
-    assert available_splitters() == ["recursive", "whole"]
+    assert available_splitters() == ["recursive", "token", "whole"]
     with pytest.raises(SplitterError):
         register_splitter("", Whole)
     with pytest.raises(SplitterError):
