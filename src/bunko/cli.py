@@ -120,14 +120,26 @@ def cli(ctx: click.Context, db: str | None, home: str | None) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @collection_option
 @tenant_option
+@click.option("--splitter", type=click.Choice(["recursive", "token"]), default=None,
+              help="Chunking for a new collection: recursive (512 characters, R7) or token (1000 tokens, R8). "
+                   "An existing collection keeps its own.")
+@click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
+@click.option("--content-path", default=None, metavar="PATH",
+              help="JSON files: dotted path of the text field (e.g. data.body).")
 @json_option
 @click.pass_context
 @handle_errors
-def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, as_json: bool) -> None:
-    """Ingest files and folders (.txt, .md) into a collection.
+def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
+           password: str | None, content_path: str | None, as_json: bool) -> None:
+    """Ingest files, folders and http(s) URLs into a collection.
 
-    Re-ingesting an unchanged file does nothing; a changed file replaces its old chunks.
+    Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
+    Re-ingesting an unchanged file embeds nothing; a changed file becomes a new version of
+    the same document. One bad file never stops the rest; the exit status is 1 if any failed.
     """
+    from .loaders import LoadOptions
+
+    load_options = LoadOptions(password=password, content_path=content_path)
     scope = _engine(ctx).tenant(tenant)
     show_bar = not as_json and stderr.is_terminal
     with Progress(
@@ -152,7 +164,8 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
                 if isinstance(result, IngestError) and not as_json:
                     bar.console.print(f"[red]failed[/] {escape(path)}: {escape(result.message)}")
 
-        report = asyncio.run(scope.aingest(paths, collection, progress=progress))
+        report = asyncio.run(scope.aingest(paths, collection, progress=progress, splitter=splitter,
+                                           options=load_options))
 
     ok = report.documents
     statuses = {s: sum(1 for d in ok if d.status == s) for s in ("created", "replaced", "unchanged")}

@@ -1,0 +1,110 @@
+"""Ingest as a job: batches, re-runs that embed nothing, and a SIGKILL that leaves no half document."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bunko import Bunko
+
+
+def _make_files(folder: Path, n: int) -> None:
+    folder.mkdir()
+    for i in range(n):
+        body = "\n\n".join(
+            f"文書{i}の第{j}段落です。地震への備えとして水と食料を備蓄します。Paragraph {j} of file {i}."
+            for j in range(8)
+        )
+        (folder / f"doc{i:04d}.md").write_text(f"# 文書 {i}\n\n{body}\n", encoding="utf-8")
+
+
+class CountingEmbedder:
+    """Wraps the real embedder and counts the texts it is asked to embed."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.provider, self.model, self.dimension = inner.provider, inner.model, inner.dimension
+        self.batch_size = inner.batch_size
+        self.calls = 0
+        self.texts = 0
+
+    async def embed(self, text):
+        self.calls += 1
+        self.texts += 1
+        return await self.inner.embed(text)
+
+    async def embed_batch(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return await self.inner.embed_batch(texts)
+
+    async def close(self):
+        return None
+
+
+def test_rerun_embeds_nothing_and_a_changed_file_only_itself(tmp_path: Path, embedder) -> None:
+    folder = tmp_path / "docs"
+    _make_files(folder, 12)
+    counting = CountingEmbedder(embedder)
+    engine = Bunko(f"sqlite:///{tmp_path / 'jobs.db'}", embedder=counting)
+    scope = engine.tenant("t")
+    first = scope.ingest([folder], "c")
+    assert len(first.documents) == 12 and first.errors == [] and counting.texts >= 12
+    counting.calls = counting.texts = 0
+    again = scope.ingest([folder], "c")
+    assert {d.status for d in again.documents} == {"unchanged"}
+    assert counting.texts == 0  # nothing embedded at all
+    (folder / "doc0003.md").write_text("# 変更\n\n内容を変えました。新しい版です。", encoding="utf-8")
+    third = scope.ingest([folder], "c")
+    changed = [d for d in third.documents if d.status != "unchanged"]
+    assert [(Path(d.source).name, d.status, d.version) for d in changed] == [("doc0003.md", "replaced", 2)]
+    assert counting.texts == 1  # just the one chunk of the changed file
+    engine.close()
+
+
+def test_sigkill_mid_ingest_leaves_only_whole_documents(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    _make_files(folder, 400)
+    db = tmp_path / "kill.db"
+    env = {**os.environ, "BUNKO_HOME": str(tmp_path / "home")}
+    cmd = [sys.executable, "-m", "bunko", "--db", f"sqlite:///{db}", "ingest", str(folder), "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 240
+    stored = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        if db.exists():
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+                    stored = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if stored >= 1:
+                break
+    assert proc.poll() is None, "the ingest finished before it could be killed; make the job bigger"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+    with sqlite3.connect(db) as conn:
+        docs = conn.execute("SELECT id, chunk_count FROM documents").fetchall()
+        assert 0 < len(docs) < 400
+        for doc_pk, expected in docs:
+            actual = conn.execute("SELECT count(*) FROM chunks WHERE document_id = ?", (doc_pk,)).fetchone()[0]
+            assert actual == expected > 0  # every stored document is whole
+        orphans = conn.execute("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)")
+        assert orphans.fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == \
+            conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        counters = conn.execute("SELECT document_count, chunk_count FROM collections").fetchone()
+        assert counters == (len(docs), sum(c for _, c in docs))
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    data = json.loads(rerun.stdout)
+    assert data["documents"] == 400 and data["unchanged"] == len(docs) and data["errors"] == []
