@@ -166,9 +166,9 @@ class RAGPipelineError(BunkoError):
 
 
 __all__ = [
+    "BlockedURLError",
     "BunkoError",
     "CollectionNotFoundError",
-    "BlockedURLError",
     "ConfigError",
     "CorruptDocumentError",
     "DimensionMismatchError",
