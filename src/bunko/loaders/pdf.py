@@ -1,0 +1,451 @@
+"""PDF loader: pypdfium2 for every page, pdfminer.six only for the pages pypdfium2 reads badly.
+
+One ``Document`` per PDF, one ``DocumentPart`` per page that has text (``page_number``
+is 1-based). pypdfium2 (PDFium) is fast and reads most files, but three kinds of page
+go to pdfminer.six as well, decided from measurements on PDFium's text page:
+
+* **garbled** text: ``(cid:N)`` codes, U+FFFD, private-use or control characters make
+  up a large share of the page (see ``_badness``);
+* **vertical** Japanese (tategaki): PDFium keeps each column top to bottom but puts the
+  columns out of order. Consecutive CJK characters whose boxes sit one *below* the other
+  in the same column, rather than side by side on a line, mark such a page;
+* **missing** text: far more text objects on the page than characters PDFium extracted
+  (fonts it cannot map to Unicode, e.g. CID fonts with a CMap PDFium lacks).
+
+pdfminer reads those pages with ``LAParams(detect_vertical=True)``; the cleaner and more
+complete of the two texts is kept (pdfminer's, for vertical pages). A page that neither
+reads cleanly is left out and listed in ``garbled_pages``; pages without a text layer
+(scans) are listed in ``pages_without_text``. A PDF with no text at all raises
+``NoTextError`` (OCR is not enabled), one whose every text page is garbled raises
+``GarbledTextError``. Files PDFium cannot open are tried with pdfminer before they are
+reported as corrupt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as dt
+import importlib.util
+import io
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CorruptDocumentError, EncryptedDocumentError, GarbledTextError, LoaderError, NoTextError
+from ..types import Document, DocumentPart
+from . import LoadOptions, file_metadata, read_bytes
+
+_MISSING = 'reading PDF files needs: pip install "bunko[pdf]"'
+
+GARBLED_SHARE = 0.2  # a page whose non-space characters are this much mojibake is unusable
+SUSPECT_SHARE = 0.05  # ... and this much makes it worth asking the other extractor
+SUSPECT_CODES = 3  # as do this many (cid:N) codes or U+FFFD (stray control/private-use glyphs in maths do not)
+VERTICAL_MIN_STEPS = 8  # column steps between CJK characters needed to call a page vertical
+MISSING_TEXT_FACTOR = 2  # text objects > 2 * extracted characters + 10: PDFium lost text
+MISSING_TEXT_SLACK = 10
+_VERTICAL_SAMPLE = 4000  # characters of a page examined for vertical writing
+
+# PDFium is not thread-safe, and the engine loads files in worker threads.
+_PDFIUM_LOCK = threading.Lock()
+
+_CID_RE = re.compile(r"\(cid:\d+\)")
+_CODES_RE = re.compile(r"\(cid:\d+\)|\ufffd")
+_SPACE_RE = re.compile(r"\s")
+# not whitespace (\s also covers \x0b, \x0c and \x1c-\x1f), so counted among the non-space characters
+_BAD_RE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ufffd\ue000-\uf8ff\U000f0000-\U0010ffff]")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
+_CJK_RE = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\uac00-\ud7af]")
+_PDF_DATE_RE = re.compile(
+    r"^(?:D:)?(\d{4})(\d{2})?(\d{2})?(\d{2})?(\d{2})?(\d{2})?\s*(?:([Zz+\-])\s*(\d{2})?'?(\d{2})?'?)?"
+)
+
+log = logging.getLogger(__name__)
+
+
+def _pdfium() -> tuple[Any, Any]:
+    try:
+        import pypdfium2
+        import pypdfium2.raw as pdfium_c
+    except ImportError as exc:
+        raise LoaderError(_MISSING) from exc
+    if importlib.util.find_spec("pdfminer") is None:  # needed for some pages only: fail the same way always
+        raise LoaderError(_MISSING)
+    return pypdfium2, pdfium_c
+
+
+# --- text quality -------------------------------------------------------------------
+
+
+def _badness(text: str) -> tuple[int, int]:
+    """(mojibake characters, non-space characters); a ``(cid:N)`` code counts as one bad character.
+
+    Mojibake here: U+FFFD, private-use characters (glyphs without a real Unicode value)
+    and control characters (raw glyph codes leaking through).
+    """
+    cids = len(_CID_RE.findall(text))
+    rest = _CID_RE.sub("", text) if cids else text
+    total = len(rest) - len(_SPACE_RE.findall(rest))
+    return cids + len(_BAD_RE.findall(rest)), cids + total
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """One extractor's text for a page, with its quality."""
+
+    text: str
+    bad: int
+    total: int
+
+    @classmethod
+    def of(cls, raw: str | None) -> _Candidate:
+        text = _prepare(raw or "")
+        bad, total = _badness(text)
+        return cls(text, bad, total)
+
+    @property
+    def share(self) -> float:
+        return self.bad / self.total if self.total else 0.0
+
+    @property
+    def garbled(self) -> bool:
+        return self.total > 0 and self.share >= GARBLED_SHARE
+
+    @property
+    def suspect(self) -> bool:
+        if not self.total:
+            return False
+        return self.share >= SUSPECT_SHARE or len(_CODES_RE.findall(self.text)) >= SUSPECT_CODES
+
+    @property
+    def good(self) -> int:
+        return self.total - self.bad
+
+
+def _prepare(text: str) -> str:
+    """Line ends to ``\\n``; PDFium's end-of-line hyphen marker (U+0002) joins the word back."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x02", "")
+
+
+def _clean(text: str) -> str:
+    """The text to store: no CID codes, replacement or control characters, tidy blank lines."""
+    text = _CID_RE.sub("", text)
+    text = _CONTROL_RE.sub("", text)
+    text = re.sub(r"[ \t\u3000]+\n", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+# --- PDFium --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PdfiumPage:
+    text: _Candidate
+    needs_pdfminer: bool
+    vertical: bool
+
+
+def _column_steps(textpage: Any, count: int, pdfium_c: Any) -> tuple[int, int]:
+    """(vertical, horizontal) steps between consecutive CJK characters in PDFium's text order.
+
+    In tategaki the next character sits about one character height *below* the previous
+    one at the same x; in horizontal text it sits about one width to the right on the same
+    baseline. Characters are compared by the centres of their boxes, scaled by font size.
+    """
+    left, right, bottom, top = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+    vertical = horizontal = 0
+    prev: tuple[float, float, float] | None = None
+    for index in range(min(count, _VERTICAL_SAMPLE)):
+        code = pdfium_c.FPDFText_GetUnicode(textpage, index)
+        if not (0x3000 <= code <= 0xD7AF or 0xF900 <= code <= 0xFFEF) or code in (0x3000,):
+            prev = None
+            continue
+        if not pdfium_c.FPDFText_GetCharBox(textpage, index, left, right, bottom, top):
+            prev = None
+            continue
+        size = max(pdfium_c.FPDFText_GetFontSize(textpage, index), right.value - left.value,
+                   top.value - bottom.value, 1.0)
+        x, y = (left.value + right.value) / 2, (bottom.value + top.value) / 2
+        if prev is not None:
+            scale = max(size, prev[2])
+            dx, dy = x - prev[0], y - prev[1]
+            if abs(dx) < 0.5 * scale and -2.5 * scale < dy < -0.3 * scale:
+                vertical += 1
+            elif abs(dy) < 0.5 * scale and 0.3 * scale < dx < 2.5 * scale:
+                horizontal += 1
+        prev = (x, y, size)
+    return vertical, horizontal
+
+
+def _text_objects_over(page: Any, limit: int, pdfium_c: Any) -> bool:
+    """True if the page has more than ``limit`` text objects, those inside forms included."""
+    count = 0
+    stack = [(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i))]
+    while stack:
+        n, get = stack.pop()
+        for i in range(n):
+            obj = get(i)
+            kind = pdfium_c.FPDFPageObj_GetType(obj)
+            if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
+                count += 1
+                if count > limit:
+                    return True
+            elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and len(stack) < 16:
+                stack.append((pdfium_c.FPDFFormObj_CountObjects(obj),
+                              lambda j, form=obj: pdfium_c.FPDFFormObj_GetObject(form, j)))
+    return False
+
+
+def _read_pdfium_page(pdf: Any, index: int, pdfium_c: Any) -> _PdfiumPage:
+    try:
+        page = pdf[index]
+    except Exception as exc:  # a damaged page: let pdfminer try it
+        log.debug("PDFium cannot load page %d: %s", index + 1, exc)
+        return _PdfiumPage(_Candidate.of(""), True, False)
+    textpage = page.get_textpage()
+    try:
+        count = textpage.count_chars()
+        candidate = _Candidate.of(textpage.get_text_range() if count > 0 else "")
+        vertical = False
+        if candidate.total >= 10 and len(_CJK_RE.findall(candidate.text)) * 5 >= candidate.total:
+            v_steps, h_steps = _column_steps(textpage.raw, count, pdfium_c)
+            vertical = v_steps >= VERTICAL_MIN_STEPS and v_steps > h_steps
+        missing = _text_objects_over(page.raw, MISSING_TEXT_FACTOR * max(count, 0) + MISSING_TEXT_SLACK, pdfium_c)
+    finally:
+        textpage.close()
+        page.close()
+    needs = candidate.suspect or vertical or missing
+    return _PdfiumPage(candidate, needs, vertical)
+
+
+def _open_error(path: Path, exc: Exception, pdfium_c: Any, password: str | None) -> Exception | None:
+    """The error for a PDFium open failure, or None when pdfminer should try the file."""
+    code = getattr(exc, "err_code", None)
+    if code == pdfium_c.FPDF_ERR_PASSWORD:
+        if password:
+            return EncryptedDocumentError(f"{path}: the PDF is encrypted and the password given does not open it")
+        return EncryptedDocumentError(f"{path}: the PDF is encrypted; a password is needed to open it")
+    return None
+
+
+# --- pdfminer ------------------------------------------------------------------------
+
+
+def _pdfminer_open(data: bytes, password: str | None) -> Any:
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFParser
+
+    # pdfminer logs a warning for every oddity of a damaged file; unless the application
+    # configured its logger, keep them off the console (what matters is raised or recorded).
+    miner_log = logging.getLogger("pdfminer")
+    if miner_log.level == logging.NOTSET:
+        miner_log.setLevel(logging.ERROR)
+    return PDFDocument(PDFParser(io.BytesIO(data)), password=password or "")
+
+
+def _pdfminer_texts(document: Any, wanted: set[int] | None) -> dict[int, str | None]:
+    """pdfminer's text of the wanted pages (0-based; all when None), None for a page it cannot read."""
+    from pdfminer.converter import TextConverter
+    from pdfminer.layout import LAParams
+    from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
+    from pdfminer.pdfpage import PDFPage
+
+    manager = PDFResourceManager(caching=True)
+    out = io.StringIO()
+    device = TextConverter(manager, out, laparams=LAParams(detect_vertical=True))
+    interpreter = PDFPageInterpreter(manager, device)
+    texts: dict[int, str | None] = {}
+    last = max(wanted, default=-1) if wanted is not None else None
+    try:
+        for index, page in enumerate(PDFPage.create_pages(document)):
+            if last is not None and index > last:
+                break
+            if wanted is not None and index not in wanted:
+                continue
+            try:
+                interpreter.process_page(page)
+                texts[index] = out.getvalue().replace("\f", "\n")
+            except Exception as exc:  # one bad page must not lose the others
+                log.debug("pdfminer cannot read page %d: %s", index + 1, exc)
+                texts[index] = None
+            out.seek(0)
+            out.truncate(0)
+    finally:
+        device.close()
+    return texts
+
+
+def _pdfminer_info(document: Any) -> dict[str, str]:
+    from pdfminer.pdftypes import resolve1
+    from pdfminer.psparser import PSLiteral
+    from pdfminer.utils import decode_text
+
+    info: dict[str, str] = {}
+    for entry in getattr(document, "info", None) or []:
+        for key, value in entry.items():
+            value = resolve1(value)
+            if isinstance(value, bytes):
+                value = decode_text(value)
+            elif isinstance(value, PSLiteral):
+                value = str(value.name)
+            if isinstance(value, str):
+                info[str(key)] = value
+    return info
+
+
+# --- metadata ------------------------------------------------------------------------
+
+
+def _pdf_date(value: str) -> str | None:
+    """A PDF date (``D:YYYYMMDDHHmmSSOHH'mm'``) as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC, or None."""
+    match = _PDF_DATE_RE.match(value.strip())
+    if not match:
+        return None
+    year, month, day, hour, minute, second, sign, off_h, off_m = match.groups()
+    try:
+        stamp = dt.datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
+                            int(second or 0), tzinfo=dt.UTC)
+        if sign in ("+", "-"):
+            offset = dt.timedelta(hours=int(off_h or 0), minutes=int(off_m or 0))
+            stamp = stamp - offset if sign == "+" else stamp + offset
+    except (ValueError, OverflowError):
+        return None
+    if not 1900 <= stamp.year <= 2200:
+        return None
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _info_metadata(info: dict[str, str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for source, key in (("Title", "title"), ("Author", "author")):
+        value = (info.get(source) or "").replace("\x00", "").strip()
+        if value:
+            found[key] = value
+    created = _pdf_date(info.get("CreationDate") or "")
+    if created:
+        found["created_at"] = created
+    return found
+
+
+# --- the loader ----------------------------------------------------------------------
+
+
+def _choose(pdfium_page: _PdfiumPage | None, miner_raw: str | None, consulted: bool) -> tuple[str, str]:
+    """(status, text) for a page: status ``text``, ``empty`` or ``garbled``."""
+    candidates: list[tuple[float, _Candidate]] = []
+    if pdfium_page is not None and pdfium_page.text.total and not pdfium_page.text.garbled:
+        candidates.append((pdfium_page.text.good, pdfium_page.text))
+    miner = _Candidate.of(miner_raw) if consulted else None
+    if miner is not None and miner.total and not miner.garbled:
+        # pdfminer reads vertical columns in order: prefer it unless it lost much of the text
+        weight = 1.25 if pdfium_page is not None and pdfium_page.vertical else 1.0
+        candidates.append((miner.good * weight, miner))
+    if candidates:
+        best = max(candidates, key=lambda c: c[0])[1]
+        text = _clean(best.text)
+        if text:
+            return "text", text
+    seen_garbled = (pdfium_page is not None and pdfium_page.text.garbled) or (miner is not None and miner.garbled)
+    return ("garbled" if seen_garbled else "empty"), ""
+
+
+def load_pdf(path: Path, options: LoadOptions) -> list[Document]:
+    """A PDF as one document with a part per page that has text; see the module docstring."""
+    pdfium, pdfium_c = _pdfium()
+    data = read_bytes(path, options)
+    password = options.password or None
+    info: dict[str, str] = {}
+    pages: list[_PdfiumPage] | None = None
+    open_failure: str | None = None
+    with _PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(data, password=password)
+        except pdfium.PdfiumError as exc:
+            error = _open_error(path, exc, pdfium_c, password)
+            if error is not None:
+                raise error from exc
+            reason = re.search(r"PDFium: ([^)]*)", str(exc))
+            open_failure = reason.group(1).strip().rstrip(".").lower() if reason else "unknown error"
+        else:
+            try:
+                info = {k: v for k, v in pdf.get_metadata_dict(skip_empty=True).items() if isinstance(v, str)}
+                pages = [_read_pdfium_page(pdf, index, pdfium_c) for index in range(len(pdf))]
+            finally:
+                pdf.close()
+
+    if not pages:  # PDFium could not open the file (or found no pages): pdfminer's turn
+        return _load_with_pdfminer(path, data, password, open_failure or "no pages")
+
+    wanted = {index for index, page in enumerate(pages) if page.needs_pdfminer}
+    miner_texts: dict[int, str | None] = {}
+    if wanted:
+        try:
+            miner_texts = _pdfminer_texts(_pdfminer_open(data, password), wanted)
+        except Exception as exc:  # keep what PDFium read
+            log.debug("pdfminer cannot open %s: %s", path, exc)
+    results = [_choose(page, miner_texts.get(index), index in wanted) for index, page in enumerate(pages)]
+    return [_document(path, results, info)]
+
+
+def _load_with_pdfminer(path: Path, data: bytes, password: str | None, reason: str) -> list[Document]:
+    from pdfminer.pdfdocument import PDFEncryptionError, PDFPasswordIncorrect
+
+    try:
+        document = _pdfminer_open(data, password)
+        texts = _pdfminer_texts(document, None)
+    except PDFPasswordIncorrect as exc:
+        if password:
+            raise EncryptedDocumentError(f"{path}: the PDF is encrypted and the password given does not open it") \
+                from exc
+        raise EncryptedDocumentError(f"{path}: the PDF is encrypted; a password is needed to open it") from exc
+    except PDFEncryptionError as exc:
+        raise EncryptedDocumentError(f"{path}: the PDF uses an encryption method that cannot be read") from exc
+    except Exception as exc:  # any parser failure here means a damaged file
+        raise CorruptDocumentError(f"{path}: not a readable PDF (damaged or incomplete: {reason})") from exc
+    if not texts:
+        raise CorruptDocumentError(f"{path}: not a readable PDF (damaged or incomplete: {reason}; no pages found)")
+    try:
+        info = _pdfminer_info(document)
+    except Exception:  # metadata is optional
+        info = {}
+    count = max(texts) + 1
+    results = [_choose(None, texts.get(index), True) for index in range(count)]
+    return [_document(path, results, info)]
+
+
+def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str]) -> Document:
+    parts = [DocumentPart(text, {"page_number": number})
+             for number, (status, text) in enumerate(results, start=1) if status == "text"]
+    without_text = [number for number, (status, _) in enumerate(results, start=1) if status == "empty"]
+    garbled = [number for number, (status, _) in enumerate(results, start=1) if status == "garbled"]
+    if not parts:
+        if garbled:
+            raise GarbledTextError(
+                f"{path}: the text of page{'s' if len(garbled) > 1 else ''} {_page_list(garbled)} comes out "
+                "garbled (glyphs without a Unicode mapping) in every PDF reader; nothing readable to index"
+            )
+        raise NoTextError(
+            f"{path}: no extractable text; OCR is not enabled "
+            f"({len(results)} page{'s' if len(results) != 1 else ''} without a text layer, e.g. scanned images)"
+        )
+    document = Document.from_parts(parts)
+    metadata = file_metadata(path, "pdf", document.content)
+    metadata["page_count"] = len(results)
+    metadata.update(_info_metadata(info))
+    if without_text:
+        metadata["pages_without_text"] = without_text
+    if garbled:
+        metadata["garbled_pages"] = garbled
+    document.metadata = metadata
+    return document
+
+
+def _page_list(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:20])
+    return shown + (f" (and {len(numbers) - 20} more)" if len(numbers) > 20 else "")
+
+
+__all__ = ["load_pdf"]

@@ -1,0 +1,347 @@
+"""The PDF loader against the shared document corpus (``../shared/data/documents``).
+
+Every PDF in ``documents.jsonl`` is checked for what its ``expected`` tags call for;
+strings are compared with all whitespace removed (vertical Japanese comes out one
+column per line). Small synthetic PDFs cover garbled text layers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bunko.errors import (
+    CorruptDocumentError,
+    EncryptedDocumentError,
+    GarbledTextError,
+    LoaderError,
+    NoTextError,
+)
+from bunko.loaders import LoadOptions, load_path
+
+pytest.importorskip("pypdfium2")
+pytest.importorskip("pdfminer")
+
+from bunko.loaders import pdf as pdf_loader
+from bunko.loaders.pdf import load_pdf
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "documents"
+MANIFEST = DATA / "documents.jsonl"
+
+pytestmark = pytest.mark.skipif(not MANIFEST.is_file(), reason=f"document corpus not found at {DATA}")
+
+
+def _records() -> list[dict[str, Any]]:
+    if not MANIFEST.is_file():
+        return []
+    records = [json.loads(line) for line in MANIFEST.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in records if r["kind"] == "pdf"]
+
+
+RECORDS = _records()
+
+# Longer contiguous phrases (from pdfminer's reading-order output) that only come out when
+# the vertical columns are read right to left, top to bottom.
+READING_ORDER = {
+    "jo.pdf": [
+        "わたくしといふ現象は假定された有機交流電燈のひとつの青い照明です（あらゆる透明な幽霊の複合体）"
+        "風景やみんなといっしょにせはしくせはしく明滅しながらいかにもたしかにともりつづける因果交流電燈の"
+        "ひとつの青い照明です",
+        "すべてこれらの命題は心象や時間それ自身の性質として第四次延長のなかで主張されます",
+    ],
+    "kampo.pdf": [
+        "道路交通法施行令（昭和三十五年政令第二百七十号）の一部を次のように改正する。"
+        "第一条の二第四項第三号中「一・五メートル」を「一メートル」に改め、同条第五項第三号中「第",
+    ],
+}
+
+# multipage.pdf: six scans, only page 4 has a (poor) OCR text layer (manifest notes).
+MULTIPAGE_WITHOUT_TEXT = [1, 2, 3, 5, 6]
+
+_CACHE: dict[tuple[str, str | None], Any] = {}
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def load(name: str, password: str | None = None) -> Any:
+    """The documents of a corpus file (cached), or the error loading it raised."""
+    key = (name, password)
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = load_pdf(DATA / name, LoadOptions(password=password))
+        except LoaderError as exc:
+            _CACHE[key] = exc
+    return _CACHE[key]
+
+
+def loaded(name: str, password: str | None = None) -> Any:
+    result = load(name, password)
+    if isinstance(result, Exception):
+        raise result
+    assert len(result) == 1
+    return result[0]
+
+
+def assert_clean(text: str) -> None:
+    assert "(cid:" not in text
+    assert "\ufffd" not in text
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r["file"] for r in RECORDS])
+def test_manifest_expectations(record: dict[str, Any]) -> None:
+    tags = set(record["expected"])
+    name = record["file"]
+    if "image_only" in tags:
+        with pytest.raises(NoTextError, match="no extractable text; OCR is not enabled"):
+            loaded(name)
+        return
+    if "needs_user_password" in tags:
+        with pytest.raises(EncryptedDocumentError) as info:
+            loaded(name)
+        assert name in str(info.value) and "password is needed" in str(info.value)
+        document = loaded(name, record["password"])
+        for expected in record["must_contain_after_decrypt"]:
+            assert squash(expected) in squash(document.content)
+        assert_clean(document.content)
+        return
+    if "unrecoverable" in tags:
+        with pytest.raises(CorruptDocumentError) as info:
+            loaded(name)
+        message = str(info.value)
+        assert name in message and "Traceback" not in message and "\n" not in message
+        return
+
+    document = loaded(name)
+    assert_clean(document.content)
+    assert document.metadata["page_count"] == record["pages"]
+    assert document.metadata["mime_type"] == "application/pdf"
+    numbers = [part.metadata["page_number"] for part in document.parts]
+    assert numbers == sorted(set(numbers)) and all(1 <= n <= record["pages"] for n in numbers)
+    if "mostly_image_only" in tags:
+        assert document.metadata["pages_without_text"] == MULTIPAGE_WITHOUT_TEXT
+        assert numbers == [4]
+        return
+    assert "has_text" in tags
+    assert numbers == list(range(1, record["pages"] + 1))  # every page of these files has text
+    assert "garbled_pages" not in document.metadata
+    for expected in record["must_contain"]:
+        assert squash(expected) in squash(document.content), expected
+    if record["language"] in ("ja", "ko"):  # script-based detection is reliable for these
+        assert document.metadata["language"] == record["language"]
+    if "vertical_text" in tags:
+        for phrase in READING_ORDER[name]:
+            assert squash(phrase) in squash(document.content), phrase
+
+
+def test_every_vertical_sample_has_a_reading_order_phrase() -> None:
+    vertical = {r["file"] for r in RECORDS if "vertical_text" in r["expected"]}
+    assert vertical <= set(READING_ORDER)
+
+
+def test_wrong_password_is_an_encryption_error() -> None:
+    with pytest.raises(EncryptedDocumentError, match="password given does not open it"):
+        load_pdf(DATA / "libreoffice-writer-password.pdf", LoadOptions(password="not-the-password"))
+
+
+def test_parts_carry_their_page_number() -> None:
+    for name, phrase, page in [
+        ("GeoTopo-komprimiert.pdf", "Einführung in die Geometrie und Topologie", 1),
+        ("nlp2004slides.pdf", "再現率と適合率の関係", 31),
+        ("multicolumn.pdf", "Copenhagen", 3),
+        ("multipage.pdf", None, 4),
+    ]:
+        document = loaded(name)
+        assert all(set(part.metadata) == {"page_number"} for part in document.parts)
+        found = [p.metadata["page_number"] for p in document.parts
+                 if phrase is None or squash(phrase) in squash(p.text)]
+        assert found and found[0] == page, (name, found)
+    document = loaded("GeoTopo-komprimiert.pdf")
+    assert len(document.parts) == 117
+    assert squash(document.parts[82].text) in squash(document.content)
+    assert document.parts[82].metadata == {"page_number": 83}
+
+
+def test_document_metadata_from_the_pdf_info() -> None:
+    document = loaded("normal_4pages.pdf")
+    meta = document.metadata
+    assert meta["title"] == "코로나-19 관련 보험약관상 재해보험금 지급문제 및 개선과제"
+    assert meta["author"] == "김창호"
+    assert meta["created_at"] == "2020-03-31T09:02:55Z"  # D:20200331180255+09'00' in UTC
+    assert meta["filename"] == "normal_4pages.pdf" and meta["source"] == str(DATA / "normal_4pages.pdf")
+    assert meta["filesize"] == (DATA / "normal_4pages.pdf").stat().st_size
+    geo = loaded("GeoTopo-komprimiert.pdf").metadata
+    assert (geo["title"], geo["author"]) == ("Geometrie und Topologie", "Martin Thoma")
+    assert loaded("jo.pdf").metadata["language"] == "ja"
+    assert "title" not in loaded("tracemonkey.pdf").metadata  # empty Title in the info: not set
+
+
+@pytest.mark.parametrize(
+    ("raw", "iso"),
+    [
+        ("D:20161231184323+01'00'", "2016-12-31T17:43:23Z"),
+        ("D:20150722100404Z00'00'", "2015-07-22T10:04:04Z"),
+        ("D:20091207215100Z", "2009-12-07T21:51:00Z"),
+        ("D:20180810042542-05'00'", "2018-08-10T09:25:42Z"),
+        ("D:2004", "2004-01-01T00:00:00Z"),
+        ("20230216100534", "2023-02-16T10:05:34Z"),
+        ("yesterday", None),
+        ("D:20231345", None),
+    ],
+)
+def test_pdf_dates(raw: str, iso: str | None) -> None:
+    assert pdf_loader._pdf_date(raw) == iso
+
+
+def test_load_path_sniffs_the_content(tmp_path: Path) -> None:
+    documents = load_path(DATA / "kampo.pdf")
+    assert documents[0].metadata["kind"] == "pdf"
+    unnamed = tmp_path / "gazette"  # no suffix: the %PDF- header decides
+    shutil.copyfile(DATA / "jo.pdf", unnamed)
+    documents = load_path(unnamed)
+    assert documents[0].metadata["kind"] == "pdf"
+    assert squash(READING_ORDER["jo.pdf"][1]) in squash(documents[0].content)
+    assert documents[0].metadata["filename"] == "gazette"
+    with pytest.raises(NoTextError):
+        load_path(DATA / "c02-22.pdf")
+
+
+def test_pdfminer_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[set[int] | None] = []
+    original = pdf_loader._pdfminer_texts
+
+    def spy(document: Any, wanted: set[int] | None) -> Any:
+        asked.append(wanted)
+        return original(document, wanted)
+
+    monkeypatch.setattr(pdf_loader, "_pdfminer_texts", spy)
+    for name in ("tracemonkey.pdf", "pdkids.pdf", "GeoTopo-komprimiert.pdf", "nlp2004slides.pdf",
+                 "issue16538.pdf", "normal_4pages.pdf"):
+        load_pdf(DATA / name, LoadOptions())
+    assert asked == []
+    load_pdf(DATA / "jo.pdf", LoadOptions())  # vertical: PDFium's column order is wrong
+    load_pdf(DATA / "kampo.pdf", LoadOptions())  # PDFium maps almost none of the glyphs
+    assert asked == [{0}, {0}]
+
+
+def test_unreadable_by_pdfium_falls_back_to_pdfminer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise pypdfium2.PdfiumError("Failed to load document (PDFium: Data format error).",
+                                    err_code=pdfium_c.FPDF_ERR_FORMAT)
+
+    monkeypatch.setattr(pypdfium2, "PdfDocument", broken)
+    document = load_pdf(DATA / "zen_of_python_corrupted.pdf", LoadOptions())[0]
+    assert squash("Readability counts.") in squash(document.content)
+    assert document.metadata["page_count"] == 1 and document.metadata["title"] == "zen_of_python.txt"
+    with pytest.raises(CorruptDocumentError, match="not a readable PDF"):
+        load_pdf(DATA / "invalid.pdf", LoadOptions())
+
+
+def test_missing_libraries_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pypdfium2", None)
+    with pytest.raises(LoaderError, match=re.escape('pip install "bunko[pdf]"')):
+        load_pdf(DATA / "jo.pdf", LoadOptions())
+
+
+# --- synthetic PDFs: a text layer whose ToUnicode map points at private-use characters ---
+
+
+def make_pdf(pages: list[tuple[str, bool]]) -> bytes:
+    """A PDF with one Helvetica line block per page; ``True`` maps that page's glyphs to U+E000..."""
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+            b"/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n"
+            b"/CMapName /Garbled-UCS def /CMapType 2 def\n"
+            b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+            b"1 beginbfrange <20> <7E> <E000> endbfrange\n"
+            b"endcmap CMapName currentdict /CMap defineresource pop end end\n")
+    objects = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+        4: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding /ToUnicode 5 0 R >>",
+        5: b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"endstream",
+    }
+    kids = []
+    number = 6
+    for text, garbled in pages:
+        words, lines = text.split(), []
+        while words:
+            lines.append(" ".join(words[:6]))
+            words = words[6:]
+        ops = b"BT /F1 12 Tf 20 260 Td 14 TL " + b" ".join(b"(%s) '" % line.encode("latin-1") for line in lines)
+        ops += b" ET"
+        objects[number] = b"<< /Length %d >>\nstream\n" % len(ops) + ops + b"\nendstream"
+        objects[number + 1] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Contents %d 0 R "
+                               b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (number, 4 if garbled else 3))
+        kids.append(number + 1)
+        number += 2
+    objects[2] = b"<< /Type /Pages /Count %d /Kids [%s] >>" % (len(kids), b" ".join(b"%d 0 R" % k for k in kids))
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = {}
+    for n in sorted(objects):
+        offsets[n] = len(out)
+        out += b"%d 0 obj\n" % n + objects[n] + b"\nendobj\n"
+    start = len(out)
+    size = max(objects) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    out += b"".join(b"%010d 00000 n \n" % offsets[n] for n in range(1, size))
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, start)
+    return bytes(out)
+
+
+SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank today"
+
+
+def test_garbled_pages_are_left_out_and_listed(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.pdf"
+    path.write_bytes(make_pdf([(SENTENCE, False), ("Secret words nobody can read " * 3, True), (SENTENCE, False)]))
+    document = load_pdf(path, LoadOptions())[0]
+    assert [p.metadata["page_number"] for p in document.parts] == [1, 3]
+    assert document.metadata["garbled_pages"] == [2]
+    assert document.metadata["page_count"] == 3
+    assert "pages_without_text" not in document.metadata
+    assert not re.search("[\ue000-\uf8ff]", document.content)
+    assert squash(SENTENCE) in squash(document.content)
+
+
+def test_all_pages_garbled_raises(tmp_path: Path) -> None:
+    path = tmp_path / "garbled.pdf"
+    path.write_bytes(make_pdf([(SENTENCE, True), (SENTENCE, True)]))
+    with pytest.raises(GarbledTextError, match=r"pages 1, 2"):
+        load_pdf(path, LoadOptions())
+
+
+def test_synthetic_clean_pdf_loads(tmp_path: Path) -> None:
+    path = tmp_path / "clean.pdf"
+    path.write_bytes(make_pdf([(SENTENCE, False)]))
+    document = load_pdf(path, LoadOptions())[0]
+    assert squash(document.content) == squash(SENTENCE)
+    assert document.metadata["language"] == "en"
+
+
+@pytest.mark.parametrize(
+    ("text", "garbled"),
+    [
+        ("(cid:12)(cid:345)(cid:7) (cid:88)(cid:9) ab", True),
+        ("\ufffd\ufffd\ufffd ok", True),
+        ("\x01\x02\x03\x04\x05\x06 text", True),
+        ("a normal sentence with one (cid:3) code in it", False),
+        ("日本語の文章です。縦書きでも横書きでも同じ。", False),
+    ],
+)
+def test_garble_detection(text: str, garbled: bool) -> None:
+    assert pdf_loader._Candidate.of(text).garbled is garbled
+
+
+def test_cid_codes_are_never_stored() -> None:
+    assert pdf_loader._clean("before (cid:1) after\x04 \ufffd") == "before  after"
