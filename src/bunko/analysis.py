@@ -122,13 +122,27 @@ def detect_language(text: str, sample: int = 4000) -> str:
     if han >= 3:
         return "zh"
     if len(_LATIN_RE.findall(head)) >= 3:
-        words = re.findall(r"[a-z]+", head.lower())
-        english = sum(w in _EN_STOPWORDS for w in words)
-        return "en" if words and english / len(words) >= 0.05 else "und"
+        words = re.findall(r"[a-zäöüßàâçéèêëîïôûùœáíóúñ]+", head.lower())
+        if not words:
+            return "und"
+        best, share = "und", 0.0
+        for language, stopwords in _STOPWORDS.items():
+            hits = sum(w in stopwords for w in words) / len(words)
+            if hits > share:
+                best, share = language, hits
+        return best if share >= 0.05 else "und"
     return "und"
 
 
-_EN_STOPWORDS = frozenset(
-    "the a an and or of to in is are was were be it this that for on with as by at from what how "
-    "why when where which who do does should can i you we".split()
-)
+_STOPWORDS = {
+    "en": frozenset(
+        "the a an and or of to in is are was were be it this that for on with as by at from what how "
+        "why when where which who do does should can i you we".split()
+    ),
+    "de": frozenset("der die das und ist nicht ein eine zu den mit von sich auf für im dem des auch es".split()),
+    "fr": frozenset("le la les et est des une un du en que qui dans pour pas sur au avec il elle".split()),
+    "es": frozenset("el la los las y es de que en un una por con para del se no su al lo".split()),
+    "pt": frozenset("o a os as e é de que em um uma para com não do da dos das se".split()),
+    "it": frozenset("il lo la gli le e è di che un una per con non del della sono nel".split()),
+    "nl": frozenset("de het een en is van dat die niet op te in zijn met voor".split()),
+}
