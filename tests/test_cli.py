@@ -79,12 +79,13 @@ def test_errors_are_one_line_and_typed(db: str, tmp_path: Path) -> None:
     code, data = run_json(db, "search", "x", "--collection", "missing")
     assert code == 1 and data["error"]["type"] == "CollectionNotFoundError"
 
-    bad = tmp_path / "sjis.txt"
-    bad.write_bytes("羅生門".encode("shift_jis"))
+    bad = tmp_path / "binary.txt"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)))
     code, data = run_json(db, "ingest", str(bad), str(EXAMPLES / "bichiku.txt"))
     assert code == 1
-    assert data["documents"] == 1
-    assert [e["type"] for e in data["errors"]] == ["LoaderError"] and "UTF-8" in data["errors"][0]["message"]
+    assert data["documents"] == 1  # the good file still goes in
+    assert [e["type"] for e in data["errors"]] == ["EncodingDetectionError"]
+    assert "binary" in data["errors"][0]["message"]
 
     code, data = run_json(db, "ingest", str(tmp_path / "nope.md"))
     assert code == 1 and data["error"]["type"] == "LoaderError"

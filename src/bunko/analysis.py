@@ -112,7 +112,13 @@ def detect_language(text: str, sample: int = 4000) -> str:
     English function words mean English. Good enough to pick answer templates and
     tag documents; a full detector can replace it behind this function.
     """
-    head = text[:sample]
+    # Sample the start, middle and end: a file may open with a header in another language.
+    if len(text) > sample:
+        third = sample // 3
+        middle = len(text) // 2
+        head = text[:third] + text[middle - third // 2 : middle + third // 2] + text[-third:]
+    else:
+        head = text
     kana = len(_KANA_RE.findall(head))
     han = len(_HAN_RE.findall(head))
     if kana >= 3 or (kana and kana * 10 >= han):
