@@ -108,3 +108,28 @@ def test_sigkill_mid_ingest_leaves_only_whole_documents(tmp_path: Path) -> None:
     assert rerun.returncode == 0, rerun.stderr
     data = json.loads(rerun.stdout)
     assert data["documents"] == 400 and data["unchanged"] == len(docs) and data["errors"] == []
+
+
+def test_ingest_urls_through_the_guard(tmp_path: Path, engine: Bunko, monkeypatch) -> None:
+    import functools
+    import http.server
+    import threading
+
+    from .conftest import EXAMPLES
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(EXAMPLES))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/bichiku.txt"
+        scope = engine.tenant("t")
+        refused = scope.ingest([url], "web")
+        assert [e.type for e in refused.errors] == ["BlockedURLError"] and refused.documents == []
+        monkeypatch.setenv("BUNKO_FETCH_ALLOW_HOSTS", "127.0.0.1")
+        report = scope.ingest([url], "web")
+        assert report.errors == [] and report.documents[0].status == "created"
+        doc = scope.documents("web")[0]
+        assert doc.source == url and doc.metadata["source_type"] == "url"
+        assert "3リットル" in scope.search("水の備蓄", "web", top_k=1).results[0].content
+    finally:
+        server.shutdown()

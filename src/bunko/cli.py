@@ -190,9 +190,12 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
 
 def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: list[Any], tenant: str,
                   collection: str, elapsed_ms: float, statuses: dict[str, int]) -> None:
+    words = {"created": "completed", "replaced": "completed", "unchanged": "skipped"}
     for result in ok:
-        stdout.print(f"{result.status:<9} {escape(os.path.basename(result.source))}  "
-                     f"({result.chunks} chunks)  id={result.document_id}")
+        note = {"replaced": f", new version {result.version}", "unchanged": ", unchanged"}.get(result.status, "")
+        name = result.source if "://" in result.source else os.path.basename(result.source)
+        stdout.print(f"{words.get(result.status, result.status):<9} {escape(name)}  "
+                     f"({result.chunks} chunks{note})  id={result.document_id}")
     for s in skipped:
         stderr.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}")
     for e in errors:
