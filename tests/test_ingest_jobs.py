@@ -133,3 +133,18 @@ def test_ingest_urls_through_the_guard(tmp_path: Path, engine: Bunko, monkeypatc
         assert "3リットル" in scope.search("水の備蓄", "web", top_k=1).results[0].content
     finally:
         server.shutdown()
+
+
+def test_a_failing_file_among_others_prints_no_traceback(tmp_path: Path) -> None:
+    from .conftest import EXAMPLES, SHARED_DATA
+
+    scanned = SHARED_DATA / "documents" / "c02-22.pdf"
+    env = {**os.environ, "BUNKO_HOME": str(tmp_path / "home")}
+    run = subprocess.run(
+        [sys.executable, "-m", "bunko", "ingest", str(EXAMPLES / "bichiku.txt"), str(scanned), str(EXAMPLES)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr and "never retrieved" not in run.stderr
+    assert "NoTextError" in run.stderr and "OCR is not enabled" in run.stderr
+    assert run.stdout.count("completed") == 6  # bichiku.txt once, even though the folder repeats it

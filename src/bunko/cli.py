@@ -161,8 +161,6 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
                 bar.update(task, description=f"Ingesting {escape(name)}")
             else:
                 bar.advance(task)
-                if isinstance(result, IngestError) and not as_json:
-                    bar.console.print(f"[red]failed[/] {escape(path)}: {escape(result.message)}")
 
         report = asyncio.run(scope.aingest(paths, collection, progress=progress, splitter=splitter,
                                            options=load_options))
@@ -199,7 +197,8 @@ def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: li
     for s in skipped:
         stderr.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}")
     for e in errors:
-        stderr.print(f"[red]failed[/]  {escape(e.path)}: {e.type}: {escape(e.message)}")
+        message = e.message if e.path in e.message else f"{e.path}: {e.message}"
+        stderr.print(f"[red]failed[/]    {e.type}: {escape(message)}")
     stderr.print(
         f"{len(ok)} documents ({sum(d.chunks for d in ok)} chunks) in tenant '{escape(tenant)}', "
         f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "

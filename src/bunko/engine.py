@@ -237,10 +237,13 @@ class Tenant:
 
         # Start loading up to ``workers`` files ahead; results are consumed in order.
         loads: dict[int, asyncio.Task[list[Document]]] = {}
+        scheduled = 0
 
         def schedule(upto: int) -> None:
-            for i in range(len(loads), min(upto, len(files))):
-                loads[i] = asyncio.ensure_future(load(files[i]))
+            nonlocal scheduled
+            while scheduled < min(upto, len(files)):
+                loads[scheduled] = asyncio.ensure_future(load(files[scheduled]))
+                scheduled += 1
         order: dict[str, int] = {}
         pending: list[tuple[str, DocumentWrite]] = []
 
