@@ -47,6 +47,8 @@ INGEST_BATCH_CHUNKS = 2000
 INGEST_BATCH_DOCUMENTS = 64
 # Files read and parsed ahead of the embedder, in threads.
 LOAD_WORKERS = 4
+# Chunks of several small documents are embedded together, so the embedder sees full batches.
+EMBED_BATCH_CHUNKS = 256
 
 
 def load_url(url: str, options: LoadOptions) -> list[Document]:
@@ -244,10 +246,32 @@ class Tenant:
             while scheduled < min(upto, len(files)):
                 loads[scheduled] = asyncio.ensure_future(load(files[scheduled]))
                 scheduled += 1
+
         order: dict[str, int] = {}
-        pending: list[tuple[str, DocumentWrite]] = []
+        to_embed: list[tuple[str, DocumentWrite]] = []  # split, waiting for the embedder
+        pending: list[tuple[str, DocumentWrite]] = []  # embedded, waiting to be written
+
+        def fail(paths: Iterable[str], exc: BunkoError) -> None:
+            for path in dict.fromkeys(paths):
+                error = IngestError(path, type(exc).__name__, exc.message)
+                report.errors.append(error)
+                if progress:
+                    progress("error", path, error)
+
+        async def embed() -> None:
+            if not to_embed:
+                return
+            batch = list(to_embed)
+            to_embed.clear()
+            try:
+                await manager.embed([write for _, write in batch])
+            except BunkoError as exc:
+                fail((p for p, _ in batch), exc)
+                return
+            pending.extend(batch)
 
         async def flush() -> None:
+            await embed()
             if not pending:
                 return
             batch = list(pending)
@@ -255,11 +279,7 @@ class Tenant:
             try:
                 report.documents.extend(await manager.write([write for _, write in batch]))
             except BunkoError as exc:
-                for path in dict.fromkeys(p for p, _ in batch):
-                    error = IngestError(path, type(exc).__name__, exc.message)
-                    report.errors.append(error)
-                    if progress:
-                        progress("error", path, error)
+                fail((p for p, _ in batch), exc)
 
         for i, path in enumerate(files):
             schedule(i + 1 + max(1, workers))
@@ -268,19 +288,18 @@ class Tenant:
             try:
                 prepared: list[DocumentWrite | IngestResult] = []
                 for document in await loads.pop(i):
-                    prepared.append(await manager.prepare(document))
+                    prepared.append(await manager.prepare(document, embed=False))
             except BunkoError as exc:
-                error = IngestError(str(path), type(exc).__name__, exc.message)
-                report.errors.append(error)
-                if progress:
-                    progress("error", str(path), error)
+                fail([str(path)], exc)
                 continue
             for item in prepared:  # only now: a file's documents go in together or not at all
                 order.setdefault(item.source, len(order))
                 if isinstance(item, IngestResult):
                     report.documents.append(item)
                 else:
-                    pending.append((str(path), item))
+                    to_embed.append((str(path), item))
+            if sum(len(w.chunks) for _, w in to_embed) >= EMBED_BATCH_CHUNKS:
+                await embed()
             if progress:
                 progress("done", str(path), None)
             if sum(len(w.chunks) for _, w in pending) >= INGEST_BATCH_CHUNKS or len(pending) >= INGEST_BATCH_DOCUMENTS:

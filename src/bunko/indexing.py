@@ -92,13 +92,14 @@ class IndexManager:
         return await self.embedder.embed_batch(texts)
 
     async def prepare(
-        self, document: Document, *, progress: ProgressCallback | None = None
+        self, document: Document, *, progress: ProgressCallback | None = None, embed: bool = True
     ) -> DocumentWrite | IngestResult:
         """Normalise, split and embed a document into a ``DocumentWrite`` ready to store.
 
         Returns an ``IngestResult`` with status ``unchanged`` instead when the stored
-        version has the same content hash: nothing is embedded then. ``progress`` is
-        called with the number of chunks embedded so far, batch by batch.
+        version has the same content hash: nothing is embedded then. With ``embed=False``
+        the vectors are left for :meth:`embed`, which batches several documents.
+        ``progress`` is called with the number of chunks embedded so far, batch by batch.
         """
         started = time.perf_counter()
         normalized, spans = self.normalize(document)
@@ -114,14 +115,6 @@ class IndexManager:
         pieces = self.chunker.split(normalized)
         if not pieces:  # normalize() refuses empty text, so this means a splitter bug
             raise EmbeddingError(f"{source}: the splitter produced no chunks")
-        texts = [p.content for p in pieces]
-        batch = getattr(self.embedder, "batch_size", 64) or 64
-        vectors = []
-        for start in range(0, len(texts), batch):
-            vectors.append(await self._vectors(texts[start : start + batch]))
-            if progress is not None:
-                progress(min(start + batch, len(texts)))
-        matrix = np.concatenate([np.asarray(v, dtype=np.float32) for v in vectors])
         counter = getattr(self.embedder, "count_tokens", None)
         chunks = [
             ChunkWrite(
@@ -140,7 +133,30 @@ class IndexManager:
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))
-        return DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, matrix)
+        write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None)
+        if embed:
+            await self.embed([write], progress=progress)
+        return write
+
+    async def embed(self, writes: list[DocumentWrite], *, progress: ProgressCallback | None = None) -> None:
+        """Embed the chunks of several documents together, filling each one's ``vectors``.
+
+        Batching across documents keeps the embedder's batches full when documents are small.
+        """
+        texts = [c.content for w in writes for c in w.chunks]
+        if not texts:
+            return
+        batch = getattr(self.embedder, "batch_size", 64) or 64
+        parts = []
+        for start in range(0, len(texts), batch):
+            parts.append(np.asarray(await self._vectors(texts[start : start + batch]), dtype=np.float32))
+            if progress is not None:
+                progress(min(start + batch, len(texts)))
+        matrix = np.concatenate(parts)
+        offset = 0
+        for write in writes:
+            write.vectors = matrix[offset : offset + len(write.chunks)]
+            offset += len(write.chunks)
 
     def normalize(self, document: Document) -> tuple[str, list[tuple[int, int, dict[str, Any]]]]:
         """The normalised text, and where each part (page, section) lies in it.

@@ -1,0 +1,185 @@
+"""Ingest throughput on a folder of mixed real files: files/s, chunks/s, and where the time goes.
+
+Builds (untimed) a folder of ``--files`` files (default 1,000) in a temporary directory:
+every readable file of ``../shared/data/documents`` (PDF, Word, HTML, Markdown, legacy-
+encoded text) copied once, the sample documents of ``examples/docs``, and the rest
+generated Markdown and text files of a few paragraphs in Japanese and English. Then it runs
+the real ``bunko ingest`` path (``Tenant.aingest``: threaded loading, normalising, splitting,
+embedding with the bundled model, batched writes) into a fresh embedded store and reports:
+
+* files/s and chunks/s over the whole run (the embedder's model load is excluded: it is
+  warmed up first);
+* time spent in loaders (summed over worker threads, so it can exceed wall time), in the
+  embedder, and in store writes;
+* the same for a second run over the unchanged folder (everything skipped: nothing embedded).
+
+    python benchmarks/bench_ingest.py [--files 1000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "documents"
+EXAMPLES = ROOT / "examples" / "docs"
+
+JA = ["地震への備えとして、家具を固定します。", "非常用持ち出し袋には水と食料を入れます。",
+      "避難所の場所を家族で確認します。", "停電に備えて懐中電灯とモバイルバッテリーを用意します。",
+      "災害用伝言ダイヤル171の使い方を練習します。"]
+EN = ["Store three litres of water per person per day.", "Practise drop, cover and hold on with the family.",
+      "Keep a go-bag by the door with a torch and a radio.", "Agree on a meeting point outside the house.",
+      "Check the hazard map for flood and landslide risk."]
+
+
+def build_folder(folder: Path, n_files: int, seed: int = 7) -> dict[str, int]:
+    """Fill ``folder`` with ``n_files`` files; returns counts per kind."""
+    rng = random.Random(seed)
+    kinds: dict[str, int] = defaultdict(int)
+    sources = []
+    if SHARED.exists():
+        manifest = [json.loads(line) for line in (SHARED / "documents.jsonl").read_text().splitlines() if line]
+        for entry in manifest:
+            tags = set(entry.get("expected", []))
+            if "has_text" in tags and not tags & {"needs_user_password", "unrecoverable"}:
+                sources.append(SHARED / entry["file"])
+    sources += sorted(EXAMPLES.iterdir())
+    for i, src in enumerate(sources[:n_files]):
+        shutil.copy(src, folder / f"{i:04d}-{src.name}")
+        kinds[src.suffix.lstrip(".") or "none"] += 1
+    for i in range(len(sources), n_files):
+        paragraphs = []
+        for _ in range(rng.randint(3, 12)):
+            pool = JA if rng.random() < 0.6 else EN
+            paragraphs.append(("" if pool is JA else " ").join(rng.choice(pool) for _ in range(rng.randint(2, 6))))
+        if i % 2:
+            (folder / f"{i:04d}-note.md").write_text(f"# メモ {i}\n\n" + "\n\n".join(paragraphs), encoding="utf-8")
+            kinds["md (generated)"] += 1
+        else:
+            (folder / f"{i:04d}-note.txt").write_text("\n\n".join(paragraphs), encoding="utf-8")
+            kinds["txt (generated)"] += 1
+    return dict(kinds)
+
+
+class Timers:
+    """Thread-safe accumulated seconds per phase."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def add(self, phase: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[phase] += seconds
+            self.calls[phase] += 1
+
+
+def instrument(timers: Timers) -> None:
+    """Wrap the loader, embedder and store-write entry points with timers."""
+    import bunko.engine as engine
+    from bunko.embedders import BaseEmbedder
+    from bunko.indexing import IndexManager
+
+    original_load = engine.load_path
+
+    def timed_load(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return original_load(*args, **kwargs)
+        finally:
+            timers.add("load (threads)", time.perf_counter() - t)
+
+    engine.load_path = timed_load  # type: ignore[assignment]
+
+    original_embed = BaseEmbedder.embed_array
+
+    async def timed_embed(self: Any, texts: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await original_embed(self, texts)
+        finally:
+            timers.add("embed", time.perf_counter() - t)
+
+    BaseEmbedder.embed_array = timed_embed  # type: ignore[method-assign]
+
+    original_write = IndexManager.write
+
+    async def timed_write(self: Any, prepared: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await original_write(self, prepared)
+        finally:
+            timers.add("store writes", time.perf_counter() - t)
+
+    IndexManager.write = timed_write  # type: ignore[method-assign]
+
+
+def run(n_files: int) -> dict[str, Any]:
+    from bunko import Bunko
+
+    timers = Timers()
+    instrument(timers)
+    with tempfile.TemporaryDirectory(prefix="bunko-ingest-bench-") as tmp:
+        folder = Path(tmp) / "files"
+        folder.mkdir()
+        kinds = build_folder(folder, n_files)
+        engine = Bunko(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        engine.embedder.warm_up()
+        scope = engine.tenant("bench")
+        results = {}
+        for label in ("first run", "unchanged re-run"):
+            timers.seconds.clear()
+            timers.calls.clear()
+            t = time.perf_counter()
+            report = scope.ingest([folder], "bench")
+            wall = time.perf_counter() - t
+            chunks = sum(d.chunks for d in report.documents if d.status != "unchanged")
+            results[label] = {
+                "wall_s": wall,
+                "files": n_files,
+                "files_per_s": n_files / wall,
+                "documents": len(report.documents),
+                "chunks_embedded": chunks,
+                "chunks_per_s": chunks / wall,
+                "failed": len(report.errors),
+                "errors": sorted({e.type for e in report.errors}),
+                "phases_s": dict(timers.seconds),
+            }
+        engine.close()
+    return {"kinds": kinds, "results": results, "cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    data = run(args.files)
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return 0
+    print(f"bunko ingest benchmark: {args.files} files  (cpus={data['cpus']}, load {data['load_avg']:.2f})")
+    print("kinds: " + ", ".join(f"{k} {v}" for k, v in sorted(data["kinds"].items())))
+    for label, r in data["results"].items():
+        print(f"\n-- {label} --")
+        print(f"wall {r['wall_s']:.1f} s   {r['files_per_s']:.1f} files/s   {r['chunks_embedded']} chunks embedded "
+              f"({r['chunks_per_s']:.0f} chunks/s)   documents {r['documents']}   failed {r['failed']} {r['errors']}")
+        for phase, seconds in sorted(r["phases_s"].items(), key=lambda kv: -kv[1]):
+            print(f"  {phase:<16} {seconds:7.2f} s  ({seconds / r['wall_s'] * 100:5.1f}% of wall)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
