@@ -6,13 +6,15 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_DB := sqlite:///$(CURDIR)/.bunko/demo.db
 DEMO_QUESTION ?= 水は何日分備蓄すればいいですか？
 
-.PHONY: demo test lint bench clean help
+.PHONY: demo test lint bench bench-postgres bench-ingest clean help
 
 help:
 	@echo "make demo   ingest examples/docs and ask one question (prints a cited answer)"
 	@echo "make test   run the whole test suite"
 	@echo "make lint   ruff over src, tests and benchmarks"
 	@echo "make bench  embedded-store benchmark at 10k and 100k chunks"
+	@echo "make bench-postgres  PostgreSQL benchmark at 100k chunks (starts its own server)"
+	@echo "make bench-ingest    ingest 1,000 mixed files with the bundled embedder"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bunko needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -36,6 +38,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py --sizes 10000 100000
+
+bench-postgres: $(STAMP)
+	$(BIN)/python benchmarks/bench_postgres.py --n 100000
+
+bench-ingest: $(STAMP)
+	$(BIN)/python benchmarks/bench_ingest.py --files 1000
 
 clean:
 	rm -rf $(VENV) .bunko .pytest_cache .ruff_cache
