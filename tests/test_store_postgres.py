@@ -196,3 +196,16 @@ def test_pool_recovers_after_the_server_drops_connections(backend: PostgresBacke
         ).fetchone()[0]
     assert killed >= 1
     assert store.get_collection("c").name == "c"  # a fresh connection, no error
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bunko.errors import ConfigError
+
+    monkeypatch.setenv("BUNKO_PG_EF_SEARCH", "250")
+    monkeypatch.setenv("BUNKO_PG_ITERATIVE_SCAN", "false")
+    monkeypatch.setenv("BUNKO_PG_MAINTENANCE_WORK_MEM", "256MB")
+    settings = PostgresSettings.from_env()
+    assert (settings.ef_search, settings.iterative_scan, settings.maintenance_work_mem) == (250, False, "256MB")
+    monkeypatch.setenv("BUNKO_PG_HNSW_M", "many")
+    with pytest.raises(ConfigError, match="BUNKO_PG_HNSW_M"):
+        PostgresSettings.from_env()

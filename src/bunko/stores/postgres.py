@@ -23,6 +23,7 @@ Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -80,6 +81,32 @@ class PostgresSettings:
     iterative_scan: bool | None = None
     max_scan_tuples: int = 100_000
 
+    @classmethod
+    def from_env(cls) -> PostgresSettings:
+        """Defaults overridden by ``BUNKO_PG_<FIELD>`` environment variables (e.g. ``BUNKO_PG_EF_SEARCH=200``)."""
+        values: dict[str, Any] = {}
+        for name, current in _fields(cls):
+            raw = os.environ.get(f"BUNKO_PG_{name.upper()}")
+            if raw is None:
+                continue
+            try:
+                if isinstance(current, bool) or name == "iterative_scan":
+                    values[name] = {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
+                elif isinstance(current, int):
+                    values[name] = int(raw)
+                else:
+                    values[name] = raw
+            except ValueError as exc:
+                raise ConfigError(f"BUNKO_PG_{name.upper()}={raw!r} is not a valid {type(current).__name__}") from exc
+        return cls(**values)
+
+
+def _fields(cls: type) -> list[tuple[str, Any]]:
+    from dataclasses import fields
+
+    default = cls()
+    return [(f.name, getattr(default, f.name)) for f in fields(cls)]
+
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
@@ -95,7 +122,7 @@ class PostgresBackend:
         if not HAVE_POSTGRES:
             raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
         self.url = url
-        self.settings = settings or PostgresSettings()
+        self.settings = settings or PostgresSettings.from_env()
         self.analyzer = analyzer
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
