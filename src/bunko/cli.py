@@ -421,6 +421,91 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
             stdout.print(f"{key}: {value}")
 
 
+# -- eval -----------------------------------------------------------------------------------
+from .evaluation import MODES as EVAL_MODES  # noqa: E402 - the --mode choices
+
+
+@cli.command("eval")
+@click.argument("dataset_dir", type=click.Path())
+@click.option("--mode", type=click.Choice([*EVAL_MODES, "all"]), default="all", show_default=True,
+              help="Search mode to evaluate, or all of them.")
+@click.option("--top-k", "-k", default=10, show_default=True, type=click.IntRange(10, 100),
+              help="Documents ranked per query (the metrics look at the top 5 and 10).")
+@click.option("--limit-queries", type=click.IntRange(1), default=None, metavar="N",
+              help="Only the first N queries that have relevance judgments.")
+@tenant_option
+@json_option
+@click.pass_context
+@handle_errors
+def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, limit_queries: int | None,
+                 tenant: str, as_json: bool) -> None:
+    """Measure retrieval quality on a BEIR-style dataset (corpus.jsonl, queries.jsonl, qrels.tsv).
+
+    The corpus is ingested into a temporary collection, every judged query is run in each
+    mode, and nDCG@10, recall@5, recall@10, MRR@10 and the median latency are reported.
+    Runs in a throw-away SQLite file unless --db is given on the command line; the temporary
+    collection is deleted afterwards either way.
+    """
+    import contextlib
+    import tempfile
+
+    from rich.table import Table
+
+    from .evaluation import evaluate, load_beir
+
+    dataset = load_beir(dataset_dir)
+    modes = list(EVAL_MODES) if mode == "all" else [mode]
+    root = ctx.find_root()
+    with contextlib.ExitStack() as stack:
+        if root.get_parameter_source("db") == click.core.ParameterSource.COMMANDLINE:
+            engine = _engine(ctx)
+        else:  # never touch the user's store: a temporary SQLite file, removed at the end
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="bunko-eval-",
+                                                                     ignore_cleanup_errors=True))
+            engine = stack.enter_context(Bunko(f"sqlite:///{os.path.join(folder, 'eval.db')}",
+                                               home=root.obj.get("home")))
+        scope = engine.tenant(tenant)
+        show_bar = not as_json and stderr.is_terminal
+        with Progress(
+            SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=True, disable=not show_bar,
+        ) as bar:
+            loading = bar.add_task("Loading the embedder", total=None)
+            warm_up = getattr(scope.engine.embedder, "warm_up", None)
+            if warm_up is not None:
+                warm_up()
+            tasks: dict[str, Any] = {}
+
+            def progress(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    if loading in bar.task_ids:
+                        bar.remove_task(loading)
+                    label = "Ingesting documents" if phase == "ingest" else f"Querying ({phase})"
+                    tasks[phase] = bar.add_task(escape(label), total=total)
+                bar.update(tasks[phase], completed=done, total=total)
+
+            report = asyncio.run(evaluate(scope, dataset, modes, top_k, progress, limit_queries=limit_queries))
+
+    if as_json:
+        _emit_json({key: report[key] for key in ("dataset", "queries", "results")})
+        return
+    table = Table(title=f"{escape(report['dataset'])}: {report['queries']} queries, top-k {top_k}",
+                  title_justify="left")
+    table.add_column("mode")
+    columns = [key for key in next(iter(report["results"].values())) if key not in ("queries", "latency_ms_p95")]
+    for key in columns:
+        table.add_column(key.replace("latency_ms_", "ms ").replace("_", " "), justify="right")
+    for name, values in report["results"].items():
+        table.add_row(name, *(f"{values[key]:.1f}" if key.startswith("latency") else f"{values[key]:.4f}"
+                              for key in columns))
+    stdout.print(table)
+    stderr.print(
+        f"{report['documents']} documents ({report['chunks']} chunks, {report['skipped_documents']} empty left out) "
+        f"ingested in {report['ingest_ms'] / 1000:.1f} s; {report['skipped_queries']} queries without relevance "
+        f"judgments skipped; total {report['elapsed_ms'] / 1000:.1f} s"
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bunko")

@@ -1,0 +1,372 @@
+"""Retrieval evaluation on BEIR-style datasets: load, ingest into a temporary collection, score.
+
+A dataset folder holds ``corpus.jsonl`` (``{"id", "title", "text"}``), ``queries.jsonl``
+(``{"id", "text", ...}``) and ``qrels.tsv`` (a header line ``query-id corpus-id score``,
+then one judgment per line; a score of 1 or more means relevant). ``evaluate`` ingests the
+corpus into a throw-away collection of a tenant, runs every judged query in each search
+mode and reports nDCG@10, recall@5, recall@10, MRR@10 and the median latency per mode.
+
+    dataset = load_beir("../shared/data/cranfield")
+    report = await evaluate(engine.tenant("default"), dataset, MODES, top_k=10)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ConfigError, NotFoundError, PreprocessingError
+from .stores.base import DocumentWrite
+from .types import Document, SearchHit
+
+if TYPE_CHECKING:
+    from .engine import Tenant
+
+# The search modes ``evaluate`` (and ``bunko eval --mode all``) runs. Add a mode here.
+MODES: tuple[str, ...] = ("vector", "keyword")
+
+NDCG_K = 10
+RECALL_KS = (5, 10)
+MRR_K = 10
+# The smallest ranking depth that lets every metric above see all the ranks it needs.
+MIN_TOP_K = max(NDCG_K, MRR_K, *RECALL_KS)
+# Chunks retrieved per wanted document: several chunks of one document collapse into one
+# ranked document, so asking for more chunks than k still leaves k distinct documents.
+CHUNKS_PER_DOCUMENT = 3
+MAX_CHUNKS = 100  # the retriever's own top_k limit
+# Documents prepared, embedded and written together (one transaction per batch).
+INGEST_BATCH_DOCUMENTS = 256
+
+CORPUS_FILE = "corpus.jsonl"
+QUERIES_FILE = "queries.jsonl"
+QRELS_FILES = ("qrels.tsv", "qrels/test.tsv")  # ours, then the usual BEIR layout
+
+# Called with (phase, done, total): phase is "ingest" (documents) or a search mode (queries).
+EvalProgress = Callable[[str, int, int], None]
+
+
+@dataclass(slots=True)
+class Dataset:
+    """A BEIR-style retrieval dataset: corpus, queries and relevance judgments."""
+
+    name: str
+    corpus: dict[str, tuple[str, str]]  # corpus id -> (title, text)
+    queries: dict[str, str]  # query id -> text
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)  # query id -> {corpus id: score}
+
+
+# -- loading ---------------------------------------------------------------------------------
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Non-blank lines of a UTF-8 file with their 1-based numbers."""
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in _lines(path):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record
+
+
+def _field(record: dict[str, Any], key: str, path: Path, number: int, *, required: bool = True) -> str:
+    value = record.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(f"{path}, line {number}: missing {key!r}")
+        return ""
+    if key == "id" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}, line {number}: {key!r} must be a string, got {type(value).__name__}")
+    if key == "id" and not value.strip():
+        raise ConfigError(f"{path}, line {number}: empty 'id'")
+    return value
+
+
+def _require(folder: Path, names: Sequence[str]) -> Path:
+    for name in names:
+        if (folder / name).is_file():
+            return folder / name
+    raise ConfigError(f"{folder}: missing {names[0]} (a BEIR dataset folder holds {CORPUS_FILE}, "
+                      f"{QUERIES_FILE} and {QRELS_FILES[0]})")
+
+
+def load_beir(path: str | os.PathLike[str]) -> Dataset:
+    """Read a BEIR-style dataset folder; any missing file or malformed line is a ``ConfigError``."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: not a dataset folder (it does not exist or is not a directory)")
+    corpus_path = _require(folder, [CORPUS_FILE])
+    queries_path = _require(folder, [QUERIES_FILE])
+    qrels_path = _require(folder, QRELS_FILES)
+
+    corpus: dict[str, tuple[str, str]] = {}
+    for number, record in _jsonl(corpus_path):
+        doc_id = _field(record, "id", corpus_path, number)
+        if doc_id in corpus:
+            raise ConfigError(f"{corpus_path}, line {number}: duplicate id {doc_id!r}")
+        title = _field(record, "title", corpus_path, number, required=False)
+        corpus[doc_id] = (title, _field(record, "text", corpus_path, number))
+    if not corpus:
+        raise ConfigError(f"{corpus_path}: no documents")
+
+    queries: dict[str, str] = {}
+    for number, record in _jsonl(queries_path):
+        query_id = _field(record, "id", queries_path, number)
+        if query_id in queries:
+            raise ConfigError(f"{queries_path}, line {number}: duplicate id {query_id!r}")
+        queries[query_id] = _field(record, "text", queries_path, number)
+    if not queries:
+        raise ConfigError(f"{queries_path}: no queries")
+
+    qrels: dict[str, dict[str, int]] = {}
+    for index, (number, line) in enumerate(_lines(qrels_path)):
+        parts = line.split("\t") if "\t" in line else line.split()
+        if len(parts) != 3:
+            raise ConfigError(f"{qrels_path}, line {number}: expected 3 tab-separated fields "
+                              f"(query-id, corpus-id, score), got {len(parts)}")
+        query_id, doc_id, raw_score = (p.strip() for p in parts)
+        try:
+            score = int(raw_score)
+        except ValueError:
+            if index == 0:  # the header line: query-id corpus-id score
+                continue
+            raise ConfigError(f"{qrels_path}, line {number}: score {raw_score!r} is not an integer") from None
+        if not query_id or not doc_id:
+            raise ConfigError(f"{qrels_path}, line {number}: empty query-id or corpus-id")
+        qrels.setdefault(query_id, {})[doc_id] = score
+    return Dataset(folder.resolve().name, corpus, queries, qrels)
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def _distinct(ranked: Sequence[str], k: int) -> list[str]:
+    """The first ``k`` distinct ids of a ranking (a repeated id keeps its best rank)."""
+    return list(dict.fromkeys(ranked))[: max(k, 0)]
+
+
+def ndcg_at_k(ranked: Sequence[str], qrels: Mapping[str, float], k: int) -> float:
+    """nDCG@k with graded gains (the qrels score) and a log2 discount; the ideal comes from the qrels.
+
+    0.0 when the query has no judgment with a positive score.
+    """
+    dcg = sum(max(qrels.get(doc, 0), 0) / math.log2(rank + 1) for rank, doc in enumerate(_distinct(ranked, k), 1))
+    gains = sorted((g for g in qrels.values() if g > 0), reverse=True)[:k]
+    ideal = sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, start=1))
+    return dcg / ideal if ideal > 0 else 0.0
+
+
+def recall_at_k(ranked: Sequence[str], qrels: Mapping[str, float], k: int) -> float:
+    """Relevant documents (score >= 1) in the top ``k``, over all relevant documents (0.0 if none)."""
+    relevant = {doc for doc, score in qrels.items() if score >= 1}
+    if not relevant:
+        return 0.0
+    return sum(1 for doc in _distinct(ranked, k) if doc in relevant) / len(relevant)
+
+
+def mrr_at_k(ranked: Sequence[str], qrels: Mapping[str, float], k: int) -> float:
+    """1 / rank of the first relevant document (score >= 1) in the top ``k``; 0.0 if there is none."""
+    for rank, doc in enumerate(_distinct(ranked, k), start=1):
+        if qrels.get(doc, 0) >= 1:
+            return 1.0 / rank
+    return 0.0
+
+
+def rank_documents(hits: Sequence[SearchHit], corpus_ids: Mapping[str, str], k: int) -> list[str]:
+    """Corpus ids of chunk hits, best first; a document's chunks count once, at its best chunk's rank."""
+    ranked: dict[str, None] = {}
+    for hit in hits:
+        corpus_id = corpus_ids.get(hit.source) or hit.metadata.get("corpus_id")
+        if corpus_id is not None:
+            ranked.setdefault(str(corpus_id), None)
+            if len(ranked) >= k:
+                break
+    return list(ranked)
+
+
+# -- evaluation --------------------------------------------------------------------------------
+def document_for(dataset_name: str, corpus_id: str, title: str, text: str) -> Document:
+    """The ``Document`` a corpus entry is ingested as: title and text, and where it came from."""
+    content = "\n\n".join(part for part in (title, text) if part.strip())
+    return Document(content, {"source": f"beir:{dataset_name}:{corpus_id}", "corpus_id": corpus_id})
+
+
+def _temporary_collection(dataset_name: str) -> str:
+    slug = re.sub(r"[^\w.\-]+", "-", dataset_name).strip("-.")[:40] or "dataset"
+    return f"eval-{slug}-{uuid.uuid4().hex[:12]}"
+
+
+async def _ingest(tenant: Tenant, collection: str, dataset: Dataset,
+                  progress: EvalProgress | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """Store the corpus in ``collection``, batch by batch; returns source -> corpus id and counts."""
+    manager = tenant.pipeline(collection).index_manager
+    entries = list(dataset.corpus.items())
+    total = len(entries)
+    corpus_ids: dict[str, str] = {}
+    skipped: list[str] = []
+    chunks = 0
+    started = time.perf_counter()
+    if progress:
+        progress("ingest", 0, total)
+    for start in range(0, total, INGEST_BATCH_DOCUMENTS):
+        batch = entries[start : start + INGEST_BATCH_DOCUMENTS]
+        writes: list[DocumentWrite] = []
+        for corpus_id, (title, text) in batch:
+            document = document_for(dataset.name, corpus_id, title, text)
+            if not document.content.strip():
+                skipped.append(corpus_id)
+                continue
+            try:
+                prepared = await manager.prepare(document, embed=False)
+            except PreprocessingError:  # no text left after normalisation: the document is left out
+                skipped.append(corpus_id)
+                continue
+            corpus_ids[document.source] = corpus_id
+            if isinstance(prepared, DocumentWrite):  # a new collection has no unchanged documents
+                writes.append(prepared)
+        batch_chunks = sum(len(w.chunks) for w in writes)
+
+        def embedded(done: int, start: int = start, size: int = len(batch), of: int = batch_chunks) -> None:
+            if progress and of:
+                progress("ingest", start + size * done // of, total)
+
+        await manager.embed(writes, progress=embedded)
+        await manager.write(writes)
+        chunks += batch_chunks
+        if progress:
+            progress("ingest", start + len(batch), total)
+    stats = {"documents": len(corpus_ids), "skipped_documents": len(skipped), "chunks": chunks,
+             "ingest_ms": round((time.perf_counter() - started) * 1000, 1)}
+    return corpus_ids, stats
+
+
+async def _run_mode(tenant: Tenant, collection: str, mode: str, queries: list[tuple[str, str]],
+                    qrels: Mapping[str, Mapping[str, int]], corpus_ids: Mapping[str, str], top_k: int,
+                    progress: EvalProgress | None) -> dict[str, Any]:
+    fetch = min(MAX_CHUNKS, CHUNKS_PER_DOCUMENT * top_k)
+    ndcg: list[float] = []
+    recall: dict[int, list[float]] = {k: [] for k in dict.fromkeys((*RECALL_KS, top_k))}
+    mrr: list[float] = []
+    latencies: list[float] = []
+    if progress:
+        progress(mode, 0, len(queries))
+    for done, (query_id, text) in enumerate(queries, start=1):
+        started = time.perf_counter()
+        response = await tenant.asearch(text, collection, top_k=fetch, mode=mode)  # type: ignore[arg-type]
+        latencies.append((time.perf_counter() - started) * 1000)
+        ranked = rank_documents(response.results, corpus_ids, top_k)
+        judged = qrels[query_id]
+        ndcg.append(ndcg_at_k(ranked, judged, NDCG_K))
+        for k, values in recall.items():
+            values.append(recall_at_k(ranked, judged, k))
+        mrr.append(mrr_at_k(ranked, judged, MRR_K))
+        if progress:
+            progress(mode, done, len(queries))
+
+    def mean(values: list[float]) -> float:
+        return round(float(np.mean(values)), 4) if values else 0.0
+
+    result: dict[str, Any] = {f"ndcg@{NDCG_K}": mean(ndcg)}
+    result.update({f"recall@{k}": mean(values) for k, values in recall.items()})
+    result[f"mrr@{MRR_K}"] = mean(mrr)
+    result["latency_ms_p50"] = round(float(np.percentile(latencies, 50)), 2) if latencies else 0.0
+    result["latency_ms_p95"] = round(float(np.percentile(latencies, 95)), 2) if latencies else 0.0
+    result["queries"] = len(queries)
+    return result
+
+
+async def evaluate(
+    tenant: Tenant,
+    dataset: Dataset,
+    modes: Sequence[str] = MODES,
+    top_k: int = 10,
+    progress: EvalProgress | None = None,
+    *,
+    limit_queries: int | None = None,
+) -> dict[str, Any]:
+    """Ingest ``dataset`` into a temporary collection of ``tenant``, run its queries, score each mode.
+
+    ``top_k`` documents are ranked per query (at least 10, so the @10 metrics see ten ranks).
+    Queries without a relevant judgment (or with empty text) are skipped and counted;
+    ``limit_queries`` keeps only the first N of the others. The temporary collection is
+    deleted at the end, also when something fails. Returns ``{"dataset", "queries", "results":
+    {mode: {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50", ...}}, ...}``.
+    """
+    modes = list(dict.fromkeys(modes))
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ConfigError(f"unknown evaluation mode(s) {', '.join(map(repr, unknown)) or '(none)'}; "
+                          f"use one of: {', '.join(MODES)}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not MIN_TOP_K <= top_k <= MAX_CHUNKS:
+        raise ConfigError(f"top_k must be an integer from {MIN_TOP_K} to {MAX_CHUNKS}; got {top_k!r}")
+    if limit_queries is not None and limit_queries < 1:
+        raise ConfigError(f"limit_queries must be at least 1; got {limit_queries!r}")
+
+    queries = [(qid, text) for qid, text in dataset.queries.items()
+               if text.strip() and any(score >= 1 for score in dataset.qrels.get(qid, {}).values())]
+    skipped_queries = len(dataset.queries) - len(queries)
+    if limit_queries is not None:
+        queries = queries[:limit_queries]
+
+    collection = _temporary_collection(dataset.name)
+    started = time.perf_counter()
+    try:
+        corpus_ids, stats = await _ingest(tenant, collection, dataset, progress)
+        results = {}
+        for mode in modes:
+            results[mode] = await _run_mode(tenant, collection, mode, queries, dataset.qrels, corpus_ids, top_k,
+                                            progress)
+    except BaseException:
+        try:
+            tenant.store.delete_collection(collection)
+        except Exception:  # the original failure matters more than a failed clean-up
+            pass
+        raise
+    try:
+        tenant.store.delete_collection(collection)
+    except NotFoundError:
+        pass
+    return {
+        "dataset": dataset.name,
+        "queries": len(queries),
+        "results": results,
+        "skipped_queries": skipped_queries,
+        **stats,
+        "top_k": top_k,
+        "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+    }
+
+
+__all__ = [
+    "MODES",
+    "Dataset",
+    "EvalProgress",
+    "document_for",
+    "evaluate",
+    "load_beir",
+    "mrr_at_k",
+    "ndcg_at_k",
+    "rank_documents",
+    "recall_at_k",
+]
