@@ -31,6 +31,7 @@ from . import __version__
 from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
 from .engine import Bunko, IngestError
 from .errors import BunkoError
+from .evaluation import MODES as EVAL_MODES
 from .types import IngestResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -422,7 +423,6 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
 
 
 # -- eval -----------------------------------------------------------------------------------
-from .evaluation import MODES as EVAL_MODES  # noqa: E402 - the --mode choices
 
 
 @cli.command("eval")
