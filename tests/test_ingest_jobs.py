@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bunko import Bunko
 
 
@@ -139,6 +141,8 @@ def test_a_failing_file_among_others_prints_no_traceback(tmp_path: Path) -> None
     from .conftest import EXAMPLES, SHARED_DATA
 
     scanned = SHARED_DATA / "documents" / "c02-22.pdf"
+    if not scanned.exists():
+        pytest.skip("the shared document set is not beside this checkout")
     env = {**os.environ, "BUNKO_HOME": str(tmp_path / "home")}
     run = subprocess.run(
         [sys.executable, "-m", "bunko", "ingest", str(EXAMPLES / "bichiku.txt"), str(scanned), str(EXAMPLES)],
