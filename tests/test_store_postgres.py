@@ -209,3 +209,30 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUNKO_PG_HNSW_M", "many")
     with pytest.raises(ConfigError, match="BUNKO_PG_HNSW_M"):
         PostgresSettings.from_env()
+
+
+def test_bulk_load_defers_the_index_and_analyzes(pg_url: str) -> None:
+    from bunko.errors import ConfigError
+
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=100))
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    vectors = unit_vectors(300, 90)
+    docs = [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50]) for i in range(6)]
+
+    def has_index() -> bool:
+        with backend._pool.connection() as conn:
+            return conn.execute("SELECT to_regclass('bunko.chunks_hnsw_1') IS NOT NULL").fetchone()[0]
+
+    with store.bulk_load("c"):
+        for doc in docs:
+            store.write_documents("c", [doc])  # crosses hnsw_min_rows, but the build waits
+        assert not has_index()
+    assert has_index()
+    with backend._pool.connection() as conn:
+        analyzed = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'bunko.chunks'::regclass").fetchone()[0]
+    assert analyzed >= 300  # statistics are fresh, so the planner can pick the index
+    assert store.query("c", vectors[3], 1)[0].content == "t0-3"
+    backend.close()
+    with pytest.raises(ConfigError, match="ef_construction"):
+        PostgresSettings(hnsw_m=24, hnsw_ef_construction=40)

@@ -281,30 +281,44 @@ class Tenant:
             except BunkoError as exc:
                 fail((p for p, _ in batch), exc)
 
-        for i, path in enumerate(files):
-            schedule(i + 1 + max(1, workers))
-            if progress:
-                progress("start", str(path), None)
+        async def run_all() -> None:
+            for i, path in enumerate(files):
+                schedule(i + 1 + max(1, workers))
+                if progress:
+                    progress("start", str(path), None)
+                try:
+                    prepared: list[DocumentWrite | IngestResult] = []
+                    for document in await loads.pop(i):
+                        prepared.append(await manager.prepare(document, embed=False))
+                except BunkoError as exc:
+                    fail([str(path)], exc)
+                    continue
+                for item in prepared:  # only now: a file's documents go in together or not at all
+                    order.setdefault(item.source, len(order))
+                    if isinstance(item, IngestResult):
+                        report.documents.append(item)
+                    else:
+                        to_embed.append((str(path), item))
+                if sum(len(w.chunks) for _, w in to_embed) >= EMBED_BATCH_CHUNKS:
+                    await embed()
+                if progress:
+                    progress("done", str(path), None)
+                waiting = sum(len(w.chunks) for _, w in pending)
+                if waiting >= INGEST_BATCH_CHUNKS or len(pending) >= INGEST_BATCH_DOCUMENTS:
+                    await flush()
+            await flush()
+
+        # A backend that indexes better after a load (PostgreSQL's HNSW) defers its index to the end.
+        bulk = getattr(self._store, "bulk_load", None)
+        if bulk is None:
+            await run_all()
+        else:
+            context = bulk(collection)
+            await asyncio.to_thread(context.__enter__)
             try:
-                prepared: list[DocumentWrite | IngestResult] = []
-                for document in await loads.pop(i):
-                    prepared.append(await manager.prepare(document, embed=False))
-            except BunkoError as exc:
-                fail([str(path)], exc)
-                continue
-            for item in prepared:  # only now: a file's documents go in together or not at all
-                order.setdefault(item.source, len(order))
-                if isinstance(item, IngestResult):
-                    report.documents.append(item)
-                else:
-                    to_embed.append((str(path), item))
-            if sum(len(w.chunks) for _, w in to_embed) >= EMBED_BATCH_CHUNKS:
-                await embed()
-            if progress:
-                progress("done", str(path), None)
-            if sum(len(w.chunks) for _, w in pending) >= INGEST_BATCH_CHUNKS or len(pending) >= INGEST_BATCH_DOCUMENTS:
-                await flush()
-        await flush()
+                await run_all()
+            finally:
+                await asyncio.to_thread(context.__exit__, None, None, None)
         report.documents.sort(key=lambda r: order.get(r.source, len(order)))
         report.elapsed_ms = (time.perf_counter() - started) * 1000
         return report

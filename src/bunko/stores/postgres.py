@@ -81,6 +81,15 @@ class PostgresSettings:
     iterative_scan: bool | None = None
     max_scan_tuples: int = 100_000
 
+    def __post_init__(self) -> None:
+        if not 2 <= self.hnsw_m <= 100:
+            raise ConfigError(f"hnsw_m must be from 2 to 100; got {self.hnsw_m}")
+        if self.hnsw_ef_construction < 2 * self.hnsw_m:
+            raise ConfigError(f"hnsw_ef_construction must be at least 2 * hnsw_m ({2 * self.hnsw_m}); "
+                              f"got {self.hnsw_ef_construction}")
+        if not 1 <= self.ef_search <= 1000:
+            raise ConfigError(f"ef_search must be from 1 to 1000; got {self.ef_search}")
+
     @classmethod
     def from_env(cls) -> PostgresSettings:
         """Defaults overridden by ``BUNKO_PG_<FIELD>`` environment variables (e.g. ``BUNKO_PG_EF_SEARCH=200``)."""
@@ -132,6 +141,9 @@ class PostgresBackend:
         self._pool = ConnectionPool(
             conninfo, min_size=self.settings.pool_min, max_size=self.settings.pool_max,
             configure=self._configure, open=False, name="bunko",
+            # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
+            # one restriction size) would stick to the connection; custom plans fit each query.
+            kwargs={"prepare_threshold": None},
             # A connection the server dropped (restart, idle timeout) is replaced on checkout.
             check=ConnectionPool.check_connection,
         )
@@ -292,6 +304,7 @@ class PostgresVectorStore:
         self._backend = backend
         self._tenant = tenant
         self._tenant_pk: int | None = None
+        self._bulk = False
         self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
 
     @property
@@ -476,10 +489,36 @@ class PostgresVectorStore:
             cur.execute("TRUNCATE bunko_chunk_stage")
 
     def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
-        """Build the collection's HNSW index once it is big enough (after the load, which is faster)."""
-        if chunk_count < self._backend.settings.hnsw_min_rows:
+        """Build the collection's HNSW index once it is big enough -- unless a bulk load is on.
+
+        Inserting through an HNSW index is several times slower than building it once after
+        the load, so ``bulk_load()`` defers the build to its end. The data is committed
+        already, so a failing build is logged, not raised into the write.
+        """
+        if self._bulk or chunk_count < self._backend.settings.hnsw_min_rows:
             return
-        self.build_index(collection_pk=collection_pk)
+        try:
+            self.build_index(collection_pk=collection_pk)
+        except VectorStoreError as exc:
+            logger.warning("could not build the HNSW index of collection %s: %s", collection_pk, exc)
+
+    @contextmanager
+    def bulk_load(self, collection: str) -> Iterator[None]:
+        """Defer index builds while many documents are written; build and ANALYZE at the end."""
+        self._bulk = True
+        try:
+            yield
+        finally:
+            self._bulk = False
+            try:
+                with self._tx() as (conn, tenant_pk):
+                    row = self._collection_row(conn, tenant_pk, collection)
+                    collection_pk, total = int(row[0]), int(row[8])
+            except CollectionNotFoundError:
+                return
+            self._maybe_build_index(collection_pk, total)
+            with self._tx() as (conn, _):
+                conn.execute("SELECT bunko.analyze_tables()")
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
         """Build (if missing) the HNSW index of a collection; returns its name."""
@@ -736,12 +775,11 @@ class _Plan:
         # The ORDER BY expression differs from the index expression, so the planner cannot use HNSW here.
         restrict, params = self._restriction()
         rows = conn.execute(
-            "SELECT id, 1 - (embedding <=> %s::vector) AS score FROM bunko.chunks "
-            "WHERE tenant_id = %s AND collection_id = %s" + restrict
-            + " ORDER BY embedding <=> %s::vector, id LIMIT %s",
-            [q, self.tenant_pk, self.collection_pk, *params, q, self.top_k],
+            "SELECT id, embedding <=> %s::vector AS distance FROM bunko.chunks "
+            "WHERE tenant_id = %s AND collection_id = %s" + restrict + " ORDER BY distance, id LIMIT %s",
+            [q, self.tenant_pk, self.collection_pk, *params, self.top_k],
         ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
 
     def _index_sql(self) -> str:
         cast = _vector_literal_type(self.dim)
@@ -772,6 +810,9 @@ class _Plan:
         """Ask the index for more candidates than k, filter, and widen until k match."""
         selectivity = max(self.matching / max(self.total, 1), 1e-6)
         fetch = int(min(self.total, max(self.top_k * 4, self.top_k / selectivity * 2)))
+        if fetch > 1000:  # ef_search tops out at 1000: the index cannot reach this deep
+            self.strategy = "hnsw-overfetch+exact"
+            return self._exact(conn, q)
         cast = _vector_literal_type(self.dim)
         while True:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
