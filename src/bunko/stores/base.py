@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from ..errors import VectorStoreError
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord
 
 
@@ -39,6 +42,36 @@ class DocumentWrite:
     metadata: dict[str, Any]
     chunks: list[ChunkWrite]
     vectors: Any  # 2-D array-like, one row per chunk
+
+
+def check_query_vector(vector: Sequence[float]) -> np.ndarray:
+    """A query vector as a flat float32 array; NaN or infinite values are refused."""
+    q = np.asarray(vector, dtype=np.float32).ravel()
+    if not np.all(np.isfinite(q)):
+        raise VectorStoreError("the query vector contains NaN or infinite values")
+    return q
+
+
+def make_hit(row: Sequence[Any], score: float, document_metadata: dict[str, Any], chunk_metadata: dict[str, Any],
+             include_content: bool) -> SearchHit:
+    """A ``SearchHit`` from a fetched row, in the column order both backends select.
+
+    Row: chunk rowid, chunk id, document id, source, content, chunk_index, -, -, start, end,
+    token_count, chunk_total. Document metadata comes first; the chunk's own metadata
+    (page, section) wins; position fields fill in what neither has.
+    """
+    metadata = dict(document_metadata)
+    metadata.update(chunk_metadata)
+    metadata.setdefault("chunk_index", row[5])
+    metadata.setdefault("start", row[8])
+    metadata.setdefault("end", row[9])
+    if row[11] is not None:
+        metadata.setdefault("chunk_total", row[11])
+    if row[10]:
+        metadata.setdefault("token_count", row[10])
+    return SearchHit(chunk_id=row[1], document_id=row[2], source=row[3] or str(metadata.get("source", "")),
+                     content=row[4] if include_content else "", score=float(score), chunk_index=row[5],
+                     metadata=metadata)
 
 
 @runtime_checkable

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
 from . import pg_migrations
-from .base import DocumentWrite
+from .base import DocumentWrite, check_query_vector, make_hit
 from .sqlite import _check_name, _check_top_k
 
 try:  # optional dependencies: the "postgres" extra
@@ -662,9 +662,7 @@ class PostgresVectorStore:
     ) -> list[SearchHit]:
         """Top-k by cosine similarity, best first; restricted to ``document_ids`` if given (R21)."""
         top_k = _check_top_k(top_k)
-        q = np.asarray(vector, dtype=np.float32).ravel()
-        if not np.all(np.isfinite(q)):
-            raise VectorStoreError("the query vector contains NaN or infinite values")
+        q = check_query_vector(vector)
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             collection_pk, dim, total = int(row[0]), int(row[5]), int(row[8])
@@ -857,18 +855,7 @@ def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], incl
         r = by_id.get(pk)
         if r is None:
             continue
-        metadata = dict(r[7])
-        metadata.update(r[6])
-        metadata.setdefault("chunk_index", r[5])
-        metadata.setdefault("start", r[8])
-        metadata.setdefault("end", r[9])
-        if r[11] is not None:
-            metadata.setdefault("chunk_total", r[11])
-        if r[10]:
-            metadata.setdefault("token_count", r[10])
-        hits.append(SearchHit(chunk_id=r[1], document_id=r[2], source=r[3] or str(metadata.get("source", "")),
-                              content=r[4] if include_content else "", score=score, chunk_index=r[5],
-                              metadata=metadata))
+        hits.append(make_hit(r, score, r[7], r[6], include_content))
     return hits
 
 

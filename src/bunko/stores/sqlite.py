@@ -40,7 +40,7 @@ from ..errors import (
     VectorStoreError,
 )
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
-from .base import DocumentWrite
+from .base import DocumentWrite, check_query_vector, make_hit
 
 logger = logging.getLogger(__name__)
 
@@ -796,9 +796,7 @@ class SQLiteVectorStore:
     ) -> list[SearchHit]:
         """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` if given."""
         top_k = _check_top_k(top_k)
-        q = np.asarray(vector, dtype=np.float32).ravel()
-        if not np.all(np.isfinite(q)):
-            raise VectorStoreError("the query vector contains NaN or infinite values")
+        q = check_query_vector(vector)
         for _attempt in range(3):
             with self._backend._read() as conn:
                 tenant_pk, collection_pk, row = self._collection_row(conn, collection)
@@ -843,19 +841,7 @@ class SQLiteVectorStore:
             r = by_id.get(rowid)
             if r is None:
                 continue
-            metadata = json.loads(r[7])
-            metadata.update(json.loads(r[6]))
-            metadata.setdefault("chunk_index", r[5])
-            metadata.setdefault("start", r[8])
-            metadata.setdefault("end", r[9])
-            if r[11] is not None:
-                metadata.setdefault("chunk_total", r[11])
-            if r[10]:
-                metadata.setdefault("token_count", r[10])
-            hits.append(SearchHit(
-                chunk_id=r[1], document_id=r[2], source=r[3] or str(metadata.get("source", "")),
-                content=r[4] if include_content else "", score=float(score), chunk_index=r[5], metadata=metadata,
-            ))
+            hits.append(make_hit(r, float(score), json.loads(r[7]), json.loads(r[6]), include_content))
         return hits
 
     def keyword_search(
