@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -194,3 +195,27 @@ def test_passages_skip_headings_and_keep_lists() -> None:
     assert passages[0].text == "持ち出し袋には、次の物を入れます。"
     assert passages[0].items == ["水を3本入れます。", "懐中電灯を入れます。"]
     assert all(not re.match("#", p.text) for p in passages)
+
+
+def test_hybrid_search_fuses_both_legs_in_the_same_scope(demo, engine: Bunko) -> None:
+    from bunko.retrieval import fuse_rrf
+    from bunko.types import SearchHit
+
+    hits = demo.search("警戒レベル4とは何ですか？", "bousai", top_k=5, mode="hybrid").results
+    assert len(hits) == 5 and all(a.score >= b.score for a, b in itertools.pairwise(hits))
+    assert hits[0].metadata["filename"] == "hinan.md"
+    assert set(hits[0].metadata["legs"]) <= {"vector", "keyword"} and hits[0].metadata["legs"]
+    only = next(d.id for d in demo.documents("bousai") if d.metadata["filename"] == "bichiku.txt")
+    restricted = demo.search("水", "bousai", top_k=5, mode="hybrid", document_ids=[only]).results
+    assert restricted and {h.document_id for h in restricted} == {only}
+    other = engine.tenant("other")  # another tenant sees nothing of "demo", whatever the leg
+    with pytest.raises(CollectionNotFoundError):
+        other.search("水", "bousai", mode="hybrid")
+
+    def hit(cid: str) -> SearchHit:
+        return SearchHit(cid, "d", "s", "c", 0.0)
+
+    fused = fuse_rrf([("vector", 0.7, [hit("a"), hit("b")]), ("keyword", 0.3, [hit("b"), hit("c")])], 3)
+    assert [h.chunk_id for h in fused] == ["b", "a", "c"]  # b is in both lists
+    assert fused[0].metadata["legs"] == {"vector": {"rank": 2, "score": 0.0}, "keyword": {"rank": 1, "score": 0.0}}
+    assert fused[0].score == pytest.approx(0.7 / 62 + 0.3 / 61)

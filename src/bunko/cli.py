@@ -213,8 +213,9 @@ top_k_option = click.option("--top-k", "-k", default=5, show_default=True, type=
                             help="How many chunks to return.")
 document_id_option = click.option("--document-id", "document_ids", multiple=True, metavar="ID",
                                   help="Search only inside this document (repeatable).")
-mode_option = click.option("--mode", type=click.Choice(["vector", "keyword"]), default="vector",
-                           show_default=True, help="Vector (semantic) or keyword (BM25) search.")
+mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default="vector",
+                           show_default=True,
+                           help="Vector (semantic), keyword (BM25) or hybrid (weighted reciprocal rank fusion).")
 
 
 @cli.command()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .engine import Tenant
 
 # The search modes ``evaluate`` (and ``bunko eval --mode all``) runs. Add a mode here.
-MODES: tuple[str, ...] = ("vector", "keyword")
+MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 
 NDCG_K = 10
 RECALL_KS = (5, 10)

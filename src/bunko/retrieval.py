@@ -18,8 +18,34 @@ from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalE
 from .stores.base import VectorStore
 from .types import SearchHit
 
-SearchMode = Literal["vector", "keyword"]
-MODES: tuple[str, ...] = ("vector", "keyword")
+SearchMode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
+
+# Weighted reciprocal rank fusion (R19): the seed's semantic 0.7 / keyword 0.3, k = 60.
+HYBRID_WEIGHTS = (0.7, 0.3)
+RRF_K = 60
+# Each leg of a hybrid search fetches this many times top_k candidates before fusing.
+HYBRID_DEPTH = 3
+
+
+def fuse_rrf(legs: Sequence[tuple[str, float, list[SearchHit]]], top_k: int, k: int = RRF_K) -> list[SearchHit]:
+    """Weighted reciprocal rank fusion of ranked lists: score = sum(weight / (k + rank)).
+
+    Each fused hit records its per-leg rank and score in ``metadata["legs"]``.
+    """
+    fused: dict[str, SearchHit] = {}
+    scores: dict[str, float] = {}
+    for name, weight, hits in legs:
+        for rank, hit in enumerate(hits, start=1):
+            if hit.chunk_id not in fused:
+                fused[hit.chunk_id] = SearchHit(hit.chunk_id, hit.document_id, hit.source, hit.content, 0.0,
+                                                hit.chunk_index, {**hit.metadata, "legs": {}})
+            fused[hit.chunk_id].metadata["legs"][name] = {"rank": rank, "score": round(float(hit.score), 6)}
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (k + rank)
+    order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:top_k]
+    for cid in order:
+        fused[cid].score = scores[cid]
+    return [fused[cid] for cid in order]
 
 
 class Retriever:
@@ -55,7 +81,15 @@ class Retriever:
         started = time.perf_counter()
         try:
             collection = await asyncio.to_thread(self.vector_store.get_collection, self.collection)
-            if mode == "keyword":
+            if mode == "hybrid":
+                # Both legs run in the same tenant scope with the same restriction.
+                depth = min(100, top_k * HYBRID_DEPTH)
+                semantic = await self.search(query, depth, document_ids=document_ids, threshold=threshold,
+                                             mode="vector")
+                keyword = await self.search(query, depth, document_ids=document_ids, mode="keyword")
+                hits = fuse_rrf([("vector", HYBRID_WEIGHTS[0], semantic), ("keyword", HYBRID_WEIGHTS[1], keyword)],
+                                top_k)
+            elif mode == "keyword":
                 hits = await asyncio.to_thread(
                     self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids
                 )
