@@ -32,6 +32,8 @@ class PostgresServer:
         self._server: Any = None
         url = os.environ.get("BUNKO_TEST_DATABASE_URL")
         if not url:
+            # pgserver asks platformdirs for a runtime folder; give it one instead of a warning.
+            os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="bunko-run-"))
             import pgserver
 
             folder = Path(tempfile.mkdtemp(prefix="bunko-pg-"))
