@@ -16,7 +16,7 @@ from typing import Any, Literal
 from .embedders import BaseEmbedder, embedder_info
 from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalError
 from .stores.base import VectorStore
-from .types import SearchHit
+from .types import Collection, SearchHit
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -62,6 +62,25 @@ class Retriever:
             return (await self.embedder.embed_array([query]))[0]
         return await self.embedder.embed(query)
 
+    async def _keyword_leg(self, query: str, top_k: int, document_ids: Sequence[str] | None) -> list[SearchHit]:
+        return await asyncio.to_thread(
+            self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids
+        )
+
+    async def _vector_leg(self, collection: Collection, query: str, top_k: int,
+                          document_ids: Sequence[str] | None, threshold: float | None) -> list[SearchHit]:
+        info = embedder_info(self.embedder)
+        if collection.embedder != info:
+            raise EmbedderMismatchError(
+                f"collection {self.collection!r} was built with {collection.embedding_provider}:"
+                f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
+                f"{info.provider}:{info.model} ({info.dimension}-d)"
+            )
+        vector = await self._query_vector(query)
+        return await asyncio.to_thread(
+            self.vector_store.query, self.collection, vector, top_k, threshold=threshold, document_ids=document_ids
+        )
+
     async def search(
         self,
         query: str,
@@ -84,28 +103,14 @@ class Retriever:
             if mode == "hybrid":
                 # Both legs run in the same tenant scope with the same restriction.
                 depth = min(100, top_k * HYBRID_DEPTH)
-                semantic = await self.search(query, depth, document_ids=document_ids, threshold=threshold,
-                                             mode="vector")
-                keyword = await self.search(query, depth, document_ids=document_ids, mode="keyword")
+                semantic = await self._vector_leg(collection, query, depth, document_ids, threshold)
+                keyword = await self._keyword_leg(query, depth, document_ids)
                 hits = fuse_rrf([("vector", HYBRID_WEIGHTS[0], semantic), ("keyword", HYBRID_WEIGHTS[1], keyword)],
                                 top_k)
             elif mode == "keyword":
-                hits = await asyncio.to_thread(
-                    self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids
-                )
+                hits = await self._keyword_leg(query, top_k, document_ids)
             else:
-                info = embedder_info(self.embedder)
-                if collection.embedder != info:
-                    raise EmbedderMismatchError(
-                        f"collection {self.collection!r} was built with {collection.embedding_provider}:"
-                        f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
-                        f"{info.provider}:{info.model} ({info.dimension}-d)"
-                    )
-                vector = await self._query_vector(query)
-                hits = await asyncio.to_thread(
-                    self.vector_store.query,
-                    self.collection, vector, top_k, threshold=threshold, document_ids=document_ids,
-                )
+                hits = await self._vector_leg(collection, query, top_k, document_ids, threshold)
         except (NotFoundError, EmbedderMismatchError):
             raise
         except BunkoError as exc:
