@@ -151,14 +151,13 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
         warm_up = getattr(scope.engine.embedder, "warm_up", None)
         if warm_up is not None:  # load the model before the bar starts counting files
             warm_up()
-        from .loaders import discover
-
-        files, _skipped = discover(paths)
-        bar.update(task, total=len(files), description="Ingesting")
+        bar.update(task, description="Ingesting")
 
         def progress(event: str, path: str, result: Any) -> None:
             name = os.path.basename(path)
-            if event == "start":
+            if event == "total":
+                bar.update(task, total=result)
+            elif event == "start":
                 bar.update(task, description=f"Ingesting {escape(name)}")
             else:
                 bar.advance(task)

@@ -117,7 +117,8 @@ class SearchResponse:
         return {"results": [h.to_dict() for h in self.results], "search_time_ms": round(self.search_time_ms, 2)}
 
 
-# Called with (event, path, result_or_error): event is "start", "done" or "error".
+# Called with (event, path, result_or_error): event is "total" (result = number of files), "start",
+# "done" or "error".
 IngestProgress = Callable[[str, str, Any], None]
 
 
@@ -229,6 +230,8 @@ class Tenant:
         started = time.perf_counter()
         files, skipped = discover(paths)
         report = IngestReport(skipped=skipped)
+        if progress:
+            progress("total", "", len(files))
         manager = self.pipeline(collection, splitter=splitter).index_manager
         options = options or LoadOptions()
         semaphore = asyncio.Semaphore(max(1, workers))
