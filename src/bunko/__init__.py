@@ -32,8 +32,9 @@ from .errors import (
     UnsupportedFormatError,
     VectorStoreError,
 )
-from .generation import Generator, LLMMessage, LLMProvider, LLMResponse
+from .generation import Generator
 from .indexing import IndexManager
+from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, register_llm
 from .pipeline import RAGPipeline
 from .preprocess import Preprocessor
 from .retrieval import Retriever
@@ -75,6 +76,7 @@ __all__ = [
     "IndexManager",
     "IngestReport",
     "IngestResult",
+    "LLMDelta",
     "LLMMessage",
     "LLMProvider",
     "LLMResponse",
@@ -102,8 +104,10 @@ __all__ = [
     "VectorStoreError",
     "__version__",
     "get_embedder",
+    "get_llm",
     "get_splitter",
     "open_backend",
     "register_embedder",
+    "register_llm",
     "register_splitter",
 ]

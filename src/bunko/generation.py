@@ -21,13 +21,14 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from .analysis import DEFAULT_ANALYZER, detect_language
 from .embedders import BaseEmbedder
 from .errors import BunkoError, GenerationError
+from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse  # noqa: F401 - re-exported
 from .types import GenerationResult, SearchHit, Source
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -40,39 +41,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 EXCERPT_CHARS = 200
-
-
-@dataclass(slots=True)
-class LLMMessage:
-    """One chat message."""
-
-    role: str  # "system", "user" or "assistant"
-    content: str
-
-
-@dataclass(slots=True)
-class LLMResponse:
-    """A completed chat response with the token usage the provider reported."""
-
-    text: str
-    model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class LLMProvider(Protocol):
-    """The seam for chat models (R26); providers arrive behind it by name."""
-
-    name: str
-    model: str
-
-    async def complete(
-        self, messages: list[LLMMessage], *, temperature: float, max_tokens: int
-    ) -> LLMResponse:
-        """One non-streaming chat completion."""
-        ...
 
 
 def format_context(hits: Sequence[SearchHit]) -> str:
