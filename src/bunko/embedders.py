@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
@@ -23,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .errors import EmbeddingError, UnknownProviderError
-from .types import EmbedderInfo
+from .types import EmbedderInfo, UsageEvent
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,12 @@ class BaseEmbedder:
     model: str = ""
     dimension: int = 0
     batch_size: int = 64
+    #: Called with a ``UsageEvent`` after every batch (R13); the engine sets it per tenant.
+    usage_sink: Callable[[UsageEvent], None] | None = None
+
+    def _report_usage(self, event: UsageEvent) -> None:
+        if self.usage_sink is not None:
+            self.usage_sink(event)
 
     @property
     def info(self) -> EmbedderInfo:
@@ -88,6 +95,7 @@ class BaseEmbedder:
         parts = []
         for start in range(0, len(items), self.batch_size):
             batch = items[start : start + self.batch_size]
+            started = time.perf_counter()
             try:
                 vectors = await self._embed_many(batch)
             except EmbeddingError:
@@ -101,6 +109,8 @@ class BaseEmbedder:
                     f"expected ({len(batch)}, {self.dimension})"
                 )
             parts.append(vectors)
+            self._report_usage(UsageEvent("embedding", self.provider, self.model,
+                                          latency_ms=(time.perf_counter() - started) * 1000, items=len(batch)))
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     async def embed(self, text: str) -> list[float]:
@@ -112,6 +122,10 @@ class BaseEmbedder:
     async def embed_batch(self, texts: list[str]) -> list[list[float]]:
         """The vectors of several texts, in order."""
         return (await self.embed_array(texts)).tolist()
+
+    async def embed_query(self, text: str) -> list[float]:
+        """The vector of a search query; providers with query/document input types override this."""
+        return await self.embed(text)
 
     async def close(self) -> None:
         """Release clients and connections (nothing to release by default)."""

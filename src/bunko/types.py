@@ -259,3 +259,22 @@ class IngestResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
+
+
+@dataclass(slots=True)
+class UsageEvent:
+    """One metered operation (R13): an embedding call, an LLM call, a rerank, a search or an upsert.
+
+    Providers hand these to their ``usage_sink`` (a callable set by the engine),
+    which records them per tenant.
+    """
+
+    operation: str  # "embedding", "llm", "rerank", "search", "upsert"
+    provider: str = ""
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+    items: int = 0  # texts embedded, documents reranked, hits returned, chunks written
+    metadata: dict[str, Any] = field(default_factory=dict)
+
