@@ -8,10 +8,11 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from bunko.stores import pg_migrations
 from bunko.stores.postgres import PostgresBackend, PostgresSettings, schema_status
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
 
-from .pg import psycopg
+from .pg import _with_dbname, psycopg
 
 
 @pytest.fixture()
@@ -75,8 +76,38 @@ def test_migrations_are_recorded_and_idempotent(pg_url: str) -> None:
 
     assert migrate_database(pg_url) == []  # the template was migrated already
     status = schema_status(pg_url)
-    assert status["pending"] == [] and [m["version"] for m in status["applied"]] == [1]
+    assert status["pending"] == []
+    assert [m["version"] for m in status["applied"]] == list(range(1, len(pg_migrations.MIGRATIONS) + 1))
     assert status["pgvector_version"]
+
+
+def test_upgrading_keeps_the_keyword_index_of_existing_rows(pg_server) -> None:
+    """Chunks written under m001 (SQL-generated keyword column) stay findable after m002."""
+    from bunko.stores.postgres import migrate_database
+
+    url = _with_dbname(pg_server.admin_url, "bunko_upgrade")
+    with _admin(pg_server.admin_url) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bunko_upgrade WITH (FORCE)")
+        conn.execute("CREATE DATABASE bunko_upgrade")
+    try:
+        migrate_database(url, target=1)
+        with _admin(url) as conn:
+            conn.execute("INSERT INTO bunko.tenants (name) VALUES ('acme')")
+            tenant = conn.execute("SELECT id FROM bunko.tenants").fetchone()[0]
+            conn.execute("INSERT INTO bunko.collections (tenant_id, name, embedding_provider, embedding_model, "
+                         "dimension) VALUES (%s, 'docs', 'p', 'm', 3)", (tenant,))
+            collection = conn.execute("SELECT id FROM bunko.collections").fetchone()[0]
+            conn.execute("INSERT INTO bunko.chunks (uid, tenant_id, collection_id, content, embedding) "
+                         "VALUES ('c1', %s, %s, '非常用の飲料水を備蓄する', '[1,0,0]')", (tenant, collection))
+        assert migrate_database(url) == [name for name, _ in pg_migrations.MIGRATIONS[1:]]
+        backend = PostgresBackend(url)
+        try:
+            hits = backend.for_tenant("acme").keyword_search("docs", "飲料水")
+            assert [h.chunk_id for h in hits] == ["c1"]
+        finally:
+            backend.close()
+    finally:
+        pg_server.drop_database(url)
 
 
 def test_unmigrated_database_gives_a_clear_error(pg_server) -> None:
@@ -85,7 +116,6 @@ def test_unmigrated_database_gives_a_clear_error(pg_server) -> None:
     with _admin(pg_server.admin_url) as conn:
         conn.execute("DROP DATABASE IF EXISTS bunko_empty")
         conn.execute("CREATE DATABASE bunko_empty")
-    from .pg import _with_dbname
 
     url = _with_dbname(pg_server.admin_url, "bunko_empty")
     with pytest.raises(VectorStoreError, match="bunko db migrate"):

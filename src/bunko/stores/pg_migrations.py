@@ -208,8 +208,21 @@ _GRANTS = [
     f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA bunko TO {APP_ROLE}",
 ]
 
+# The keyword column is filled by the application's analyzer (the same one that builds the
+# queries) instead of a generated SQL expression: identical analysis at index and query time,
+# analyzers SQL cannot run (morphological ones), and no per-row regular expression on ingest.
+_M002 = [
+    "ALTER TABLE bunko.chunks DROP COLUMN fts",  # drops chunks_fts with it
+    "ALTER TABLE bunko.chunks ADD COLUMN fts tsvector NOT NULL DEFAULT ''::tsvector",
+    # Rows written before this migration keep their keyword index, analyzed as before.
+    f"UPDATE bunko.chunks SET fts = to_tsvector('simple'::regconfig, "
+    f"regexp_replace(content, '({_CJK_CLASS})', ' \\1 ', 'g'))",
+    "CREATE INDEX chunks_fts ON bunko.chunks USING gin (fts)",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
+    ("m002_keyword_text_from_the_analyzer", _M002),
 ]
 
 BOOTSTRAP = [
