@@ -260,6 +260,18 @@ def test_engine_ingests_and_searches_with_a_hosted_embedder(tmp_path: Path) -> N
         assert server.requests  # the vectors really came over HTTP
 
 
+def test_engine_searches_with_the_query_input_type(tmp_path: Path) -> None:
+    """Ingest embeds documents as search_document, a search embeds the question as search_query."""
+    with CohereFake(api_key=KEY) as server:
+        embedder = get_embedder("cohere:embed-multilingual-v3.0", base_url=server.url, api_key=KEY, retry=FAST)
+        with Bunko(f"sqlite:///{tmp_path / 'e.db'}", embedder=embedder) as engine:
+            tenant = engine.tenant("acme")
+            tenant.add_document(Document(TEXTS[0], {"source": "a"}), collection="docs")
+            tenant.search(TEXTS[0], collection="docs")
+        kinds = [r.json["input_type"] for r in server.requests]
+    assert kinds == ["search_document", "search_query"]
+
+
 # -- Gemini --------------------------------------------------------------------------------------
 
 

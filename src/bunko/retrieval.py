@@ -59,8 +59,9 @@ class Retriever:
 
     async def _query_vector(self, query: str) -> Any:
         if isinstance(self.embedder, BaseEmbedder):
-            return (await self.embedder.embed_array([query]))[0]
-        return await self.embedder.embed(query)
+            return (await self.embedder.embed_array([query], query=True))[0]
+        embed_query = getattr(self.embedder, "embed_query", None)  # providers with query/document input types
+        return await (embed_query(query) if embed_query is not None else self.embedder.embed(query))
 
     async def _keyword_leg(self, query: str, top_k: int, document_ids: Sequence[str] | None) -> list[SearchHit]:
         return await asyncio.to_thread(
