@@ -402,7 +402,7 @@ def parse_filter(spec: FilterLike) -> Filter | None:
         if not text:
             return None
         try:
-            spec = json.loads(text)
+            spec = json.loads(spec)  # unstripped, so the column numbers point into what was typed
         except json.JSONDecodeError as exc:
             raise FilterError([FilterProblem("", f"not valid JSON: {exc.msg} at line {exc.lineno} column "
                                                  f"{exc.colno}")]) from None
@@ -671,7 +671,7 @@ def _sqlite(node: Node, out: _Sql) -> str:
         sql += f"({jtype()} = 'array' AND EXISTS (SELECT 1 FROM json_each({src()}, {out.p(path)}) e WHERE {element}"
         if o.kind != "bool":
             sql += f" AND e.value = {out.p(o.value)}"
-        sql = f"({sql}))"
+        sql = f"({sql})))"
     else:
         o = node.operand
         if node.op == "eq":
