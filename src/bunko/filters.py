@@ -691,7 +691,7 @@ def _pg_number(value: int | float) -> Any:
     # A float goes in as its shortest round-trip text, the same digits json.dumps stored.
     from decimal import Decimal
 
-    return value if isinstance(value, int) else Decimal(repr(value))
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
 
 
 def _pg_date_text(operand: Operand) -> str:

@@ -8,6 +8,7 @@ precomputed (seeded random), so the suite tests storage, not an embedder.
 
 from __future__ import annotations
 
+import itertools
 import json
 from itertools import pairwise
 from typing import Any
@@ -24,6 +25,14 @@ from ..errors import (
     VectorStoreError,
 )
 from ..filters import parse_filter
+
+try:  # the property test needs hypothesis (a dev dependency); without it that one test skips
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    HAVE_HYPOTHESIS = True
+except ImportError:  # pragma: no cover
+    HAVE_HYPOTHESIS = False
 from ..stores.base import ChunkWrite, DocumentWrite, StoreBackend
 from ..types import EmbedderInfo, VectorRecord, new_id
 
@@ -130,6 +139,40 @@ BAD_FILTERS: list[tuple[Any, str]] = [
                                       "use letters, digits, '_' or '-' (up to 64 per part, not only digits), parts "
                                       "joined by '.' (at most 8)"),
 ]
+
+
+if HAVE_HYPOTHESIS:
+    # Values chosen to collide across types: numbers and numeric strings, dates in several zones
+    # (and strings that only look like dates), booleans next to 0 and 1, null, arrays, objects.
+    _DATES = ["2024-01-01", "2024-01-01T00:00:00Z", "2023-12-31T22:00:00-02:00", "2024-01-01T09:00:00+09:00",
+              "2024-03-01 12:30", "2024-02-29T23:59:59.5Z", "2024-02-30", "2023-02-29", "2024-1-1"]
+    _STRINGS = st.sampled_from([*_DATES, "abc", "ab", "b", "", "防災", "防", "1", "2"])
+    _NUMBERS = st.one_of(st.integers(-2, 3), st.sampled_from([0.5, -1.5, 2.0, 1000.0]))
+    _SCALARS = st.one_of(_NUMBERS, _STRINGS, st.booleans(), st.none())
+    _VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3),
+                        st.fixed_dictionaries({}, optional={"x": _SCALARS}))
+    _METADATA = st.dictionaries(st.sampled_from(["a", "b", "n"]), _VALUES, max_size=3)
+    _FIELDS = st.sampled_from(["a", "b", "n", "n.x", "missing"])
+
+    def _op(ops: list[str], operand: Any) -> Any:
+        return st.builds(lambda f, op, v: {f: {op: v}}, _FIELDS, st.sampled_from(ops), operand)
+
+    _LEAVES = st.one_of(
+        st.builds(lambda f, v: {f: v}, _FIELDS, _SCALARS),
+        _op(["$eq", "$ne"], _SCALARS),
+        _op(["$gt", "$gte", "$lt", "$lte"], st.one_of(_NUMBERS, _STRINGS)),
+        _op(["$in", "$nin"], st.lists(_SCALARS, max_size=3)),
+        _op(["$exists"], st.booleans()),
+        _op(["$contains"], st.one_of(_NUMBERS, _STRINGS, st.booleans())),
+        st.builds(lambda f, op, v: {f: {"$not": {op: v}}}, _FIELDS, st.sampled_from(["$gte", "$lt"]), _NUMBERS),
+    )
+    _FILTER_SPECS = st.recursive(_LEAVES, lambda inner: st.one_of(
+        st.builds(lambda xs: {"$and": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda xs: {"$or": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda x: {"$not": x}, inner),
+    ), max_leaves=6)
+    _DOCUMENTS = st.lists(st.tuples(_METADATA, st.lists(_METADATA, min_size=1, max_size=3)), min_size=1, max_size=4)
+    _COLLECTIONS = itertools.count()
 
 
 def write_filter_fixture(store: Any, collection: str, seed: int = 500) -> dict[str, np.ndarray]:
@@ -363,6 +406,41 @@ class StoreConformance:
         flt = parse_filter(spec)
         assert flt is not None
         assert {_label(h) for h in store.query("f", q, 100) if flt.matches(h.metadata)} == expected
+
+    if HAVE_HYPOTHESIS:
+        @settings(max_examples=50, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                         HealthCheck.differing_executors])
+        @given(documents=_DOCUMENTS, records=st.lists(_METADATA, max_size=2),
+               specs=st.lists(_FILTER_SPECS, min_size=1, max_size=4))
+        def test_filters_agree_with_python_evaluation(self, backend: StoreBackend, documents: list[Any],
+                                                      records: list[dict[str, Any]], specs: list[Any]) -> None:
+            """Property: every backend's SQL selects exactly the chunks ``Filter.matches`` selects."""
+            store = backend.for_tenant("property")
+            collection = f"p{next(_COLLECTIONS)}"
+            store.ensure_collection(collection, INFO)
+            rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (label, chunk metadata, document metadata)
+            vectors = unit_vectors(sum(len(c) for _, c in documents) + len(records), 600)
+            for d, (doc_meta, chunk_metas) in enumerate(documents):
+                chunks = []
+                for i, chunk_meta in enumerate(chunk_metas):
+                    label = f"d{d}c{i}"
+                    chunks.append(ChunkWrite(new_id(), f"共通 {label}", i, 0, 5, 2, chunk_meta))
+                    rows.append((label, chunk_meta, doc_meta))
+                store.write_document(collection, DocumentWrite(new_id(), f"s{d}", f"h{d}", doc_meta, chunks,
+                                                               vectors[len(rows) - len(chunks) : len(rows)]))
+            for r, meta in enumerate(records):
+                store.upsert(collection, [VectorRecord(f"共通 r{r}", meta, vector=vectors[len(rows)].tolist())])
+                rows.append((f"r{r}", meta, {}))
+            q = unit_vectors(1, 601)[0]
+            for spec in specs:
+                flt = parse_filter(spec)
+                assert flt is not None
+                expected = {label for label, chunk_meta, doc_meta in rows if flt.matches(chunk_meta, doc_meta)}
+                assert {_label(h) for h in store.query(collection, q, 100, filter=flt)} == expected, spec
+                assert {_label(h) for h in store.keyword_search(collection, "共通", 100, filter=flt)} == expected, spec
+                assert store.count(collection, filter=flt) == len(expected), spec
+            store.delete_collection(collection)
 
     def test_filters_combine_with_document_ids_and_threshold(self, backend: StoreBackend) -> None:
         store = backend.for_tenant("acme")
