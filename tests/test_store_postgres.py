@@ -266,3 +266,75 @@ def test_bulk_load_defers_the_index_and_analyzes(pg_url: str) -> None:
     backend.close()
     with pytest.raises(ConfigError, match="ef_construction"):
         PostgresSettings(hnsw_m=24, hnsw_ef_construction=40)
+
+
+@pytest.mark.parametrize("iterative", [None, False])
+def test_planner_sizes_filters_and_never_comes_back_short(pg_url: str, iterative: bool | None) -> None:
+    """R21 with metadata filters: a selective filter takes the exact path; a broad one the index, still k hits."""
+    from bunko.testing.store_suite import ChunkWrite, DocumentWrite
+    from bunko.types import new_id
+
+    backend = _planner_backend(pg_url, iterative_scan=iterative)
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    q = unit_vectors(1, 91)[0]
+    vectors = unit_vectors(3_000, 90)
+    # The 7 "recent" chunks are the worst matches of the whole collection: an index scan that
+    # filtered afterwards would never reach them.
+    vectors[:7] = -q + 0.2 * unit_vectors(7, 92)
+    vectors[:7] /= np.linalg.norm(vectors[:7], axis=1, keepdims=True)
+    docs = []
+    for i in range(60):
+        chunks = [ChunkWrite(new_id(), f"t{i}-{j}", j, 0, 5, 1, {"recent": True} if i * 50 + j < 7 else {})
+                  for j in range(50)]
+        docs.append(DocumentWrite(new_id(), f"d{i}", f"h{i}", {"half": i % 2, "year": 2000 + i}, chunks,
+                                  vectors[i * 50 : (i + 1) * 50]))
+    store.write_documents("c", docs)
+
+    def exact(passes) -> list[float]:
+        rows = [r for r in range(3_000) if passes(r)]
+        return sorted((float(vectors[r] @ q) for r in rows), reverse=True)
+
+    hits = store.query("c", q, 5, filter={"recent": True})
+    assert store.last_plan == "exact"
+    assert len(hits) == 5 and all(h.content.startswith("t0-") for h in hits)
+    assert [round(h.score, 4) for h in hits] == [round(s, 4) for s in exact(lambda r: r < 7)[:5]]
+    assert len(store.query("c", q, 10, filter={"recent": True})) == 7  # all there are
+
+    hits = store.query("c", q, 10, filter={"half": 1})  # 1,500 chunks, over exact_max_rows: the index
+    assert store.last_plan.startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
+    assert len(hits) == 10 and all(int(h.content[1:].split("-")[0]) % 2 == 1 for h in hits)
+    assert all(a.score >= b.score for a, b in pairwise(hits))
+    best = exact(lambda r: (r // 50) % 2 == 1)[:10]
+    assert len({round(h.score, 4) for h in hits} & {round(s, 4) for s in best}) / 10 >= 0.9
+
+    # A filter and document_ids together are sized together: 20 documents (1,000 chunks) but only
+    # 4 of them (200 chunks) pass the filter, so the scan is exact.
+    hits = store.query("c", q, 10, document_ids=[d.id for d in docs[:20]], filter={"year": {"$gte": 2016}})
+    assert store.last_plan == "exact" and {h.document_id for h in hits} <= {d.id for d in docs[16:20]}
+    assert len(hits) == 10
+    assert store.query("c", q, 10, filter={"year": 1999}) == [] and store.last_plan == "empty"
+    backend.close()
+
+
+def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
+    """The iterative scan with a filter (and its document join) is still an HNSW index scan."""
+    from bunko.filters import compile_postgres, parse_filter
+
+    backend = _planner_backend(pg_url)
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    vectors = unit_vectors(2_500, 95)
+    store.write_documents("c", [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50],
+                                              metadata={"source": f"d{i}", "half": i % 2}) for i in range(50)])
+    store.query("c", vectors[0], 5, filter={"half": 1})
+    assert store.last_plan == "hnsw-iterative"
+    with store._tx() as (conn, tenant_pk):
+        plan = store.plan(conn, tenant_pk, 1, INFO.dimension, 2_500, 5, None, parse_filter({"half": 1}))
+        where, params = compile_postgres(parse_filter({"half": 1}))
+        assert plan.where == (where, params)
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        explained = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN " + plan._index_sql(), [vectors[0], tenant_pk, *params, vectors[0], 5]).fetchall())
+    assert "chunks_hnsw_1" in explained, explained
+    backend.close()

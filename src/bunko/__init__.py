@@ -21,6 +21,7 @@ from .errors import (
     DocumentNotFoundError,
     EmbedderMismatchError,
     EmbeddingError,
+    FilterError,
     GenerationError,
     LoaderError,
     NotFoundError,
@@ -32,6 +33,7 @@ from .errors import (
     UnsupportedFormatError,
     VectorStoreError,
 )
+from .filters import Filter, build_filter, parse_filter
 from .generation import Generator
 from .indexing import IndexManager
 from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, register_llm
@@ -70,6 +72,8 @@ __all__ = [
     "EmbedderMismatchError",
     "EmbedderProtocol",
     "EmbeddingError",
+    "Filter",
+    "FilterError",
     "GenerationError",
     "GenerationResult",
     "Generator",
@@ -103,10 +107,12 @@ __all__ = [
     "VectorStore",
     "VectorStoreError",
     "__version__",
+    "build_filter",
     "get_embedder",
     "get_llm",
     "get_splitter",
     "open_backend",
+    "parse_filter",
     "register_embedder",
     "register_llm",
     "register_splitter",

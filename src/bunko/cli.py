@@ -30,8 +30,9 @@ from rich.progress import (
 from . import __version__
 from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
 from .engine import Bunko, IngestError
-from .errors import BunkoError
+from .errors import BunkoError, FilterError
 from .evaluation import MODES as EVAL_MODES
+from .filters import Filter, build_filter
 from .types import IngestResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,9 +48,10 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
-def _fail(error_type: str, message: str, as_json: bool, code: int = EXIT_ERROR) -> NoReturn:
+def _fail(error_type: str, message: str, as_json: bool, code: int = EXIT_ERROR,
+          extra: dict[str, Any] | None = None) -> NoReturn:
     if as_json:
-        _emit_json({"error": {"type": error_type, "message": message}})
+        _emit_json({"error": {"type": error_type, "message": message, **(extra or {})}})
     else:
         stderr.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(code)
@@ -65,7 +67,10 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except BunkoError as exc:
             cause = exc.__cause__ if isinstance(exc.__cause__, BunkoError) else exc
-            _fail(type(cause).__name__, exc.message, as_json)
+            extra: dict[str, Any] = {"code": cause.code}
+            if isinstance(cause, FilterError):
+                extra["problems"] = [p.to_dict() for p in cause.problems]
+            _fail(type(cause).__name__, exc.message, as_json, extra=extra)
         except KeyboardInterrupt:
             _fail("Interrupted", "interrupted", as_json, EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -212,6 +217,29 @@ top_k_option = click.option("--top-k", "-k", default=5, show_default=True, type=
                             help="How many chunks to return.")
 document_id_option = click.option("--document-id", "document_ids", multiple=True, metavar="ID",
                                   help="Search only inside this document (repeatable).")
+
+
+def filter_options(func: F) -> F:
+    """The restriction options of search and ask (R18, R21)."""
+    options = [
+        click.option("--filter", "filter_json", metavar="JSON", default=None,
+                     help='Metadata filter, e.g. \'{"year": {"$gte": 2020}}\' (operators: $eq $ne $gt $gte $lt $lte '
+                          '$in $nin $and $or $not $exists $contains).'),
+        click.option("--file-type", "file_types", multiple=True, metavar="TYPE",
+                     help="Only these file types: pdf, docx, pptx, html, markdown/md, text/txt, json, or a MIME "
+                          "type (repeatable)."),
+        click.option("--since", default=None, metavar="DATE",
+                     help="Only documents whose date field is on or after this ISO-8601 date or datetime."),
+        click.option("--until", default=None, metavar="DATE",
+                     help="Only documents whose date field is on or before this date (a day counts whole)."),
+        click.option("--date-field", default=None, metavar="FIELD",
+                     help="The metadata field --since/--until read (default: created_at)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default="vector",
                            show_default=True,
                            help="Vector (semantic), keyword (BM25) or hybrid (weighted reciprocal rank fusion).")
@@ -223,6 +251,7 @@ mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hy
 @tenant_option
 @top_k_option
 @document_id_option
+@filter_options
 @mode_option
 @click.option("--threshold", type=click.FloatRange(-1.0, 1.0), default=None,
               help="Drop vector hits with cosine similarity below this.")
@@ -230,11 +259,17 @@ mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hy
 @click.pass_context
 @handle_errors
 def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
-           document_ids: tuple[str, ...], mode: str, threshold: float | None, as_json: bool) -> None:
-    """Search a collection and print the best chunks."""
+           document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
+           until: str | None, date_field: str | None, mode: str, threshold: float | None, as_json: bool) -> None:
+    """Search a collection and print the best chunks.
+
+    Restrict the search with --document-id, --filter (a JSON metadata filter), --file-type and
+    --since/--until; they combine with AND.
+    """
+    restriction = _restriction(filter_json, file_types, since, until, date_field)
     scope = _engine(ctx).tenant(tenant)
     response = scope.search(query, collection, top_k=top_k, document_ids=list(document_ids) or None,
-                            threshold=threshold, mode=mode)  # type: ignore[arg-type]
+                            threshold=threshold, mode=mode, filter=restriction)  # type: ignore[arg-type]
     if as_json:
         _emit_json(response.to_dict())
         return
@@ -249,20 +284,35 @@ def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: 
     stderr.print(f"[dim]{len(response.results)} results in {response.search_time_ms:.1f} ms[/]")
 
 
+def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: str | None, until: str | None,
+                 date_field: str | None) -> Filter | None:
+    """The options' filter, validated before the engine (and its embedder) is loaded."""
+    return build_filter(filter_json, file_types=list(file_types) or None, since=since, until=until,
+                        date_field=date_field)
+
+
 @cli.command()
 @click.argument("question")
 @collection_option
 @tenant_option
 @top_k_option
 @document_id_option
+@filter_options
+@mode_option
 @json_option
 @click.pass_context
 @handle_errors
 def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int,
-        document_ids: tuple[str, ...], as_json: bool) -> None:
-    """Answer a question from a collection, with [N] citations."""
+        document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
+        until: str | None, date_field: str | None, mode: str, as_json: bool) -> None:
+    """Answer a question from a collection, with [N] citations.
+
+    Takes the same restrictions as search (--document-id, --filter, --file-type, --since/--until).
+    """
+    restriction = _restriction(filter_json, file_types, since, until, date_field)
     scope = _engine(ctx).tenant(tenant)
-    result = scope.ask(question, collection, top_k=top_k, document_ids=list(document_ids) or None)
+    result = scope.ask(question, collection, top_k=top_k, document_ids=list(document_ids) or None,
+                       filter=restriction, mode=mode)  # type: ignore[arg-type]
     if as_json:
         _emit_json(result.to_dict())
         return

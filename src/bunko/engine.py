@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from .config import DEFAULT_COLLECTION, Settings
 from .embedders import get_embedder
 from .errors import BunkoError
+from .filters import Filter, FilterLike, build_filter
 from .generation import Generator, LLMProvider
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
@@ -111,10 +112,15 @@ class SearchResponse:
 
     results: list[SearchHit]
     search_time_ms: float
+    filter: Filter | None = None  # the metadata filter applied (shortcuts included), if any
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in the CLI's ``search --json`` shape."""
-        return {"results": [h.to_dict() for h in self.results], "search_time_ms": round(self.search_time_ms, 2)}
+        data: dict[str, Any] = {"results": [h.to_dict() for h in self.results],
+                                "search_time_ms": round(self.search_time_ms, 2)}
+        if self.filter is not None:
+            data["filter"] = self.filter.spec
+        return data
 
 
 # Called with (event, path, result_or_error): event is "total" (result = number of files), "start",
@@ -345,12 +351,24 @@ class Tenant:
         document_ids: Sequence[str] | None = None,
         threshold: float | None = None,
         mode: SearchMode = "vector",
+        filter: FilterLike = None,
+        file_types: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        date_field: str | None = None,
     ) -> SearchResponse:
-        """The best chunks for ``query`` (R21: ``document_ids`` restricts to those documents)."""
+        """The best chunks for ``query``, inside the restriction (R18, R21).
+
+        ``document_ids`` restricts to those documents; ``filter`` is a metadata filter
+        (:mod:`bunko.filters`); ``file_types`` (``["pdf", "md"]``) and ``since``/``until`` on
+        ``date_field`` (default ``created_at``) are shortcuts ANDed with it.
+        """
         started = time.perf_counter()
+        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
         retriever = Retriever(self._engine.embedder, self._store, collection)
-        hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold, mode=mode)
-        return SearchResponse(hits, (time.perf_counter() - started) * 1000)
+        hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
+                                      filter=flt)
+        return SearchResponse(hits, (time.perf_counter() - started) * 1000, flt)
 
     def search(self, query: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> SearchResponse:
         """Sync form of :meth:`asearch`."""
@@ -364,9 +382,15 @@ class Tenant:
         top_k: int = 5,
         document_ids: Sequence[str] | None = None,
         mode: SearchMode = "vector",
+        filter: FilterLike = None,
+        file_types: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        date_field: str | None = None,
     ) -> GenerationResult:
-        """An answer to ``question`` with ``[N]`` citations and the cited sources."""
-        return await self.pipeline(collection).query(question, top_k, document_ids, mode=mode)
+        """An answer to ``question`` with ``[N]`` citations, from chunks inside the restriction (see ``asearch``)."""
+        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
+        return await self.pipeline(collection).query(question, top_k, document_ids, mode=mode, filter=flt)
 
     def ask(self, question: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> GenerationResult:
         """Sync form of :meth:`aask`."""

@@ -240,6 +240,42 @@ class RerankAuthError(RerankProviderError, ProviderAuthFailed):
     code = "RERANK_AUTH"
 
 
+class FilterProblem:
+    """One bad part of a filter: where it is (``$and[1].year``) and what is wrong with it."""
+
+    __slots__ = ("message", "path")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path or '(filter)'}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"FilterProblem({self.path!r}, {self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FilterProblem) and (self.path, self.message) == (other.path, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+    def to_dict(self) -> dict[str, str]:
+        """A JSON-ready dict."""
+        return {"path": self.path, "message": self.message}
+
+
+class FilterError(RetrievalError):
+    """A metadata filter is malformed; ``problems`` lists every bad part with its path."""
+
+    code = "INVALID_FILTER"
+
+    def __init__(self, problems: list[FilterProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid filter: " + "; ".join(str(p) for p in self.problems))
+
+
 class GenerationError(BunkoError):
     """An answer could not be generated."""
 
@@ -293,6 +329,8 @@ __all__ = [
     "EncodingDetectionError",
     "EncryptedDocumentError",
     "FetchError",
+    "FilterError",
+    "FilterProblem",
     "GarbledTextError",
     "GenerationError",
     "LLMAuthError",

@@ -1,14 +1,16 @@
 """``RAGPipeline``: the orchestrator of indexing, retrieval and generation (R28).
 
 Errors from any step surface as ``RAGPipelineError`` with the step's own error as
-``__cause__``; "not found" errors pass through so callers can answer 404-style.
+``__cause__``; "not found" and malformed-filter errors pass through so callers can
+answer 404- or 400-style.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RAGPipelineError
+from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RAGPipelineError
+from .filters import FilterLike
 from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
 from .retrieval import Retriever, SearchMode
@@ -42,14 +44,15 @@ class RAGPipeline:
         *,
         threshold: float | None = None,
         mode: SearchMode = "vector",
+        filter: FilterLike = None,
     ) -> GenerationResult:
-        """Retrieve the ``top_k`` best chunks and answer ``query`` from them with citations."""
+        """Retrieve the ``top_k`` best chunks (inside ``document_ids`` and ``filter``) and answer from them."""
         try:
             hits = await self.retriever.search(
-                query, top_k, document_ids=document_ids, threshold=threshold, mode=mode
+                query, top_k, document_ids=document_ids, threshold=threshold, mode=mode, filter=filter
             )
             result = await self.generator.generate(query, hits)
-        except (NotFoundError, EmbedderMismatchError):
+        except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc

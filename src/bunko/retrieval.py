@@ -1,7 +1,8 @@
 """``Retriever``: embed the query and search one collection of a tenant-bound store (R28).
 
-Modes: ``vector`` (exact cosine over the collection, or over the given documents
-only, R21) and ``keyword`` (BM25 over the analyzed text). Store and embedder
+Modes: ``vector`` (cosine over the collection), ``keyword`` (BM25 over the analyzed
+text) and ``hybrid`` (both, fused by RRF). Every mode can be restricted to given
+documents and by a metadata filter (R18, R21). Store and embedder
 failures become ``RetrievalError``; "not found" errors pass through unchanged so
 callers can tell a missing collection from a failing search.
 """
@@ -14,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from .embedders import BaseEmbedder, embedder_info
-from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalError
+from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
+from .filters import Filter, FilterLike, as_filter
 from .stores.base import VectorStore
 from .types import Collection, SearchHit
 
@@ -63,13 +65,14 @@ class Retriever:
         embed_query = getattr(self.embedder, "embed_query", None)  # providers with query/document input types
         return await (embed_query(query) if embed_query is not None else self.embedder.embed(query))
 
-    async def _keyword_leg(self, query: str, top_k: int, document_ids: Sequence[str] | None) -> list[SearchHit]:
+    async def _keyword_leg(self, query: str, top_k: int, document_ids: Sequence[str] | None,
+                           flt: Filter | None) -> list[SearchHit]:
         return await asyncio.to_thread(
-            self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids
+            self.vector_store.keyword_search, self.collection, query, top_k, document_ids=document_ids, filter=flt
         )
 
-    async def _vector_leg(self, collection: Collection, query: str, top_k: int,
-                          document_ids: Sequence[str] | None, threshold: float | None) -> list[SearchHit]:
+    async def _vector_leg(self, collection: Collection, query: str, top_k: int, document_ids: Sequence[str] | None,
+                          threshold: float | None, flt: Filter | None) -> list[SearchHit]:
         info = embedder_info(self.embedder)
         if collection.embedder != info:
             raise EmbedderMismatchError(
@@ -79,7 +82,8 @@ class Retriever:
             )
         vector = await self._query_vector(query)
         return await asyncio.to_thread(
-            self.vector_store.query, self.collection, vector, top_k, threshold=threshold, document_ids=document_ids
+            self.vector_store.query, self.collection, vector, top_k, threshold=threshold, document_ids=document_ids,
+            filter=flt,
         )
 
     async def search(
@@ -90,29 +94,36 @@ class Retriever:
         document_ids: Sequence[str] | None = None,
         threshold: float | None = None,
         mode: SearchMode = "vector",
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """The ``top_k`` best chunks for ``query``, best first."""
+        """The ``top_k`` best chunks for ``query``, best first.
+
+        ``document_ids`` and ``filter`` (a metadata filter, see :mod:`bunko.filters`) restrict every
+        mode; in hybrid mode both legs get the same restriction. A malformed filter raises
+        ``FilterError`` before anything is embedded.
+        """
         if not isinstance(query, str) or not query.strip():
             raise RetrievalError("the query is empty")
         if mode not in MODES:
             raise RetrievalError(f"unknown search mode {mode!r}; use one of: {', '.join(MODES)}")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
             raise RetrievalError(f"top_k must be an integer from 1 to 100; got {top_k!r}")
+        flt = as_filter(filter)
         started = time.perf_counter()
         try:
             collection = await asyncio.to_thread(self.vector_store.get_collection, self.collection)
             if mode == "hybrid":
                 # Both legs run in the same tenant scope with the same restriction.
                 depth = min(100, top_k * HYBRID_DEPTH)
-                semantic = await self._vector_leg(collection, query, depth, document_ids, threshold)
-                keyword = await self._keyword_leg(query, depth, document_ids)
+                semantic = await self._vector_leg(collection, query, depth, document_ids, threshold, flt)
+                keyword = await self._keyword_leg(query, depth, document_ids, flt)
                 hits = fuse_rrf([("vector", HYBRID_WEIGHTS[0], semantic), ("keyword", HYBRID_WEIGHTS[1], keyword)],
                                 top_k)
             elif mode == "keyword":
-                hits = await self._keyword_leg(query, top_k, document_ids)
+                hits = await self._keyword_leg(query, top_k, document_ids, flt)
             else:
-                hits = await self._vector_leg(collection, query, top_k, document_ids, threshold)
-        except (NotFoundError, EmbedderMismatchError):
+                hits = await self._vector_leg(collection, query, top_k, document_ids, threshold, flt)
+        except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import VectorStoreError
+from ..filters import FilterLike
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord
 
 
@@ -138,8 +139,8 @@ class VectorStore(Protocol):
         """Delete chunks by id; returns how many existed in this tenant's collection."""
         ...
 
-    def count(self, collection: str) -> int:
-        """Number of chunks in a collection."""
+    def count(self, collection: str, *, filter: FilterLike = None) -> int:
+        """Number of chunks in a collection (that pass ``filter``, if given)."""
         ...
 
     def query(
@@ -151,8 +152,14 @@ class VectorStore(Protocol):
         threshold: float | None = None,
         document_ids: Sequence[str] | None = None,
         include_content: bool = True,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` if given."""
+        """Top-k by cosine similarity, best first, inside the restriction (R21).
+
+        ``document_ids`` and ``filter`` (a metadata filter, see :mod:`bunko.filters`) restrict
+        the search before ranking: when k chunks pass, k come back. A malformed filter raises
+        ``FilterError`` before the store is touched.
+        """
         ...
 
     def keyword_search(
@@ -162,8 +169,9 @@ class VectorStore(Protocol):
         top_k: int = 5,
         *,
         document_ids: Sequence[str] | None = None,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Top-k by BM25 over the analyzed text, best first."""
+        """Top-k by BM25 over the analyzed text, best first, inside ``document_ids`` and ``filter``."""
         ...
 
 

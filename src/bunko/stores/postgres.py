@@ -43,6 +43,7 @@ from ..errors import (
     EmbedderMismatchError,
     VectorStoreError,
 )
+from ..filters import Filter, FilterLike, as_filter, compile_postgres
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
 from . import pg_migrations
 from .base import DocumentWrite, check_query_vector, make_hit
@@ -708,9 +709,18 @@ class PostgresVectorStore:
             self._count(conn, tenant_pk, row[0], 0, -removed)
         return int(removed)
 
-    def count(self, collection: str) -> int:
-        """Number of chunks in a collection."""
-        return self.get_collection(collection).chunk_count
+    def count(self, collection: str, *, filter: FilterLike = None) -> int:
+        """Number of chunks in a collection (that pass ``filter``, if given)."""
+        flt = as_filter(filter)
+        if flt is None:
+            return self.get_collection(collection).chunk_count
+        where, params = compile_postgres(flt)
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            return int(conn.execute(
+                f"SELECT count(*) FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s AND c.collection_id = %s "
+                f"AND {where}", [tenant_pk, row[0], *params],
+            ).fetchone()[0])
 
     # -- search ---------------------------------------------------------------------------
     def query(
@@ -722,10 +732,12 @@ class PostgresVectorStore:
         threshold: float | None = None,
         document_ids: Sequence[str] | None = None,
         include_content: bool = True,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Top-k by cosine similarity, best first; restricted to ``document_ids`` if given (R21)."""
+        """Top-k by cosine similarity, best first; restricted to ``document_ids`` and ``filter`` if given (R21)."""
         top_k = _check_top_k(top_k)
         q = check_query_vector(vector)
+        flt = as_filter(filter)
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             collection_pk, dim, total = int(row[0]), int(row[5]), int(row[8])
@@ -733,7 +745,7 @@ class PostgresVectorStore:
                 raise DimensionMismatchError(
                     f"collection {collection!r} holds {dim}-dimensional vectors; got {q.shape[0]} dimensions"
                 )
-            plan = self.plan(conn, tenant_pk, collection_pk, dim, total, top_k, document_ids)
+            plan = self.plan(conn, tenant_pk, collection_pk, dim, total, top_k, document_ids, flt)
             ranked = plan.run(conn, q)
             if threshold is not None:
                 ranked = [(pk, s) for pk, s in ranked if s >= threshold]
@@ -741,8 +753,15 @@ class PostgresVectorStore:
             return _fetch_hits(conn, tenant_pk, ranked, include_content)
 
     def plan(self, conn: Any, tenant_pk: int, collection_pk: int, dim: int, total: int, top_k: int,
-             document_ids: Sequence[str] | None) -> _Plan:
-        """Choose how to search: exact scan, HNSW (iterative or over-fetch), from the restriction's size."""
+             document_ids: Sequence[str] | None, flt: Filter | None = None) -> _Plan:
+        """Choose how to search: exact scan, HNSW (iterative or over-fetch), from the restriction's size.
+
+        A ``document_ids`` restriction is sized from the documents' chunk counts. A filter is sized
+        by counting the chunks that pass it, stopping one past the exact-scan limit: a selective
+        filter is known exactly and takes the exact path; a broad one is known to leave more than
+        that, which is all the index strategies need (they fall back to the exact scan whenever
+        they come back with fewer than min(k, matching) hits).
+        """
         settings = self._backend.settings
         doc_pks: list[int] | None = None
         matching = total
@@ -754,17 +773,28 @@ class PostgresVectorStore:
                 "SELECT chunk_count FROM bunko.documents WHERE tenant_id = %s AND id = ANY(%s)",
                 (tenant_pk, doc_pks))) if doc_pks else 0
         has_index = total >= settings.hnsw_min_rows and self._has_index(conn, collection_pk)
+        where: tuple[str, list[Any]] | None = compile_postgres(flt) if flt is not None else None
+        restricted = doc_pks is not None or where is not None
+        if where is not None and has_index and matching > 0:
+            # Without an index the exact scan applies the filter itself; no need to count first.
+            bound = max(settings.exact_max_rows, top_k) + 1
+            docs = " AND c.document_id = ANY(%s)" if doc_pks is not None else ""
+            matching = int(conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s "
+                f"AND c.collection_id = %s{docs} AND {where[0]} LIMIT %s) AS passing",
+                [tenant_pk, collection_pk, *([doc_pks] if doc_pks is not None else []), *where[1], bound],
+            ).fetchone()[0])
         if matching == 0:
             strategy = "empty"
-        elif not has_index or (doc_pks is not None and matching <= settings.exact_max_rows):
+        elif not has_index or (restricted and matching <= settings.exact_max_rows):
             strategy = "exact"
-        elif doc_pks is None:
+        elif not restricted:
             strategy = "hnsw"
         elif self._backend._iterative:
             strategy = "hnsw-iterative"
         else:
             strategy = "hnsw-overfetch"
-        return _Plan(strategy, tenant_pk, collection_pk, dim, top_k, doc_pks, matching, total, settings)
+        return _Plan(strategy, tenant_pk, collection_pk, dim, top_k, doc_pks, matching, total, settings, where)
 
     def keyword_search(
         self,
@@ -773,9 +803,11 @@ class PostgresVectorStore:
         top_k: int = 5,
         *,
         document_ids: Sequence[str] | None = None,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Top-k by full-text rank over the analyzed text, best first."""
+        """Top-k by full-text rank over the analyzed text, best first; ``document_ids`` and ``filter`` restrict it."""
         top_k = _check_top_k(top_k)
+        flt = as_filter(filter)
         tsquery = _tsquery(self._backend.analyzer, query)
         if tsquery is None:
             return []
@@ -787,9 +819,15 @@ class PostgresVectorStore:
                 restrict = (" AND c.document_id IN (SELECT id FROM bunko.documents WHERE tenant_id = %s "
                             "AND uid = ANY(%s))")
                 params += [tenant_pk, [str(d) for d in document_ids]]
+            join = ""
+            if flt is not None:
+                where, where_params = compile_postgres(flt)
+                join = _DOC_JOIN
+                restrict += f" AND {where}"
+                params += where_params
             ranked = conn.execute(
-                "SELECT c.id, ts_rank(c.fts, to_tsquery('simple', %s)) AS score FROM bunko.chunks c "
-                "WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ to_tsquery('simple', %s)"
+                "SELECT c.id, ts_rank(c.fts, to_tsquery('simple', %s)) AS score FROM bunko.chunks c" + join +
+                " WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ to_tsquery('simple', %s)"
                 + restrict + " ORDER BY score DESC, c.id LIMIT %s",
                 [*params, top_k],
             ).fetchall()
@@ -806,9 +844,10 @@ class _Plan:
     dim: int
     top_k: int
     doc_pks: list[int] | None
-    matching: int
+    matching: int  # exact, or (for a broad filter) a lower bound above settings.exact_max_rows
     total: int
     settings: PostgresSettings
+    where: tuple[str, list[Any]] | None = None  # a compiled metadata filter over c (chunks) and d (documents)
 
     def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         if self.strategy == "empty":
@@ -827,34 +866,40 @@ class _Plan:
             return self._exact(conn, q)
         return found
 
-    def _restriction(self) -> tuple[str, list[Any]]:
-        if self.doc_pks is None:
-            return "", []
-        return " AND document_id = ANY(%s)", [self.doc_pks]
+    def _restriction(self) -> tuple[str, str, list[Any]]:
+        """(join, conditions, parameters) restricting ``c`` to the documents and the filter."""
+        join, restrict, params = "", "", []
+        if self.doc_pks is not None:
+            restrict, params = " AND c.document_id = ANY(%s)", [self.doc_pks]
+        if self.where is not None:
+            join = _DOC_JOIN
+            restrict += f" AND {self.where[0]}"
+            params += self.where[1]
+        return join, restrict, params
 
     def _exact(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         # The ORDER BY expression differs from the index expression, so the planner cannot use HNSW here.
-        restrict, params = self._restriction()
+        join, restrict, params = self._restriction()
         rows = conn.execute(
-            "SELECT id, embedding <=> %s::vector AS distance FROM bunko.chunks "
-            "WHERE tenant_id = %s AND collection_id = %s" + restrict + " ORDER BY distance, id LIMIT %s",
+            "SELECT c.id, c.embedding <=> %s::vector AS distance FROM bunko.chunks c" + join +
+            " WHERE c.tenant_id = %s AND c.collection_id = %s" + restrict + " ORDER BY distance, c.id LIMIT %s",
             [q, self.tenant_pk, self.collection_pk, *params, self.top_k],
         ).fetchall()
         return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
 
     def _index_sql(self) -> str:
         cast = _vector_literal_type(self.dim)
-        restrict, _ = self._restriction()
+        join, restrict, _ = self._restriction()
         # collection_id is inlined as an integer literal so the partial index's predicate matches.
         return (
-            f"SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score FROM bunko.chunks "
-            f"WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)}" + restrict +
-            f" ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s"
+            f"SELECT c.id, 1 - ((c.embedding::{cast}) <=> %s::{cast}) AS score FROM bunko.chunks c{join} "
+            f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)}" + restrict +
+            f" ORDER BY (c.embedding::{cast}) <=> %s::{cast} LIMIT %s"
         )
 
     def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
-        _, params = self._restriction()
+        _, _, params = self._restriction()
         rows = conn.execute(self._index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -875,14 +920,16 @@ class _Plan:
             self.strategy = "hnsw-overfetch+exact"
             return self._exact(conn, q)
         cast = _vector_literal_type(self.dim)
+        join, restrict, params = self._restriction()
         while True:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
             rows = conn.execute(
-                f"SELECT id, score FROM (SELECT id, document_id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
+                f"SELECT c.id, candidates.score FROM (SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
                 f"FROM bunko.chunks WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)} "
                 f"ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s) candidates "
-                "WHERE document_id = ANY(%s) ORDER BY score DESC, id LIMIT %s",
-                [q, self.tenant_pk, q, fetch, self.doc_pks, self.top_k],
+                f"JOIN bunko.chunks c ON c.id = candidates.id{join} WHERE c.tenant_id = %s{restrict} "
+                "ORDER BY candidates.score DESC, c.id LIMIT %s",
+                [q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k],
             ).fetchall()
             if len(rows) >= min(self.top_k, self.matching) or fetch >= min(self.total, 1000):
                 return [(int(r[0]), float(r[1])) for r in rows]
@@ -921,6 +968,9 @@ def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], incl
         hits.append(make_hit(r, score, r[7], r[6], include_content))
     return hits
 
+
+# Metadata filters read the chunk as c and its document as d.
+_DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
 
 _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, document_count, "

@@ -39,6 +39,7 @@ from ..errors import (
     EmbedderMismatchError,
     VectorStoreError,
 )
+from ..filters import FilterLike, as_filter, compile_sqlite, parse_date
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
 from .base import DocumentWrite, check_query_vector, make_hit
 
@@ -238,6 +239,8 @@ class SQLiteBackend:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA cache_size = -65536")
+            # Metadata filters compare ISO-8601 dates through the same parser as the Python evaluator.
+            conn.create_function("bunko_date", 1, parse_date, deterministic=True)
         except sqlite3.Error as exc:
             raise VectorStoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
         self._local.conn = conn
@@ -720,11 +723,28 @@ class SQLiteVectorStore:
         if deleted:
             self._count(conn, tenant_pk, collection_pk, 0, -deleted, mutated=True)
 
-    def count(self, collection: str) -> int:
-        """Number of chunks in a collection."""
+    def count(self, collection: str, *, filter: FilterLike = None) -> int:
+        """Number of chunks in a collection (that pass ``filter``, if given)."""
+        flt = as_filter(filter)
         with self._backend._read() as conn:
-            _, _, row = self._collection_row(conn, collection)
-            return int(row[8])
+            tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            if flt is None:
+                return int(row[8])
+            where, params = compile_sqlite(flt)
+            return int(conn.execute(
+                "SELECT count(*) FROM chunks c LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = "
+                f"c.tenant_id WHERE c.tenant_id = ? AND c.collection_id = ? AND {where}",
+                (tenant_pk, collection_pk, *params),
+            ).fetchone()[0])
+
+    def _filtered_rowids(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, where: str,
+                         params: list[Any]) -> np.ndarray:
+        """Rowids of this collection's chunks that pass a compiled filter."""
+        return np.fromiter((r[0] for r in conn.execute(
+            "SELECT c.id FROM chunks c LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id "
+            f"WHERE c.tenant_id = ? AND c.collection_id = ? AND {where}",
+            (tenant_pk, collection_pk, *params),
+        )), dtype=np.int64)
 
     # -- search --------------------------------------------------------------------
     def _backend_cache_drop(self, collection_pk: int) -> None:
@@ -793,10 +813,16 @@ class SQLiteVectorStore:
         threshold: float | None = None,
         document_ids: Sequence[str] | None = None,
         include_content: bool = True,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` if given."""
+        """Exact top-k by cosine similarity, best first; restricted to ``document_ids`` and ``filter`` if given.
+
+        The restriction masks the matrix before ranking, so k hits come back whenever k chunks match.
+        """
         top_k = _check_top_k(top_k)
         q = check_query_vector(vector)
+        flt = as_filter(filter)
+        compiled = compile_sqlite(flt) if flt is not None else None
         for _attempt in range(3):
             with self._backend._read() as conn:
                 tenant_pk, collection_pk, row = self._collection_row(conn, collection)
@@ -804,9 +830,16 @@ class SQLiteVectorStore:
                 matrix = self._matrix(conn, tenant_pk, collection_pk, int(row[5]))
                 norm = float(np.linalg.norm(q))
                 qn = q / norm if norm > 0 else q
+                mask = None
                 if document_ids is not None:
                     wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids)
-                    positions = np.flatnonzero(np.isin(matrix.doc_rowids, wanted))
+                    mask = np.isin(matrix.doc_rowids, wanted)
+                if compiled is not None:
+                    allowed = self._filtered_rowids(conn, tenant_pk, collection_pk, *compiled)
+                    passed = np.isin(matrix.rowids, allowed)
+                    mask = passed if mask is None else mask & passed
+                if mask is not None:
+                    positions = np.flatnonzero(mask)
                     scores = matrix.vectors[positions] @ qn
                 else:
                     positions = None
@@ -851,9 +884,14 @@ class SQLiteVectorStore:
         top_k: int = 5,
         *,
         document_ids: Sequence[str] | None = None,
+        filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Top-k by BM25 over the analyzed text, best first (score = -bm25, larger is better)."""
+        """Top-k by BM25 over the analyzed text, best first (score = -bm25, larger is better).
+
+        ``document_ids`` and ``filter`` restrict the matches before they are ranked.
+        """
         top_k = _check_top_k(top_k)
+        flt = as_filter(filter)
         match = fts_query(self._backend.analyzer, query)
         if match is None:
             return []
@@ -862,14 +900,22 @@ class SQLiteVectorStore:
             # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
             # check from the index alone, without reading each matching chunk row.
             sql = ("SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts CROSS JOIN chunks c INDEXED BY chunks_scan "
-                   "ON c.tenant_id = ? AND c.collection_id = ? AND c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?")
-            params: list[Any] = [tenant_pk, collection_pk, match]
+                   "ON c.tenant_id = ? AND c.collection_id = ? AND c.id = chunks_fts.rowid")
+            params: list[Any] = [tenant_pk, collection_pk]
+            if flt is not None:
+                sql += " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
+            sql += " WHERE chunks_fts MATCH ?"
+            params.append(match)
             if document_ids is not None:
                 wanted = [int(x) for x in self._document_pks(conn, tenant_pk, collection_pk, document_ids)]
                 if not wanted:
                     return []
                 sql += f" AND c.document_id IN ({','.join('?' * len(wanted))})"
                 params.extend(wanted)
+            if flt is not None:
+                where, where_params = compile_sqlite(flt)
+                sql += f" AND {where}"
+                params.extend(where_params)
             sql += " ORDER BY score DESC, c.id LIMIT ?"
             params.append(top_k)
             try:

@@ -8,6 +8,8 @@ precomputed (seeded random), so the suite tests storage, not an embedder.
 
 from __future__ import annotations
 
+import itertools
+import json
 from itertools import pairwise
 from typing import Any
 
@@ -19,8 +21,18 @@ from ..errors import (
     DimensionMismatchError,
     DocumentNotFoundError,
     EmbedderMismatchError,
+    FilterError,
     VectorStoreError,
 )
+from ..filters import parse_filter
+
+try:  # the property test needs hypothesis (a dev dependency); without it that one test skips
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    HAVE_HYPOTHESIS = True
+except ImportError:  # pragma: no cover
+    HAVE_HYPOTHESIS = False
 from ..stores.base import ChunkWrite, DocumentWrite, StoreBackend
 from ..types import EmbedderInfo, VectorRecord, new_id
 
@@ -45,6 +57,146 @@ def make_document(source: str, texts: list[str], vectors: np.ndarray, *, content
         offset += len(text) + 1
     return DocumentWrite(new_id(), source, content_hash or f"hash-{source}-{len(texts)}",
                          metadata or {"source": source, "filename": source.rsplit("/", 1)[-1]}, chunks, vectors)
+
+
+# Metadata filters (R18): documents whose fields hold mixed types on purpose, and chunks that carry
+# their own metadata (a chunk's value wins over its document's, as in a hit's metadata).
+FILTER_DOCUMENTS: list[tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] = [
+    ("a.pdf", {"kind": "pdf", "year": 2019, "published_at": "2019-06-01", "tags": ["防災", "water"],
+               "title": "Water storage", "rating": 4.5, "draft": False, "author": {"name": "Sato"}},
+     [("a1", {"page_number": 1, "section": "備蓄"}), ("a2", {"page_number": 2, "section": "備蓄"}),
+      ("a3", {"page_number": 3, "section": "連絡"})]),
+    ("b.md", {"kind": "markdown", "year": 2021, "published_at": "2021-03-15T09:00:00+09:00", "tags": ["earthquake"],
+              "title": "Earthquake guide", "rating": 3, "draft": True, "author": {"name": "Suzuki"}},
+     [("b1", {"section": "家具"}), ("b2", {"section": "避難", "year": 2030})]),
+    ("c.txt", {"kind": "text", "year": "2020", "published_at": "not a date", "tags": "防災 tips", "rating": None,
+               "author": "Tanaka"},
+     [("c1", {}), ("c2", {"page_number": "2"})]),
+    ("d.html", {"kind": "html", "year": 2024.0, "published_at": "2024-02-29", "tags": [], "draft": False},
+     [("d1", {"page_number": 1})]),
+    ("e.pdf", {"kind": "pdf", "year": True, "published_at": "2023-02-29", "tags": [2024, True]},
+     [("e1", {})]),
+]
+# A record upserted without a document: only its own metadata can match.
+FILTER_RECORD = ("r1", {"year": 2022, "kind": "pdf"})
+ALL_FILTER_CHUNKS = {"a1", "a2", "a3", "b1", "b2", "c1", "c2", "d1", "e1", "r1"}
+
+# (filter, the chunks it must return); worked out by hand from the data above.
+FILTER_CASES: list[tuple[dict[str, Any], set[str]]] = [
+    ({}, ALL_FILTER_CHUNKS),
+    ({"year": 2019}, {"a1", "a2", "a3"}),
+    ({"year": {"$eq": "2020"}}, {"c1", "c2"}),  # a string equals strings only
+    ({"year": True}, {"e1"}),  # a boolean is not the number 1
+    ({"year": {"$gte": 2020}}, {"b1", "b2", "d1", "r1"}),  # numbers only: not "2020", not true
+    ({"year": {"$lt": 2021}}, {"a1", "a2", "a3"}),
+    ({"year": {"$gte": 2020, "$lt": 2025}}, {"b1", "d1", "r1"}),
+    ({"year": {"$gt": "2000"}}, {"c1", "c2"}),  # a string operand compares strings
+    ({"year": {"$ne": 2019}}, ALL_FILTER_CHUNKS - {"a1", "a2", "a3"}),
+    ({"year": {"$not": {"$gte": 2020}}}, {"a1", "a2", "a3", "c1", "c2", "e1"}),
+    ({"year": 2030}, {"b2"}),  # the chunk's own value wins over its document's
+    ({"year": 2021}, {"b1"}),
+    ({"year": {"$in": [2019, "2020", True]}}, {"a1", "a2", "a3", "c1", "c2", "e1"}),
+    ({"year": {"$in": []}}, set()),
+    ({"year": {"$nin": []}}, ALL_FILTER_CHUNKS),
+    ({"published_at": {"$gte": "2021-01-01"}}, {"b1", "b2", "d1"}),  # 2023-02-29 is no date
+    ({"published_at": {"$lt": "2021-03-15T00:00:01Z"}}, {"a1", "a2", "a3", "b1", "b2"}),  # +09:00 is 00:00 UTC
+    ({"published_at": "2021-03-15T00:00:00Z"}, {"b1", "b2"}),  # the same instant
+    ({"published_at": {"$gt": "2021-03-15T00:00:00Z"}}, {"d1"}),
+    ({"kind": {"$in": ["pdf", "html"]}}, {"a1", "a2", "a3", "d1", "e1", "r1"}),
+    ({"kind": {"$nin": ["pdf", "html"]}}, {"b1", "b2", "c1", "c2"}),
+    ({"rating": {"$exists": True}}, {"a1", "a2", "a3", "b1", "b2", "c1", "c2"}),  # null exists
+    ({"rating": {"$exists": False}}, {"d1", "e1", "r1"}),
+    ({"rating": None}, {"c1", "c2"}),
+    ({"rating": {"$ne": None}}, ALL_FILTER_CHUNKS - {"c1", "c2"}),
+    ({"rating": {"$gt": 4}}, {"a1", "a2", "a3"}),
+    ({"tags": {"$contains": "防災"}}, {"a1", "a2", "a3", "c1", "c2"}),  # array element, or substring
+    ({"tags": {"$contains": "wat"}}, set()),  # array elements match whole
+    ({"tags": {"$contains": 2024}}, {"e1"}),
+    ({"tags": {"$contains": True}}, {"e1"}),
+    ({"title": {"$contains": "guide"}}, {"b1", "b2"}),
+    ({"title": {"$contains": "Guide"}}, set()),  # case-sensitive
+    ({"author.name": "Sato"}, {"a1", "a2", "a3"}),
+    ({"author.name": {"$exists": True}}, {"a1", "a2", "a3", "b1", "b2"}),  # "Tanaka" has no .name
+    ({"page_number": {"$lte": 2}}, {"a1", "a2", "d1"}),  # "2" is a string
+    ({"section": "備蓄", "page_number": 2}, {"a2"}),
+    ({"$or": [{"section": "家具"}, {"page_number": 3}]}, {"a3", "b1"}),
+    ({"$and": [{"kind": "pdf"}, {"$not": {"year": 2019}}]}, {"e1", "r1"}),
+    ({"draft": False}, {"a1", "a2", "a3", "d1"}),
+    ({"$not": {"draft": {"$exists": True}}}, {"c1", "c2", "e1", "r1"}),
+    ({"$or": [{"$and": [{"kind": "pdf"}, {"rating": {"$gte": 4}}]}, {"$not": {"$or": [{"kind": "pdf"},
+                                                                                     {"kind": "text"}]}}]},
+     {"a1", "a2", "a3", "b1", "b2", "d1"}),
+]
+
+# (filter, the error message) for filters every backend must refuse before touching the store.
+BAD_FILTERS: list[tuple[Any, str]] = [
+    ({"$and": [{"year": 1}, {"year": {"$gt": [1]}}]},
+     "invalid filter: $and[1].year: $gt needs a number, a date or a string, got a list"),
+    ({"year": {"$regex": "^2"}}, "invalid filter: year: unknown operator $regex; use one of $eq, $ne, $gt, $gte, "
+                                 "$lt, $lte, $in, $nin, $exists, $contains, $not"),
+    ('{"year": ', "invalid filter: (filter): not valid JSON: Expecting value at line 1 column 10"),
+    ({"a'; DROP TABLE chunks; --": 1}, "invalid filter: (filter): invalid field name \"a'; DROP TABLE chunks; --\": "
+                                      "use letters, digits, '_' or '-' (up to 64 per part, not only digits), parts "
+                                      "joined by '.' (at most 8)"),
+]
+
+
+if HAVE_HYPOTHESIS:
+    # Values chosen to collide across types: numbers and numeric strings, dates in several zones
+    # (and strings that only look like dates), booleans next to 0 and 1, null, arrays, objects.
+    _DATES = ["2024-01-01", "2024-01-01T00:00:00Z", "2023-12-31T22:00:00-02:00", "2024-01-01T09:00:00+09:00",
+              "2024-03-01 12:30", "2024-02-29T23:59:59.5Z", "2024-02-30", "2023-02-29", "2024-1-1"]
+    _STRINGS = st.sampled_from([*_DATES, "abc", "ab", "b", "", "防災", "防", "1", "2"])
+    _NUMBERS = st.one_of(st.integers(-2, 3), st.sampled_from([0.5, -1.5, 2.0, 1000.0]))
+    _SCALARS = st.one_of(_NUMBERS, _STRINGS, st.booleans(), st.none())
+    _VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3),
+                        st.fixed_dictionaries({}, optional={"x": _SCALARS}))
+    _METADATA = st.dictionaries(st.sampled_from(["a", "b", "n"]), _VALUES, max_size=3)
+    _FIELDS = st.sampled_from(["a", "b", "n", "n.x", "missing"])
+
+    def _op(ops: list[str], operand: Any) -> Any:
+        return st.builds(lambda f, op, v: {f: {op: v}}, _FIELDS, st.sampled_from(ops), operand)
+
+    _LEAVES = st.one_of(
+        st.builds(lambda f, v: {f: v}, _FIELDS, _SCALARS),
+        _op(["$eq", "$ne"], _SCALARS),
+        _op(["$gt", "$gte", "$lt", "$lte"], st.one_of(_NUMBERS, _STRINGS)),
+        _op(["$in", "$nin"], st.lists(_SCALARS, max_size=3)),
+        _op(["$exists"], st.booleans()),
+        _op(["$contains"], st.one_of(_NUMBERS, _STRINGS, st.booleans())),
+        st.builds(lambda f, op, v: {f: {"$not": {op: v}}}, _FIELDS, st.sampled_from(["$gte", "$lt"]), _NUMBERS),
+    )
+    _FILTER_SPECS = st.recursive(_LEAVES, lambda inner: st.one_of(
+        st.builds(lambda xs: {"$and": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda xs: {"$or": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda x: {"$not": x}, inner),
+    ), max_leaves=6)
+    _DOCUMENTS = st.lists(st.tuples(_METADATA, st.lists(_METADATA, min_size=1, max_size=3)), min_size=1, max_size=4)
+    _COLLECTIONS = itertools.count()
+
+
+def write_filter_fixture(store: Any, collection: str, seed: int = 500) -> dict[str, np.ndarray]:
+    """Write ``FILTER_DOCUMENTS`` and ``FILTER_RECORD`` into ``collection``; returns each chunk's vector."""
+    store.ensure_collection(collection, INFO)
+    vectors: dict[str, np.ndarray] = {}
+    all_vectors = unit_vectors(len(ALL_FILTER_CHUNKS), seed)
+    for source, metadata, chunk_specs in FILTER_DOCUMENTS:
+        chunks = []
+        for i, (label, chunk_metadata) in enumerate(chunk_specs):
+            # Every chunk holds the word 共通 so that a keyword search can reach all of them.
+            text = f"共通 {label} common"
+            chunks.append(ChunkWrite(new_id(), text, i, 0, len(text), 3, chunk_metadata))
+            vectors[label] = all_vectors[len(vectors)]
+        store.write_document(collection, DocumentWrite(new_id(), source, f"h-{source}", metadata, chunks,
+                                                       np.stack([vectors[label] for label, _ in chunk_specs])))
+    label, metadata = FILTER_RECORD
+    vectors[label] = all_vectors[len(vectors)]
+    store.upsert(collection, [VectorRecord(f"共通 {label} common", metadata, vector=vectors[label].tolist())])
+    return vectors
+
+
+def _label(hit: Any) -> str:
+    return hit.content.split()[1]
 
 
 class StoreConformance:
@@ -236,6 +388,119 @@ class StoreConformance:
         assert store.keyword_search("c", "存在しない語彙", 3) == []
         assert store.keyword_search("c", '" OR * NEAR(', 3) == []  # FTS syntax in user input is inert
         assert store.keyword_search("c", "家具", 3, document_ids=["other"]) == []
+
+    # -- metadata filters (R18) -------------------------------------------------------------
+    @pytest.mark.parametrize("spec,expected", FILTER_CASES, ids=[json.dumps(c[0], ensure_ascii=False)
+                                                                 for c in FILTER_CASES])
+    def test_filters_select_the_same_chunks_in_every_search(self, backend: StoreBackend, spec: dict[str, Any],
+                                                            expected: set[str]) -> None:
+        store = backend.for_tenant("acme")
+        write_filter_fixture(store, "f")
+        q = unit_vectors(1, 501)[0]
+        vector_hits = store.query("f", q, 100, filter=spec)
+        assert {_label(h) for h in vector_hits} == expected
+        assert all(a.score >= b.score for a, b in pairwise(vector_hits))
+        assert {_label(h) for h in store.keyword_search("f", "共通", 100, filter=spec)} == expected
+        assert store.count("f", filter=spec) == len(expected)
+        # The filter also parses to the same answer in Python, over the metadata the hits show.
+        flt = parse_filter(spec)
+        assert flt is not None
+        assert {_label(h) for h in store.query("f", q, 100) if flt.matches(h.metadata)} == expected
+
+    if HAVE_HYPOTHESIS:
+        @settings(max_examples=50, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                         HealthCheck.differing_executors])
+        @given(documents=_DOCUMENTS, records=st.lists(_METADATA, max_size=2),
+               specs=st.lists(_FILTER_SPECS, min_size=1, max_size=4))
+        def test_filters_agree_with_python_evaluation(self, backend: StoreBackend, documents: list[Any],
+                                                      records: list[dict[str, Any]], specs: list[Any]) -> None:
+            """Property: every backend's SQL selects exactly the chunks ``Filter.matches`` selects."""
+            store = backend.for_tenant("property")
+            collection = f"p{next(_COLLECTIONS)}"
+            store.ensure_collection(collection, INFO)
+            rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (label, chunk metadata, document metadata)
+            vectors = unit_vectors(sum(len(c) for _, c in documents) + len(records), 600)
+            for d, (doc_meta, chunk_metas) in enumerate(documents):
+                chunks = []
+                for i, chunk_meta in enumerate(chunk_metas):
+                    label = f"d{d}c{i}"
+                    chunks.append(ChunkWrite(new_id(), f"共通 {label}", i, 0, 5, 2, chunk_meta))
+                    rows.append((label, chunk_meta, doc_meta))
+                store.write_document(collection, DocumentWrite(new_id(), f"s{d}", f"h{d}", doc_meta, chunks,
+                                                               vectors[len(rows) - len(chunks) : len(rows)]))
+            for r, meta in enumerate(records):
+                store.upsert(collection, [VectorRecord(f"共通 r{r}", meta, vector=vectors[len(rows)].tolist())])
+                rows.append((f"r{r}", meta, {}))
+            q = unit_vectors(1, 601)[0]
+            for spec in specs:
+                flt = parse_filter(spec)
+                assert flt is not None
+                expected = {label for label, chunk_meta, doc_meta in rows if flt.matches(chunk_meta, doc_meta)}
+                assert {_label(h) for h in store.query(collection, q, 100, filter=flt)} == expected, spec
+                assert {_label(h) for h in store.keyword_search(collection, "共通", 100, filter=flt)} == expected, spec
+                assert store.count(collection, filter=flt) == len(expected), spec
+            store.delete_collection(collection)
+
+    def test_filters_combine_with_document_ids_and_threshold(self, backend: StoreBackend) -> None:
+        store = backend.for_tenant("acme")
+        vectors = write_filter_fixture(store, "f")
+        a = store.find_by_source("f", "a.pdf")
+        hits = store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"page_number": {"$gte": 2}})
+        assert [_label(h) for h in hits] == ["a2", "a3"]
+        assert store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"kind": "text"}) == []
+        assert [_label(h) for h in store.query("f", vectors["d1"], 10, threshold=0.99, filter={"kind": "html"})] == [
+            "d1"]
+        assert {_label(h) for h in store.keyword_search("f", "共通", 10, document_ids=[a.id],
+                                                        filter={"section": "備蓄"})} == {"a1", "a2"}
+        assert store.count("f", filter={}) == store.count("f") == len(ALL_FILTER_CHUNKS)
+
+    def test_restricted_search_with_a_filter_returns_k(self, backend: StoreBackend) -> None:
+        """A filter matching only the worst chunks of the collection still yields k of them, best first."""
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO)
+        q = unit_vectors(1, 7)[0]
+        near = np.tile(q, (300, 1)) + 0.01 * unit_vectors(300, 8)
+        store.write_document("c", make_document("popular", [f"p{i}" for i in range(300)], near))
+        far = -np.tile(q, (6, 1)) + 0.3 * unit_vectors(6, 9)
+        store.write_document("c", make_document("rare", [f"r{i}" for i in range(6)], far,
+                                                metadata={"source": "rare", "year": 2024}))
+        hits = store.query("c", q, 5, filter={"year": {"$gte": 2024}})
+        assert len(hits) == 5 and all(h.content.startswith("r") for h in hits)
+        assert all(a.score >= b.score for a, b in pairwise(hits))
+        assert len(store.query("c", q, 10, filter={"year": 2024})) == 6
+
+    @pytest.mark.parametrize("spec,message", BAD_FILTERS, ids=[str(i) for i in range(len(BAD_FILTERS))])
+    def test_malformed_filters_are_refused_with_every_problem(self, backend: StoreBackend, spec: Any,
+                                                              message: str) -> None:
+        store = backend.for_tenant("acme")
+        write_filter_fixture(store, "f")
+        for call in (lambda: store.query("f", unit_vectors(1, 1)[0], 5, filter=spec),
+                     lambda: store.keyword_search("f", "共通", 5, filter=spec),
+                     lambda: store.count("f", filter=spec)):
+            with pytest.raises(FilterError) as caught:
+                call()
+            assert caught.value.message == message
+            assert caught.value.code == "INVALID_FILTER"
+        assert store.count("f") == len(ALL_FILTER_CHUNKS)  # nothing was harmed
+
+    def test_filters_never_reach_another_tenant(self, backend: StoreBackend) -> None:
+        """Tenant B filtering for tenant A's metadata, in a same-named collection, gets nothing of A's."""
+        a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
+        vectors = write_filter_fixture(a, "shared")
+        b.ensure_collection("shared", INFO)
+        b.write_document("shared", make_document("b-own.txt", ["B の文書 共通"], unit_vectors(1, 77),
+                                                 metadata={"source": "b-own.txt", "kind": "text", "year": 1999}))
+        for spec, _ in FILTER_CASES:
+            for hit in b.query("shared", vectors["a1"], 100, filter=spec) + b.keyword_search(
+                    "shared", "共通 a1 common", 100, filter=spec):
+                assert hit.content == "B の文書 共通", spec
+        assert b.query("shared", vectors["a1"], 10, filter={"kind": "pdf"}) == []
+        assert b.keyword_search("shared", "共通", 10, filter={"author.name": "Sato"}) == []
+        assert b.count("shared", filter={"kind": {"$in": ["pdf", "markdown", "html"]}}) == 0
+        assert b.count("shared", filter={"year": 1999}) == 1
+        assert {_label(h) for h in a.query("shared", vectors["a1"], 100, filter={"kind": "pdf"})} == {
+            "a1", "a2", "a3", "e1", "r1"}
 
     # -- tenant isolation (R15) -----------------------------------------------------------
     def test_tenants_never_see_each_others_data(self, backend: StoreBackend) -> None:

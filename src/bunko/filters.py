@@ -1,0 +1,815 @@
+"""Typed metadata filters (R18): parse a Mongo-style filter into a small AST, evaluate it, compile it to SQL.
+
+A filter is a JSON object::
+
+    {"year": {"$gte": 2020}, "kind": {"$in": ["pdf", "docx"]},
+     "$or": [{"tags": {"$contains": "防災"}}, {"published_at": {"$gte": "2024-01-01"}}]}
+
+* Keys are field names (dotted paths reach into nested objects: ``author.name``) or the
+  logical operators ``$and``, ``$or`` (lists of filters) and ``$not`` (one filter). Several
+  keys in one object are ANDed. A bare value is ``$eq``: ``{"kind": "pdf"}``.
+* Field operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists $contains``, and ``$not``
+  around an operator object (``{"year": {"$not": {"$gt": 2020}}}``).
+* A field is looked up in the chunk's metadata first (page_number, section, ...), then in its
+  document's metadata (loader and user metadata: filename, kind, created_at, tags, ...), the
+  same precedence a search hit's ``metadata`` shows.
+
+Typing: the operand decides the comparison. A number compares with JSON numbers only; an
+ISO-8601 date or datetime string (``2024-01-01``, ``2024-01-01T09:30:00+09:00``) compares as
+an instant with stored strings that are such dates (a date alone is midnight UTC, a datetime
+without an offset is UTC); any other string compares with JSON strings by code point; a
+boolean equals JSON booleans only; ``null`` equals JSON null. A value of another type simply
+does not match (it never breaks the query). ``$ne``, ``$nin`` and ``$not`` are the exact
+negations of ``$eq``, ``$in`` and their operand, so they also match rows where the field is
+missing or of another type. ``$contains`` is element membership on arrays (typed equality, not
+date-aware) and literal, case-sensitive substring on strings.
+
+Both backends compile the same AST: keys and values only ever travel as bound parameters,
+and every predicate is two-valued (never SQL NULL), so negation is exact. :func:`matches`
+evaluates a filter in Python with the same rules; the tests check SQL against it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Union
+
+from .errors import FilterError, FilterProblem
+
+FIELD_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains", "$not")
+LOGICAL_OPERATORS = ("$and", "$or", "$not")
+DEFAULT_DATE_FIELD = "created_at"
+
+MAX_DEPTH = 16
+MAX_NODES = 500
+MAX_IN_ITEMS = 1000
+MAX_STRING = 1000
+MAX_PATH_SEGMENTS = 8
+
+_SEGMENT_RE = re.compile(r"^[\w][\w\-]{0,63}$")
+# The ISO-8601 forms bunko reads as dates; anything else is a plain string. Hours stop at 23,
+# seconds at 59 and offsets at ±14:59, so every string that passes is a real instant in Python,
+# SQLite and PostgreSQL alike (day-of-month validity is checked separately).
+DATE_PATTERN = (
+    r"^([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"([T ]([01][0-9]|2[0-3]):([0-5][0-9])(:([0-5][0-9])(\.[0-9]{1,6})?)?(Z|[+-](0[0-9]|1[0-4]):[0-5][0-9])?)?$"
+)
+_DATE_RE = re.compile(DATE_PATTERN)
+_EPOCH = datetime(1970, 1, 1)
+_US = timedelta(microseconds=1)
+
+
+def parse_date(value: Any) -> int | None:
+    """Microseconds since 1970-01-01 UTC for an ISO-8601 date or datetime string, else None."""
+    if not isinstance(value, str):
+        return None
+    m = _DATE_RE.match(value)
+    if m is None:
+        return None
+    try:
+        year, month, day = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        hour = int(m.group(5) or 0)
+        minute = int(m.group(6) or 0)
+        second = int(m.group(8) or 0)
+        fraction = int((m.group(9) or ".0")[1:].ljust(6, "0"))
+        naive = datetime(year, month, day, hour, minute, second, fraction)
+    except ValueError:  # 2023-02-29, year 0000, ...
+        return None
+    offset = 0
+    zone = m.group(10)
+    if zone and zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        offset = sign * (int(zone[1:3]) * 60 + int(zone[4:6])) * 60_000_000
+    return (naive - _EPOCH) // _US - offset
+
+
+# -- the AST ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class Operand:
+    """A typed comparison value: kind is number, date, string, bool or null."""
+
+    kind: str
+    value: Any  # int | float for numbers, microseconds for dates, str, bool or None
+    text: Any = None  # the value as written (for dates: the original string)
+
+
+@dataclass(slots=True, frozen=True)
+class Compare:
+    """``field <op> operand``; op is eq, gt, gte, lt or lte."""
+
+    field: tuple[str, ...]
+    op: str
+    operand: Operand
+
+
+@dataclass(slots=True, frozen=True)
+class In:
+    """``field`` equals one of ``operands`` (``$in``; ``$nin`` is ``Not(In)``)."""
+
+    field: tuple[str, ...]
+    operands: tuple[Operand, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Exists:
+    """The field is present (with any value, null included)."""
+
+    field: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Contains:
+    """An array field has an element equal to ``operand``, or a string field contains it as a substring."""
+
+    field: tuple[str, ...]
+    operand: Operand
+
+
+@dataclass(slots=True, frozen=True)
+class And:
+    """All of ``items`` (an empty And matches everything)."""
+
+    items: tuple[Node, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Or:
+    """Any of ``items`` (an empty Or matches nothing)."""
+
+    items: tuple[Node, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Not:
+    """The negation of ``item``."""
+
+    item: Node
+
+
+Node = Union[Compare, In, Exists, Contains, And, Or, Not]  # noqa: UP007 - a runtime alias
+
+
+@dataclass(slots=True, frozen=True)
+class Filter:
+    """A parsed, validated filter. Build it with :func:`parse_filter` or :func:`build_filter`."""
+
+    root: Node
+    spec: Any = None  # the JSON-ready form it was parsed from
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the filter matches everything (``{}``)."""
+        return isinstance(self.root, And) and not self.root.items
+
+    def fields(self) -> list[str]:
+        """The dotted field names the filter reads."""
+        found: dict[str, None] = {}
+
+        def walk(node: Node) -> None:
+            if isinstance(node, And | Or):
+                for item in node.items:
+                    walk(item)
+            elif isinstance(node, Not):
+                walk(node.item)
+            else:
+                found[".".join(node.field)] = None
+
+        walk(self.root)
+        return list(found)
+
+    def matches(self, chunk_metadata: Mapping[str, Any] | None, document_metadata: Mapping[str, Any] | None = None
+                ) -> bool:
+        """Evaluate in Python: does a chunk with these metadata pass the filter?"""
+        return _evaluate(self.root, chunk_metadata or {}, document_metadata or {})
+
+    def __and__(self, other: Filter) -> Filter:
+        parts = [f for f in (self, other) if not f.is_empty]
+        if not parts:
+            return self
+        if len(parts) == 1:
+            return parts[0]
+        return Filter(And((parts[0].root, parts[1].root)), {"$and": [parts[0].spec, parts[1].spec]})
+
+    def __str__(self) -> str:
+        return json.dumps(self.spec, ensure_ascii=False, sort_keys=True)
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.problems: list[FilterProblem] = []
+        self.nodes = 0
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(FilterProblem(path, message))
+
+    @staticmethod
+    def join(path: str, key: str) -> str:
+        return f"{path}.{key}" if path else key
+
+    def filter(self, spec: Any, path: str, depth: int) -> Node | None:
+        self.nodes += 1
+        if depth > MAX_DEPTH:
+            self.fail(path, f"nested deeper than {MAX_DEPTH} levels")
+            return None
+        if self.nodes > MAX_NODES:
+            if self.nodes == MAX_NODES + 1:
+                self.fail(path, f"more than {MAX_NODES} conditions")
+            return None
+        if not isinstance(spec, Mapping):
+            self.fail(path, f"a filter must be an object, got {_type_name(spec)}")
+            return None
+        items: list[Node] = []
+        for key, value in spec.items():
+            if not isinstance(key, str):
+                self.fail(path, f"keys must be strings, got {_type_name(key)}")
+                continue
+            here = self.join(path, key)
+            if key in ("$and", "$or"):
+                node = self.logical(key, value, here, depth)
+            elif key == "$not":
+                inner = self.filter(value, here, depth + 1)
+                node = None if inner is None else Not(inner)
+            elif key.startswith("$"):
+                self.fail(here, f"unknown operator {key}; at this level use a field name, $and, $or or $not")
+                continue
+            else:
+                field = self.field(key, path)
+                if field is None:
+                    continue
+                node = self.condition(field, value, here, depth)
+            if node is not None:
+                items.append(node)
+        return items[0] if len(items) == 1 else And(tuple(items))
+
+    def logical(self, key: str, value: Any, path: str, depth: int) -> Node | None:
+        if not isinstance(value, list | tuple):
+            self.fail(path, f"{key} needs a list of filters, got {_type_name(value)}")
+            return None
+        if not value:
+            self.fail(path, f"{key} needs at least one filter")
+            return None
+        items = [self.filter(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+        if any(i is None for i in items):
+            return None
+        return And(tuple(items)) if key == "$and" else Or(tuple(items))  # type: ignore[arg-type]
+
+    def field(self, key: str, path: str) -> tuple[str, ...] | None:
+        segments = key.split(".")
+        bad = (
+            len(segments) > MAX_PATH_SEGMENTS
+            or any(not _SEGMENT_RE.match(s) or s.isdigit() for s in segments)
+        )
+        if bad:
+            self.fail(path or "(filter)",
+                      f"invalid field name {key!r}: use letters, digits, '_' or '-' (up to 64 per part, not only "
+                      f"digits), parts joined by '.' (at most {MAX_PATH_SEGMENTS})")
+            return None
+        return tuple(segments)
+
+    def condition(self, field: tuple[str, ...], value: Any, path: str, depth: int) -> Node | None:
+        if isinstance(value, Mapping):
+            keys = list(value)
+            if not keys:
+                self.fail(path, "an empty operator object; write a value or an operator such as {\"$eq\": ...}")
+                return None
+            if not all(isinstance(k, str) and k.startswith("$") for k in keys):
+                self.fail(path, "a field's value must be a value or an object of operators ($eq, $gt, ...); "
+                                "to reach a nested field use a dotted name such as 'author.name'")
+                return None
+            items = []
+            for op in keys:
+                node = self.operator(field, op, value[op], path, depth)
+                if node is not None:
+                    items.append(node)
+            if len(items) != len(keys):
+                return None
+            return items[0] if len(items) == 1 else And(tuple(items))
+        return self.operator(field, "$eq", value, path, depth)
+
+    def operand(self, op: str, value: Any, path: str, *, allow: tuple[str, ...], dates: bool = True) -> Operand | None:
+        if isinstance(value, bool):
+            kind, typed = "bool", value
+        elif isinstance(value, int | float):
+            if isinstance(value, float) and not math.isfinite(value):
+                self.fail(path, f"{op} needs a finite number, got {value}")
+                return None
+            kind, typed = "number", value
+        elif isinstance(value, str):
+            if len(value) > MAX_STRING:
+                self.fail(path, f"{op}: the string is longer than {MAX_STRING} characters")
+                return None
+            micros = parse_date(value) if dates else None
+            kind, typed = ("date", micros) if micros is not None else ("string", value)
+        elif value is None:
+            kind, typed = "null", None
+        else:
+            kind, typed = "other", None
+        if kind not in allow:
+            self.fail(path, f"{op} needs {_ALLOWED_TEXT[allow]}, got {_type_name(value)}")
+            return None
+        return Operand(kind, typed, value)
+
+    def operator(self, field: tuple[str, ...], op: str, value: Any, path: str, depth: int) -> Node | None:
+        scalar = ("number", "date", "string", "bool", "null")
+        if op in ("$eq", "$ne"):
+            operand = self.operand(op, value, path, allow=scalar)
+            if operand is None:
+                return None
+            node: Node = Compare(field, "eq", operand)
+            return Not(node) if op == "$ne" else node
+        if op in ("$gt", "$gte", "$lt", "$lte"):
+            operand = self.operand(op, value, path, allow=("number", "date", "string"))
+            return None if operand is None else Compare(field, op[1:], operand)
+        if op in ("$in", "$nin"):
+            if not isinstance(value, list | tuple):
+                self.fail(path, f"{op} needs a list of values, got {_type_name(value)}")
+                return None
+            if len(value) > MAX_IN_ITEMS:
+                self.fail(path, f"{op} takes at most {MAX_IN_ITEMS} values, got {len(value)}")
+                return None
+            operands = [self.operand(f"{op}[{i}]", v, path, allow=scalar) for i, v in enumerate(value)]
+            if any(o is None for o in operands):
+                return None
+            node = In(field, tuple(operands))  # type: ignore[arg-type]
+            return Not(node) if op == "$nin" else node
+        if op == "$exists":
+            if not isinstance(value, bool):
+                self.fail(path, f"$exists needs true or false, got {_type_name(value)}")
+                return None
+            return Exists(field) if value else Not(Exists(field))
+        if op == "$contains":
+            operand = self.operand(op, value, path, allow=("number", "string", "bool"), dates=False)
+            return None if operand is None else Contains(field, operand)
+        if op == "$not":
+            if not isinstance(value, Mapping) or not value or not all(
+                    isinstance(k, str) and k.startswith("$") for k in value):
+                self.fail(path, f"$not needs an object of operators such as {{\"$gt\": 5}}, got {_type_name(value)}")
+                return None
+            inner = self.condition(field, value, path, depth + 1)
+            return None if inner is None else Not(inner)
+        if op in ("$and", "$or"):
+            self.fail(path, f"{op} belongs at the filter level, not inside a field")
+            return None
+        self.fail(path, f"unknown operator {op}; use one of {', '.join(FIELD_OPERATORS)}")
+        return None
+
+
+_ALLOWED_TEXT = {
+    ("number", "date", "string", "bool", "null"): "a string, number, boolean, date or null",
+    ("number", "date", "string"): "a number, a date or a string",
+    ("number", "string", "bool"): "a string, number or boolean",
+}
+
+
+FilterLike = Union["Filter", Mapping[str, Any], str, None]
+
+
+def parse_filter(spec: FilterLike) -> Filter | None:
+    """Validate a filter (an object, or its JSON text); None or ``{}`` stay as given.
+
+    Raises :class:`FilterError` listing every bad part with its path.
+    """
+    if spec is None or isinstance(spec, Filter):
+        return spec
+    if isinstance(spec, str):
+        text = spec.strip()
+        if not text:
+            return None
+        try:
+            spec = json.loads(spec)  # unstripped, so the column numbers point into what was typed
+        except json.JSONDecodeError as exc:
+            raise FilterError([FilterProblem("", f"not valid JSON: {exc.msg} at line {exc.lineno} column "
+                                                 f"{exc.colno}")]) from None
+    parser = _Parser()
+    root = parser.filter(spec, "", 0)
+    if parser.problems:
+        raise FilterError(parser.problems)
+    assert root is not None
+    return Filter(root, _json_ready(spec))
+
+
+def _json_ready(spec: Any) -> Any:
+    if isinstance(spec, Mapping):
+        return {str(k): _json_ready(v) for k, v in spec.items()}
+    if isinstance(spec, list | tuple):
+        return [_json_ready(v) for v in spec]
+    return spec
+
+
+def as_filter(spec: FilterLike) -> Filter | None:
+    """The parsed filter, or None when there is nothing to filter on (None or ``{}``)."""
+    parsed = parse_filter(spec)
+    return None if parsed is None or parsed.is_empty else parsed
+
+
+# -- shortcuts (R21) --------------------------------------------------------------------------------
+
+
+def file_type_filter(file_types: Iterable[str]) -> dict[str, Any]:
+    """A filter on file types: kinds (``pdf``, ``markdown``), suffixes (``.md``, ``htm``) or MIME types.
+
+    Loaders record the kind as ``kind`` and the MIME type as ``mime_type`` in document metadata.
+    """
+    from .loaders import _BY_SUFFIX, _KINDS
+
+    kinds: list[str] = []
+    mimes: list[str] = []
+    unknown: list[str] = []
+    for raw in file_types:
+        item = str(raw).strip().lower()
+        if "/" in item:
+            mimes.append(item)
+            continue
+        name = item.lstrip(".")
+        kind = name if name in _KINDS else _BY_SUFFIX.get("." + name)
+        if kind is None:
+            unknown.append(str(raw))
+        elif kind not in kinds:
+            kinds.append(kind)
+    if unknown or not (kinds or mimes):
+        known = sorted(set(_KINDS) | {s.lstrip(".") for s in _BY_SUFFIX})
+        raise FilterError([FilterProblem("file_types", f"unknown file type {u!r}; use one of {', '.join(known)} "
+                                                       "or a MIME type such as application/pdf") for u in unknown]
+                          or [FilterProblem("file_types", "no file type given")])
+    parts: list[dict[str, Any]] = []
+    if kinds:
+        parts.append({"kind": {"$in": kinds}})
+    if mimes:
+        parts.append({"mime_type": {"$in": mimes}})
+    return parts[0] if len(parts) == 1 else {"$or": parts}
+
+
+def date_window_filter(since: str | None = None, until: str | None = None,
+                       date_field: str = DEFAULT_DATE_FIELD) -> dict[str, Any]:
+    """``since <= date_field`` and ``date_field <= until``; a date-only ``until`` includes that whole day."""
+    problems = []
+    clause: dict[str, Any] = {}
+    for name, value in (("since", since), ("until", until)):
+        if value is None:
+            continue
+        if parse_date(value) is None:
+            problems.append(FilterProblem(name, f"needs an ISO-8601 date or datetime such as 2024-01-01 or "
+                                                f"2024-01-01T09:00:00+09:00, got {value!r}"))
+    if problems:
+        raise FilterError(problems)
+    if since is not None:
+        clause["$gte"] = since
+    if until is not None:
+        if len(until) == 10:  # a day: everything before the next midnight
+            day = datetime.strptime(until, "%Y-%m-%d")
+            if day.year == 9999 and day.month == 12 and day.day == 31:
+                clause["$lte"] = "9999-12-31T23:59:59.999999Z"
+            else:
+                clause["$lt"] = (day + timedelta(days=1)).strftime("%Y-%m-%d")
+        else:
+            clause["$lte"] = until
+    return {date_field: clause} if clause else {}
+
+
+def build_filter(filter: FilterLike = None, *, file_types: Sequence[str] | None = None, since: str | None = None,
+                 until: str | None = None, date_field: str | None = None) -> Filter | None:
+    """One filter from a user filter and the shortcuts (file types, a time window), ANDed together.
+
+    Returns None when nothing restricts the search.
+    """
+    parts: list[Any] = []
+    problems: list[FilterProblem] = []
+    for make in (lambda: parse_filter(filter),
+                 lambda: parse_filter(file_type_filter(file_types)) if file_types else None,
+                 lambda: parse_filter(date_window_filter(since, until, date_field or DEFAULT_DATE_FIELD))
+                 if since is not None or until is not None else None):
+        try:
+            parsed = make()
+        except FilterError as exc:
+            problems.extend(exc.problems)
+            continue
+        if parsed is not None and not parsed.is_empty:
+            parts.append(parsed)
+    if date_field is not None and since is None and until is None:
+        problems.append(FilterProblem("date_field", "given without since or until"))
+    if problems:
+        raise FilterError(problems)
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return Filter(And(tuple(p.root for p in parts)), {"$and": [p.spec for p in parts]})
+
+
+# -- evaluation in Python ---------------------------------------------------------------------------
+
+
+_MISSING = object()
+
+
+def _walk(meta: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(meta, Mapping) or key not in meta:
+            return _MISSING
+        meta = meta[key]
+    return meta
+
+
+def _lookup(path: tuple[str, ...], chunk: Mapping[str, Any], document: Mapping[str, Any]) -> Any:
+    value = _walk(chunk, path)
+    return _walk(document, path) if value is _MISSING else value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _equal(value: Any, operand: Operand) -> bool:
+    kind = operand.kind
+    if kind == "number":
+        return _is_number(value) and value == operand.value
+    if kind == "date":
+        return parse_date(value) == operand.value
+    if kind == "string":
+        return isinstance(value, str) and value == operand.value
+    if kind == "bool":
+        return isinstance(value, bool) and value == operand.value
+    return value is None  # null
+
+
+_ORDER = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b, "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
+
+
+def _evaluate(node: Node, chunk: Mapping[str, Any], document: Mapping[str, Any]) -> bool:
+    if isinstance(node, And):
+        return all(_evaluate(i, chunk, document) for i in node.items)
+    if isinstance(node, Or):
+        return any(_evaluate(i, chunk, document) for i in node.items)
+    if isinstance(node, Not):
+        return not _evaluate(node.item, chunk, document)
+    value = _lookup(node.field, chunk, document)
+    if isinstance(node, Exists):
+        return value is not _MISSING
+    if value is _MISSING:
+        return False
+    if isinstance(node, In):
+        return any(_equal(value, o) for o in node.operands)
+    if isinstance(node, Contains):
+        operand = node.operand
+        if isinstance(value, list):
+            return any(_equal(v, operand) for v in value)
+        return operand.kind == "string" and isinstance(value, str) and operand.value in value
+    operand = node.operand
+    if node.op == "eq":
+        return _equal(value, operand)
+    if operand.kind == "number":
+        return _is_number(value) and _ORDER[node.op](value, operand.value)
+    if operand.kind == "date":
+        micros = parse_date(value)
+        return micros is not None and _ORDER[node.op](micros, operand.value)
+    return isinstance(value, str) and _ORDER[node.op](value, operand.value)
+
+
+# -- SQL -------------------------------------------------------------------------------------------
+#
+# Both compilers read the chunk row as ``c`` and its document row as ``d`` (a LEFT JOIN, so a chunk
+# without a document has d.metadata NULL). Field paths, operands and patterns are bound parameters;
+# the SQL text only ever contains fixed operator and type names. Every leaf is wrapped in
+# coalesce(..., false), so NOT and OR see true or false, never NULL.
+
+_SQL_OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+class _Sql:
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+
+    def p(self, value: Any) -> str:
+        self.params.append(value)
+        return "?"
+
+
+def _sqlite_path(field: tuple[str, ...]) -> str:
+    return "$" + "".join(f'."{segment}"' for segment in field)
+
+
+def compile_sqlite(flt: Filter) -> tuple[str, list[Any]]:
+    """A WHERE fragment for the embedded store (aliases ``c`` and ``d``) and its ``?`` parameters.
+
+    Dates go through the SQL function ``bunko_date`` (register :func:`parse_date` on the connection).
+    """
+    out = _Sql()
+    return _sqlite(flt.root, out), out.params
+
+
+def _sqlite(node: Node, out: _Sql) -> str:
+    if isinstance(node, And):
+        return "(" + " AND ".join(_sqlite(i, out) for i in node.items) + ")" if node.items else "1"
+    if isinstance(node, Or):
+        return "(" + " OR ".join(_sqlite(i, out) for i in node.items) + ")" if node.items else "0"
+    if isinstance(node, Not):
+        return f"(NOT {_sqlite(node.item, out)})"
+    path = _sqlite_path(node.field)
+
+    def src() -> str:
+        return f"(CASE WHEN json_type(c.metadata, {out.p(path)}) IS NOT NULL THEN c.metadata ELSE d.metadata END)"
+
+    def jtype() -> str:
+        return f"json_type({src()}, {out.p(path)})"
+
+    def jvalue() -> str:
+        return f"json_extract({src()}, {out.p(path)})"
+
+    def equal_any(kind: str, values: list[Any]) -> str:
+        if kind == "number":
+            return f"({jtype()} IN ('integer', 'real') AND {jvalue()} IN ({', '.join(out.p(v) for v in values)}))"
+        if kind == "string":
+            return f"({jtype()} = 'text' AND {jvalue()} IN ({', '.join(out.p(v) for v in values)}))"
+        if kind == "date":
+            return (f"({jtype()} = 'text' AND bunko_date({jvalue()}) IN "
+                    f"({', '.join(out.p(v) for v in values)}))")
+        if kind == "bool":
+            return f"({jtype()} IN ({', '.join(out.p('true' if v else 'false') for v in values)}))"
+        return f"({jtype()} = 'null')"
+
+    if isinstance(node, Exists):
+        sql = f"{jtype()} IS NOT NULL"
+    elif isinstance(node, In):
+        groups: dict[str, list[Any]] = {}
+        for o in node.operands:
+            groups.setdefault(o.kind, []).append(o.value)
+        sql = " OR ".join(equal_any(kind, values) for kind, values in groups.items()) or "0"
+    elif isinstance(node, Contains):
+        # Parameters are appended in the order their placeholders appear in the text.
+        o = node.operand
+        element = {"string": "e.type = 'text'", "number": "e.type IN ('integer', 'real')",
+                   "bool": "e.type = " + ("'true'" if o.value else "'false'")}[o.kind]
+        sql = ""
+        if o.kind == "string":
+            sql = f"({jtype()} = 'text' AND instr({jvalue()}, {out.p(o.value)}) > 0) OR "
+        sql += f"({jtype()} = 'array' AND EXISTS (SELECT 1 FROM json_each({src()}, {out.p(path)}) e WHERE {element}"
+        if o.kind != "bool":
+            sql += f" AND e.value = {out.p(o.value)}"
+        sql = f"({sql})))"
+    else:
+        o = node.operand
+        if node.op == "eq":
+            sql = equal_any(o.kind, [o.value])
+        else:
+            op = _SQL_OPS[node.op]
+            if o.kind == "number":
+                sql = f"({jtype()} IN ('integer', 'real') AND {jvalue()} {op} {out.p(o.value)})"
+            elif o.kind == "date":
+                sql = f"({jtype()} = 'text' AND bunko_date({jvalue()}) {op} {out.p(o.value)})"
+            else:
+                sql = f"({jtype()} = 'text' AND {jvalue()} {op} {out.p(o.value)})"
+    return f"coalesce({sql}, 0)"
+
+
+def _pg_number(value: int | float) -> Any:
+    # A float goes in as its shortest round-trip text, the same digits json.dumps stored.
+    from decimal import Decimal
+
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+
+
+def _pg_date_text(operand: Operand) -> str:
+    text = str(operand.text)
+    if _DATE_RE.match(text).group(10):  # type: ignore[union-attr]
+        return text
+    return text + ("T00:00:00Z" if len(text) == 10 else "Z")
+
+
+# The PostgreSQL twin of parse_date: the regex, then day-of-month validity, and only then the cast,
+# nested in CASE so that no cast ever sees a string it would refuse.
+_PG_DATE = (
+    "CASE WHEN t ~ {pattern} THEN CASE WHEN substr(t, 1, 4)::int >= 1 AND substr(t, 9, 2)::int <= "
+    "CASE substr(t, 6, 2)::int WHEN 2 THEN CASE WHEN (mod(substr(t, 1, 4)::int, 4) = 0 "
+    "AND mod(substr(t, 1, 4)::int, 100) <> 0) OR mod(substr(t, 1, 4)::int, 400) = 0 THEN 29 ELSE 28 END "
+    "WHEN 4 THEN 30 WHEN 6 THEN 30 WHEN 9 THEN 30 WHEN 11 THEN 30 ELSE 31 END "
+    "THEN (CASE WHEN t ~ '(Z|[+-][0-9]{{2}}:[0-9]{{2}})$' THEN t "
+    "ELSE t || CASE WHEN length(t) = 10 THEN 'T00:00:00Z' ELSE 'Z' END END)::timestamptz END END"
+)
+
+
+def compile_postgres(flt: Filter) -> tuple[str, list[Any]]:
+    """A WHERE fragment for PostgreSQL (aliases ``c`` and ``d``) and its ``%s`` parameters."""
+    out = _Sql()
+    sql = _postgres(flt.root, out)
+    return sql.replace("?", "%s"), out.params
+
+
+def _postgres(node: Node, out: _Sql) -> str:
+    if isinstance(node, And):
+        return "(" + " AND ".join(_postgres(i, out) for i in node.items) + ")" if node.items else "true"
+    if isinstance(node, Or):
+        return "(" + " OR ".join(_postgres(i, out) for i in node.items) + ")" if node.items else "false"
+    if isinstance(node, Not):
+        return f"(NOT {_postgres(node.item, out)})"
+    path = list(node.field)
+
+    def v() -> str:
+        return f"coalesce(c.metadata #> {out.p(path)}::text[], d.metadata #> {out.p(path)}::text[])"
+
+    def date_of_v() -> str:
+        # A scalar subquery names the text once; it is NULL unless the value is a JSON string.
+        return (f"(SELECT {_PG_DATE.format(pattern=out.p(DATE_PATTERN))} FROM (SELECT CASE WHEN jsonb_typeof({v()}) "
+                f"= 'string' THEN {v()} #>> '{{}}' END AS t) AS s)")
+
+    def equal_any(kind: str, values: list[Any]) -> str:
+        if kind == "number":
+            return (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric = ANY({out.p(values)}::numeric[]) "
+                    "ELSE false END")
+        if kind == "string":
+            return f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') = ANY({out.p(values)}::text[]))"
+        if kind == "date":
+            return f"({date_of_v()} = ANY({out.p(values)}::text[]::timestamptz[]))"
+        if kind == "bool":
+            return (f"CASE WHEN jsonb_typeof({v()}) = 'boolean' THEN ({v()})::boolean = "
+                    f"ANY({out.p(values)}::boolean[]) ELSE false END")
+        return f"(jsonb_typeof({v()}) = 'null')"
+
+    def values_of(kind: str, operands: Iterable[Operand]) -> list[Any]:
+        if kind == "number":
+            return [_pg_number(o.value) for o in operands]
+        if kind == "date":
+            return [_pg_date_text(o) for o in operands]
+        return [o.value for o in operands]
+
+    if isinstance(node, Exists):
+        sql = f"({v()} IS NOT NULL)"
+    elif isinstance(node, In):
+        groups: dict[str, list[Operand]] = {}
+        for o in node.operands:
+            groups.setdefault(o.kind, []).append(o)
+        sql = " OR ".join(equal_any(kind, values_of(kind, ops)) for kind, ops in groups.items()) or "false"
+    elif isinstance(node, Contains):
+        # Parameters are appended in the order their placeholders appear in the text.
+        o = node.operand
+        cast = {"string": "text", "number": "numeric", "bool": "boolean"}[o.kind]
+        element = _pg_number(o.value) if o.kind == "number" else o.value
+        sql = ""
+        if o.kind == "string":
+            sql = (f"CASE WHEN jsonb_typeof({v()}) = 'string' THEN strpos({v()} #>> '{{}}', {out.p(o.value)}) > 0 "
+                   "ELSE false END OR ")
+        sql += f"(jsonb_typeof({v()}) = 'array' AND {v()} @> jsonb_build_array({out.p(element)}::{cast}))"
+        sql = f"({sql})"
+    else:
+        o = node.operand
+        if node.op == "eq":
+            sql = equal_any(o.kind, values_of(o.kind, [o]))
+        else:
+            op = _SQL_OPS[node.op]
+            if o.kind == "number":
+                sql = (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric {op} "
+                       f"{out.p(_pg_number(o.value))}::numeric ELSE false END")
+            elif o.kind == "date":
+                sql = f"({date_of_v()} {op} {out.p(_pg_date_text(o))}::timestamptz)"
+            else:
+                sql = (f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') COLLATE \"C\" {op} "
+                       f"{out.p(o.value)}::text COLLATE \"C\")")
+    return f"coalesce({sql}, false)"
+
+
+__all__ = [
+    "DEFAULT_DATE_FIELD",
+    "And",
+    "Compare",
+    "Contains",
+    "Exists",
+    "Filter",
+    "FilterError",
+    "In",
+    "Not",
+    "Operand",
+    "Or",
+    "as_filter",
+    "build_filter",
+    "compile_postgres",
+    "compile_sqlite",
+    "date_window_filter",
+    "file_type_filter",
+    "parse_date",
+    "parse_filter",
+]
