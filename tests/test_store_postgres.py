@@ -75,7 +75,10 @@ def test_migrations_are_recorded_and_idempotent(pg_url: str) -> None:
 
     assert migrate_database(pg_url) == []  # the template was migrated already
     status = schema_status(pg_url)
-    assert status["pending"] == [] and [m["version"] for m in status["applied"]] == [1]
+    from bunko.stores.pg_migrations import MIGRATIONS
+
+    assert status["pending"] == []
+    assert [m["version"] for m in status["applied"]] == list(range(1, len(MIGRATIONS) + 1))
     assert status["pgvector_version"]
 
 
@@ -236,3 +239,27 @@ def test_bulk_load_defers_the_index_and_analyzes(pg_url: str) -> None:
     backend.close()
     with pytest.raises(ConfigError, match="ef_construction"):
         PostgresSettings(hnsw_m=24, hnsw_ef_construction=40)
+
+
+def test_rls_confines_usage_search_logs_and_conversations(backend: PostgresBackend, pg_url: str) -> None:
+    from bunko.types import ConversationTurn, UsageEvent
+
+    a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
+    for store in (a, b):
+        store.record_usage([UsageEvent("llm", "p", "m", input_tokens=1)])
+        store.log_search(f"{store.tenant} query", 1, 1.0, "vector")
+        store.append_turns("chat", [ConversationTurn("user", f"{store.tenant} question")])
+    tables = ("usage_records", "search_logs", "conversation_turns")
+    with _admin(pg_url) as conn:
+        conn.execute("SET ROLE bunko_app")
+        for table in tables:  # no tenant in the transaction: nothing at all
+            assert conn.execute(f"SELECT count(*) FROM bunko.{table}").fetchone()[0] == 0, table
+        conn.execute("SELECT set_config('bunko.tenant', 'tenant-a', false)")
+        a_pk = conn.execute("SELECT id FROM bunko.tenants").fetchone()[0]
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(a_pk),))
+        for table in tables:  # a query without a tenant predicate sees only tenant A's row
+            assert conn.execute(f"SELECT count(*) FROM bunko.{table}").fetchone()[0] == 1, table
+        assert conn.execute("SELECT content FROM bunko.conversation_turns").fetchone()[0] == "tenant-a question"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO bunko.conversation_turns (tenant_id, conversation_id, role, content) "
+                         "VALUES (%s, 'chat', 'user', 'planted')", (a_pk + 1,))
