@@ -22,7 +22,8 @@ from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
 from .stores.base import ChunkWrite, DocumentWrite, VectorStore
-from .types import Document, IngestResult, new_id
+from .types import Document, IngestResult, UsageEvent, new_id
+from .usage import route, store_kind
 
 ProgressCallback = Callable[[int], None]
 
@@ -188,7 +189,12 @@ class IndexManager:
         """Store prepared documents in one transaction: each is either fully stored or absent."""
         if not prepared:
             return []
-        return await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+        started = time.perf_counter()
+        results = await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+        written = sum(r.chunks for r in results if r.status != "unchanged")
+        route(UsageEvent("upsert", store_kind(self.vector_store), latency_ms=(time.perf_counter() - started) * 1000,
+                         items=written, metadata={"collection": self.collection, "documents": len(results)}))
+        return results
 
     async def index_document(
         self, document: Document, *, progress: ProgressCallback | None = None

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from .embedders import BaseEmbedder, embedder_info
 from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalError
 from .stores.base import VectorStore
-from .types import Collection, SearchHit
+from .types import Collection, SearchHit, UsageEvent
+from .usage import route, store_kind
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -116,4 +117,6 @@ class Retriever:
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc
         self.last_search_ms = (time.perf_counter() - started) * 1000
+        route(UsageEvent("search", store_kind(self.vector_store), mode, latency_ms=self.last_search_ms,
+                         items=len(hits), metadata={"query": query, "mode": mode, "collection": self.collection}))
         return hits
