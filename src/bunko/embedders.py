@@ -14,16 +14,18 @@ builds one.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import EmbeddingError, UnknownProviderError
+from .errors import ConfigError, EmbeddingError, UnknownProviderError
 from .types import EmbedderInfo, UsageEvent
 
 logger = logging.getLogger(__name__)
@@ -50,18 +52,36 @@ class EmbedderProtocol(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class EmbeddingBatch:
+    """What one provider call returned: the vectors plus the tokens the provider counted.
+
+    ``_embed_many`` may return this instead of a bare array, so that the usage event of
+    the call carries real token counts (R13).
+    """
+
+    vectors: Any  # array-like of shape (n, dimension)
+    input_tokens: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
 class BaseEmbedder:
-    """Validation, batching and dimension checks around one method: ``_embed_many``.
+    """Validation, batching, concurrency and dimension checks around one method: ``_embed_many``.
 
     Subclasses set ``provider``, ``model``, ``dimension`` and ``batch_size`` and
-    implement ``_embed_many(texts) -> np.ndarray`` of shape ``(len(texts), dimension)``.
+    implement ``_embed_many(texts)``, returning an array of shape ``(len(texts), dimension)``
+    or an ``EmbeddingBatch``. Providers whose API tells queries from documents also
+    implement ``_embed_query_many``. A ``dimension`` of 0 means "learn it from the first
+    response" (OpenAI-compatible servers); after that every response must match it.
     """
 
     provider: str = ""
     model: str = ""
     dimension: int = 0
     batch_size: int = 64
-    #: Called with a ``UsageEvent`` after every batch (R13); the engine sets it per tenant.
+    #: How many batches may be in flight at once (hosted providers: 4).
+    concurrency: int = 1
+    #: Called with a ``UsageEvent`` after every provider call (R13); the engine sets it per tenant.
     usage_sink: Callable[[UsageEvent], None] | None = None
 
     def _report_usage(self, event: UsageEvent) -> None:
@@ -73,8 +93,12 @@ class BaseEmbedder:
         """Provider, model and dimension: what a collection records and checks."""
         return EmbedderInfo(self.provider, self.model, self.dimension)
 
-    async def _embed_many(self, texts: list[str]) -> np.ndarray:
+    async def _embed_many(self, texts: list[str]) -> np.ndarray | EmbeddingBatch:
         raise NotImplementedError
+
+    async def _embed_query_many(self, texts: list[str]) -> np.ndarray | EmbeddingBatch:
+        """Vectors of search queries; the same as documents unless the provider distinguishes them."""
+        return await self._embed_many(texts)
 
     def _validate(self, texts: Sequence[str]) -> list[str]:
         if isinstance(texts, str):
@@ -89,29 +113,74 @@ class BaseEmbedder:
                 raise EmbeddingError(f"{self.provider}:{self.model}: item {position} is empty text")
         return items
 
-    async def embed_array(self, texts: Sequence[str]) -> np.ndarray:
-        """The vectors of ``texts`` as one float32 array, embedded in batches of ``batch_size``."""
-        items = self._validate(texts)
-        parts = []
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start : start + self.batch_size]
-            started = time.perf_counter()
-            try:
-                vectors = await self._embed_many(batch)
-            except EmbeddingError:
+    async def _run_batch(self, batch: list[str], query: bool) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            result = await (self._embed_query_many(batch) if query else self._embed_many(batch))
+        except Exception as exc:
+            code = exc.code if isinstance(exc, EmbeddingError) else "EMBEDDING_ERROR"
+            self._report_usage(UsageEvent("embedding", self.provider, self.model, items=len(batch),
+                                          latency_ms=(time.perf_counter() - started) * 1000,
+                                          metadata={"error": code}))
+            if isinstance(exc, EmbeddingError):
                 raise
-            except Exception as exc:  # a provider's own failure, translated at this seam
-                raise EmbeddingError(f"{self.provider}:{self.model} failed: {exc}") from exc
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.shape != (len(batch), self.dimension):
-                raise EmbeddingError(
-                    f"{self.provider}:{self.model} returned vectors of shape {vectors.shape}; "
-                    f"expected ({len(batch)}, {self.dimension})"
-                )
-            parts.append(vectors)
-            self._report_usage(UsageEvent("embedding", self.provider, self.model,
-                                          latency_ms=(time.perf_counter() - started) * 1000, items=len(batch)))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+            # a provider's own failure, translated at this seam
+            raise EmbeddingError(f"{self.provider}:{self.model} failed: {exc}") from exc
+        tokens, metadata = 0, {}
+        if isinstance(result, EmbeddingBatch):
+            tokens, metadata, result = result.input_tokens, result.metadata, result.vectors
+        try:
+            vectors = np.asarray(result, dtype=np.float32)
+        except (TypeError, ValueError) as exc:  # ragged or non-numeric
+            raise EmbeddingError(f"{self.provider}:{self.model} returned vectors that are not a matrix: {exc}") from exc
+        if not self.dimension and vectors.ndim == 2 and vectors.shape[1] > 0:
+            self.dimension = int(vectors.shape[1])  # learned from the first response
+        if vectors.shape != (len(batch), self.dimension):
+            raise EmbeddingError(
+                f"{self.provider}:{self.model} returned vectors of shape {vectors.shape}; "
+                f"expected ({len(batch)}, {self.dimension})"
+            )
+        self._report_usage(UsageEvent("embedding", self.provider, self.model, input_tokens=tokens,
+                                      latency_ms=(time.perf_counter() - started) * 1000, items=len(batch),
+                                      metadata=metadata))
+        return vectors
+
+    async def embed_array(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        """The vectors of ``texts`` as one float32 array, in order.
+
+        Texts go out in batches of ``batch_size``, at most ``concurrency`` at a time.
+        ``query=True`` embeds them as search queries (providers with input types).
+        """
+        items = self._validate(texts)
+        size = max(1, int(self.batch_size))
+        batches = [items[start : start + size] for start in range(0, len(items), size)]
+        if len(batches) == 1:
+            return await self._run_batch(batches[0], query)
+        if self.concurrency <= 1:
+            parts = [await self._run_batch(batch, query) for batch in batches]
+        else:
+            parts = await self._run_concurrently(batches, query)
+        return np.concatenate(parts)
+
+    async def _run_concurrently(self, batches: list[list[str]], query: bool) -> list[np.ndarray]:
+        # The first batch runs alone, so a dimension learned from it checks all the others
+        # and a bad key fails once instead of once per batch.
+        first = await self._run_batch(batches[0], query)
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def run(batch: list[str]) -> np.ndarray:
+            async with gate:
+                return await self._run_batch(batch, query)
+
+        tasks = [asyncio.ensure_future(run(batch)) for batch in batches[1:]]
+        try:
+            rest = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:  # one batch failed: stop the others instead of paying for them
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return [first, *rest]
 
     async def embed(self, text: str) -> list[float]:
         """The vector of one text."""
@@ -124,8 +193,10 @@ class BaseEmbedder:
         return (await self.embed_array(texts)).tolist()
 
     async def embed_query(self, text: str) -> list[float]:
-        """The vector of a search query; providers with query/document input types override this."""
-        return await self.embed(text)
+        """The vector of a search query (embedded with the provider's query input type, if it has one)."""
+        if not isinstance(text, str):
+            raise EmbeddingError(f"{self.provider}:{self.model}: expected text, got {type(text).__name__}")
+        return (await self.embed_array([text], query=True))[0].tolist()
 
     async def close(self) -> None:
         """Release clients and connections (nothing to release by default)."""
@@ -186,14 +257,19 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
         return await asyncio.to_thread(self._encode, texts)
 
 
-EmbedderFactory = Callable[[str | None], BaseEmbedder | EmbedderProtocol]
+EmbedderFactory = Callable[..., BaseEmbedder | EmbedderProtocol]
 _REGISTRY: dict[str, EmbedderFactory] = {}
 _PLUGINS_LOADED = False
 DEFAULT_EMBEDDER = "use"
 
 
 def register_embedder(name: str, factory: EmbedderFactory) -> None:
-    """Register an embedder factory under ``name``; it receives the model name or None."""
+    """Register an embedder factory under ``name``.
+
+    It is called as ``factory(model)`` (the model name or None), or as
+    ``factory(model, **options)`` when the caller passes options (base_url, api_key,
+    dimensions, batch_size, concurrency, timeout, max_retries, ...).
+    """
     _REGISTRY[name] = factory
 
 
@@ -207,6 +283,10 @@ def _load_plugins() -> None:
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
+    try:  # the built-in hosted and local providers register themselves on import
+        from . import providers  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - a core dependency missing
+        logger.debug("built-in embedding providers unavailable: %s", exc)
     for ep in entry_points(group="bunko.embedders"):
         try:
             register_embedder(ep.name, ep.load())
@@ -220,8 +300,12 @@ def available_embedders() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_embedder(spec: str | None = None) -> BaseEmbedder | EmbedderProtocol:
-    """Build an embedder from ``"provider"`` or ``"provider:model"`` (default: the bundled one)."""
+def get_embedder(spec: str | None = None, **options: Any) -> BaseEmbedder | EmbedderProtocol:
+    """Build an embedder from ``"provider"`` or ``"provider:model"`` (default: the bundled one).
+
+    ``options`` go to the provider's factory, e.g.
+    ``get_embedder("openai-compatible:ruri-v3", base_url="http://127.0.0.1:8000/v1")``.
+    """
     _load_plugins()
     spec = (spec or DEFAULT_EMBEDDER).strip()
     name, _, model = spec.partition(":")
@@ -230,7 +314,15 @@ def get_embedder(spec: str | None = None) -> BaseEmbedder | EmbedderProtocol:
         raise UnknownProviderError(
             f"unknown embedder {name!r}; available: {', '.join(available_embedders())}"
         )
-    return factory(model or None)
+    if not options:
+        return factory(model or None)
+    try:
+        inspect.signature(factory).bind(model or None, **options)
+    except TypeError as exc:
+        raise ConfigError(f"embedder {name!r} does not take the option(s) {', '.join(sorted(options))}: {exc}") from exc
+    except ValueError:  # no signature to check (a builtin); let the call decide
+        pass
+    return factory(model or None, **options)
 
 
 def embedder_info(embedder: Any) -> EmbedderInfo:

@@ -30,6 +30,12 @@ class ConfigError(BunkoError):
     code = "CONFIG_ERROR"
 
 
+class MissingAPIKeyError(ConfigError):
+    """A hosted provider needs an API key and none was given or found in its environment variable."""
+
+    code = "MISSING_API_KEY"
+
+
 class UnknownProviderError(ConfigError, KeyError):
     """No backend, embedder or generator is registered under that name."""
 
@@ -105,10 +111,61 @@ class SplitterError(BunkoError):
     code = "SPLITTER_ERROR"
 
 
+class ProviderFailure(Exception):
+    """Mixin of errors that come from a hosted provider's API; carries what the API said.
+
+    ``provider`` and ``model`` name the call, ``status`` is the HTTP status (``None`` for
+    network errors and timeouts) and ``retry_after`` the wait the provider asked for, if any.
+    Catch the marker subclasses (``RateLimited``, ``ProviderTimeout``, ``ProviderAuthFailed``)
+    to handle one kind of failure across embedders, LLMs and rerankers.
+    """
+
+    provider: str = ""
+    model: str = ""
+    status: int | None = None
+    retry_after: float | None = None
+
+
+class RateLimited(ProviderFailure):
+    """The provider refused the call for rate or quota reasons (HTTP 429) after every retry."""
+
+
+class ProviderTimeout(ProviderFailure):
+    """The provider did not answer within the timeout, on every try."""
+
+
+class ProviderAuthFailed(ProviderFailure):
+    """The provider rejected the API key (HTTP 401 or 403)."""
+
+
 class EmbeddingError(BunkoError):
     """An embedder failed or was given invalid input (empty text or list)."""
 
     code = "EMBEDDING_ERROR"
+
+
+class EmbeddingProviderError(EmbeddingError, ProviderFailure):
+    """A hosted embedding API failed: an HTTP error, a malformed body or a wrong dimension."""
+
+    code = "EMBEDDING_PROVIDER_ERROR"
+
+
+class EmbeddingRateLimitError(EmbeddingProviderError, RateLimited):
+    """The embedding API kept answering 429."""
+
+    code = "EMBEDDING_RATE_LIMITED"
+
+
+class EmbeddingTimeoutError(EmbeddingProviderError, ProviderTimeout):
+    """The embedding API did not answer in time."""
+
+    code = "EMBEDDING_TIMEOUT"
+
+
+class EmbeddingAuthError(EmbeddingProviderError, ProviderAuthFailed):
+    """The embedding API rejected the API key."""
+
+    code = "EMBEDDING_AUTH"
 
 
 class VectorStoreError(BunkoError):
@@ -153,10 +210,64 @@ class RetrievalError(BunkoError):
     code = "RETRIEVAL_ERROR"
 
 
+class RerankError(RetrievalError):
+    """A reranker failed (hosted API or local model)."""
+
+    code = "RERANK_ERROR"
+
+
+class RerankProviderError(RerankError, ProviderFailure):
+    """A hosted rerank API failed: an HTTP error or a malformed body."""
+
+    code = "RERANK_PROVIDER_ERROR"
+
+
+class RerankRateLimitError(RerankProviderError, RateLimited):
+    """The rerank API kept answering 429."""
+
+    code = "RERANK_RATE_LIMITED"
+
+
+class RerankTimeoutError(RerankProviderError, ProviderTimeout):
+    """The rerank API did not answer in time."""
+
+    code = "RERANK_TIMEOUT"
+
+
+class RerankAuthError(RerankProviderError, ProviderAuthFailed):
+    """The rerank API rejected the API key."""
+
+    code = "RERANK_AUTH"
+
+
 class GenerationError(BunkoError):
     """An answer could not be generated."""
 
     code = "GENERATION_ERROR"
+
+
+class LLMProviderError(GenerationError, ProviderFailure):
+    """A hosted LLM API failed: an HTTP error, a malformed body or a broken stream."""
+
+    code = "LLM_PROVIDER_ERROR"
+
+
+class LLMRateLimitError(LLMProviderError, RateLimited):
+    """The LLM API kept answering 429."""
+
+    code = "LLM_RATE_LIMITED"
+
+
+class LLMTimeoutError(LLMProviderError, ProviderTimeout):
+    """The LLM API did not answer in time."""
+
+    code = "LLM_TIMEOUT"
+
+
+class LLMAuthError(LLMProviderError, ProviderAuthFailed):
+    """The LLM API rejected the API key."""
+
+    code = "LLM_AUTH"
 
 
 class RAGPipelineError(BunkoError):
@@ -174,17 +285,35 @@ __all__ = [
     "DimensionMismatchError",
     "DocumentNotFoundError",
     "EmbedderMismatchError",
+    "EmbeddingAuthError",
     "EmbeddingError",
+    "EmbeddingProviderError",
+    "EmbeddingRateLimitError",
+    "EmbeddingTimeoutError",
     "EncodingDetectionError",
     "EncryptedDocumentError",
     "FetchError",
     "GarbledTextError",
     "GenerationError",
+    "LLMAuthError",
+    "LLMProviderError",
+    "LLMRateLimitError",
+    "LLMTimeoutError",
     "LoaderError",
+    "MissingAPIKeyError",
     "NoTextError",
     "NotFoundError",
     "PreprocessingError",
+    "ProviderAuthFailed",
+    "ProviderFailure",
+    "ProviderTimeout",
     "RAGPipelineError",
+    "RateLimited",
+    "RerankAuthError",
+    "RerankError",
+    "RerankProviderError",
+    "RerankRateLimitError",
+    "RerankTimeoutError",
     "RetrievalError",
     "SplitterError",
     "UnknownProviderError",

@@ -1,0 +1,310 @@
+"""Local HTTP servers that speak the hosted providers' wire formats, for tests (no internet).
+
+Each fake is a real ``ThreadingHTTPServer`` on 127.0.0.1 in a background thread:
+
+* it records every request (method, path, query, headers, JSON body) in ``requests``;
+* it answers like the real API, in the shapes the providers document;
+* ``fail(*replies)`` queues scripted answers (a 429 with ``Retry-After``, a 500, a slow
+  answer for timeouts, malformed JSON, a dropped connection) that are served, in order,
+  before normal answers resume;
+* streaming answers are sent with chunked transfer encoding and flushed event by event.
+  ``gate_after=n`` holds the stream after n events until the test calls ``release.set()``
+  (``holding`` is set meanwhile), which proves the client saw the first events before the
+  server had sent the rest.
+
+Usage::
+
+    with OpenAIFake(api_key="sk-test") as server:
+        server.fail(Reply(429, json={...}, headers={"Retry-After": "0"}))
+        llm = OpenAICompatibleChat("m", base_url=server.url + "/v1", api_key="sk-test")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class Reply:
+    """One scripted answer."""
+
+    status: int = 200
+    json: Any = None
+    body: bytes | None = None  # raw bytes instead of JSON (malformed bodies)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (timeouts)
+    sse: list[str] | None = None  # SSE frames, each ending with a blank line
+    gate_after: int | None = None  # hold the stream after this many frames until ``release`` is set
+    frame_delay: float = 0.0
+    drop: bool = False  # close the connection without any answer
+
+
+@dataclass
+class RecordedRequest:
+    """What the server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body.decode("utf-8"))
+
+
+Handler = Callable[[RecordedRequest], Reply]
+
+
+def sse_frame(data: Any, event: str | None = None) -> str:
+    """One Server-Sent Event: optional ``event:`` line, a ``data:`` line, a blank line."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+
+
+def fake_vector(text: str, dimension: int) -> list[float]:
+    """A deterministic unit vector for ``text`` (same text, same vector)."""
+    seed = hashlib.sha256(text.encode("utf-8")).digest()
+    values = [((seed[i % len(seed)] + 31 * i) % 97) / 97.0 - 0.5 for i in range(dimension)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [v / norm for v in values]
+
+
+def count_tokens(text: str) -> int:
+    """A stand-in token count: whitespace words, or characters for text without spaces (Japanese)."""
+    words = text.split()
+    return len(words) if len(words) > 1 else len(text)
+
+
+class FakeServer:
+    """A routed HTTP server with a fault queue and a request log."""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.faults: deque[Reply] = deque()
+        self.release = threading.Event()
+        self.holding = threading.Event()  # set while a stream is held at its gate
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- scripting -------------------------------------------------------------------------------
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        """Answer ``method`` requests whose path fully matches the regex ``pattern`` with ``handler``."""
+        self.routes.append((method, re.compile(pattern), handler))
+
+    def fail(self, *replies: Reply) -> None:
+        """Serve these replies to the next requests, in order, before normal answers."""
+        self.faults.extend(replies)
+
+    def requests_to(self, path_part: str) -> list[RecordedRequest]:
+        """The recorded requests whose path contains ``path_part``."""
+        return [r for r in self.requests if path_part in r.path]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the running server."""
+        assert self._server is not None, "the server is not running"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeServer:
+        """Start serving on a free port."""
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and free the port."""
+        self.release.set()  # let held streams finish
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def _answer(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if self.faults:
+                return self.faults.popleft()
+        for method, pattern, handler in self.routes:
+            if method == request.method and pattern.fullmatch(request.path):
+                return handler(request)
+        return Reply(404, json={"error": {"message": f"no route for {request.method} {request.path}"}})
+
+
+def _make_handler(fake: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+            return
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            parts = urlsplit(self.path)
+            request = RecordedRequest(self.command, parts.path, parse_qs(parts.query),
+                                      {k.lower(): v for k, v in self.headers.items()}, body)
+            reply = fake._answer(request)
+            try:
+                self._send(reply)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
+                self.close_connection = True
+
+        def _send(self, reply: Reply) -> None:
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                self.connection.close()
+                return
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            if reply.sse is not None:
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("transfer-encoding", "chunked")
+                self.send_header("cache-control", "no-cache")
+                self.end_headers()
+                for position, frame in enumerate(reply.sse):
+                    if reply.gate_after is not None and position == reply.gate_after:
+                        fake.holding.set()
+                        fake.release.wait(10)
+                        fake.holding.clear()
+                    if reply.frame_delay:
+                        time.sleep(reply.frame_delay)
+                    data = frame.encode("utf-8")
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                return
+            if reply.body is not None:
+                data = reply.body
+                content_type = reply.headers.get("content-type", "application/json")
+            else:
+                data = json.dumps(reply.json if reply.json is not None else {}, ensure_ascii=False).encode()
+                content_type = "application/json"
+            if "content-type" not in {k.lower() for k in reply.headers}:
+                self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        do_POST = _handle
+        do_GET = _handle
+
+    return _Handler
+
+
+def _bearer_ok(request: RecordedRequest, api_key: str | None) -> bool:
+    return api_key is None or request.headers.get("authorization") == f"Bearer {api_key}"
+
+
+# -- OpenAI and OpenAI-compatible ----------------------------------------------------------------
+
+
+def openai_error(message: str, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    """An OpenAI error body."""
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+class OpenAIFake(FakeServer):
+    """``/v1/embeddings`` and ``/v1/chat/completions`` as OpenAI (and vLLM, Ollama, llama.cpp) answer them.
+
+    ``dimension`` is the native embedding size (shortened by a ``dimensions`` parameter);
+    ``reply_text`` is what the chat model says, streamed in ``stream_pieces``.
+    """
+
+    def __init__(self, *, api_key: str | None = None, dimension: int = 8, reply_text: str = "東京です[1]。",
+                 stream_pieces: Iterable[str] | None = None, prefix: str = "/v1") -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.dimension = dimension
+        self.reply_text = reply_text
+        self.stream_pieces = list(stream_pieces) if stream_pieces is not None else None
+        self.stream_gate_after: int | None = None  # hold streams after this many events until ``release``
+        self.route("POST", f"{prefix}/embeddings", self._embeddings)
+        self.route("POST", f"{prefix}/chat/completions", self._chat)
+
+    def _unauthorized(self) -> Reply:
+        return Reply(401, json=openai_error("Incorrect API key provided: sk-wr***ng. You can find your API key at "
+                                            "https://platform.openai.com/account/api-keys.",
+                                            code="invalid_api_key"))
+
+    def _embeddings(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return self._unauthorized()
+        body = request.json
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        dimension = int(body.get("dimensions") or self.dimension)
+        data = [{"object": "embedding", "index": i, "embedding": fake_vector(text, dimension)}
+                for i, text in enumerate(inputs)]
+        data.reverse()  # the API does not promise order; clients must sort by index
+        tokens = sum(count_tokens(t) for t in inputs)
+        return Reply(json={"object": "list", "data": data, "model": body["model"],
+                           "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    def _pieces(self) -> list[str]:
+        if self.stream_pieces is not None:
+            return self.stream_pieces
+        text = self.reply_text
+        return [text[i : i + 3] for i in range(0, len(text), 3)]
+
+    def _chat(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return self._unauthorized()
+        body = request.json
+        prompt_tokens = sum(count_tokens(m["content"]) for m in body["messages"])
+        text = "".join(self._pieces())
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(self._pieces()),
+                 "total_tokens": prompt_tokens + len(self._pieces())}
+        if not body.get("stream"):
+            return Reply(json={
+                "id": "chatcmpl-123", "object": "chat.completion", "created": 1700000000, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "logprobs": None, "finish_reason": "stop"}],
+                "usage": usage,
+            })
+        base = {"id": "chatcmpl-123", "object": "chat.completion.chunk", "created": 1700000000,
+                "model": body["model"], "system_fingerprint": "fp_test"}
+        frames = [sse_frame({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                   "finish_reason": None}]})]
+        for piece in self._pieces():
+            frames.append(sse_frame({**base, "choices": [{"index": 0, "delta": {"content": piece},
+                                                           "finish_reason": None}]}))
+        frames.append(sse_frame({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            frames.append(sse_frame({**base, "choices": [], "usage": usage}))
+        frames.append(sse_frame("[DONE]"))
+        return Reply(sse=frames, gate_after=self.stream_gate_after)
