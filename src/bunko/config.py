@@ -15,10 +15,12 @@ Each setting comes from the first of these that has it (flags > env > file > def
 | embedder | ``BUNKO_EMBEDDER`` | ``[embedder] model`` | ``use`` (bundled, offline) |
 | embedder URL | ``BUNKO_EMBEDDER_BASE_URL`` | ``[embedder] base_url`` | the provider's |
 | embedder key | ``BUNKO_EMBEDDER_API_KEY`` | ``[embedder] api_key`` | the provider's own variable |
+| embedder dimension | ``BUNKO_EMBEDDER_DIMENSIONS`` | ``[embedder] dimensions`` | the model's (or learned) |
 | LLM (``provider:model``) | ``BUNKO_LLM`` | ``[llm] model`` | none: extractive answers |
 | LLM URL | ``BUNKO_LLM_BASE_URL`` | ``[llm] base_url`` | the provider's |
 | LLM key | ``BUNKO_LLM_API_KEY`` | ``[llm] api_key`` | the provider's own variable |
 | LLM timeout (s) | ``BUNKO_LLM_TIMEOUT`` | ``[llm] timeout`` | the provider's |
+| LLM retries | ``BUNKO_LLM_MAX_RETRIES`` | ``[llm] max_retries`` | the provider's (4, so 5 tries) |
 | temperature | ``BUNKO_TEMPERATURE`` | ``[llm] temperature`` | 0.1 |
 | max answer tokens | ``BUNKO_MAX_TOKENS`` | ``[llm] max_tokens`` | 1000 |
 | system prompt | ``BUNKO_SYSTEM_PROMPT`` | ``[llm] system_prompt`` | the seed's prompt |
@@ -67,6 +69,7 @@ class LLMSettings:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeout: float | None = None
+    max_retries: int | None = None
     temperature: float = DEFAULT_TEMPERATURE
     max_tokens: int = DEFAULT_MAX_TOKENS
     system_prompt: str | None = None
@@ -75,7 +78,8 @@ class LLMSettings:
 
     def client_options(self) -> dict[str, Any]:
         """Options for ``get_llm``: only those that are set."""
-        options = {"base_url": self.base_url, "api_key": self.api_key, "timeout": self.timeout}
+        options = {"base_url": self.base_url, "api_key": self.api_key, "timeout": self.timeout,
+                   "max_retries": self.max_retries}
         return {k: v for k, v in options.items() if v is not None}
 
 
@@ -88,13 +92,15 @@ class Settings:
     embedder: str
     embedder_base_url: str | None = None
     embedder_api_key: str | None = field(default=None, repr=False)
+    embedder_dimensions: int | None = None
     llm: LLMSettings = field(default_factory=LLMSettings)
     anonymize_search_logs: bool = False
     config_path: Path | None = None
 
     def embedder_options(self) -> dict[str, Any]:
         """Options for ``get_embedder``: only those that are set."""
-        options = {"base_url": self.embedder_base_url, "api_key": self.embedder_api_key}
+        options = {"base_url": self.embedder_base_url, "api_key": self.embedder_api_key,
+                   "dimensions": self.embedder_dimensions}
         return {k: v for k, v in options.items() if v is not None}
 
     @classmethod
@@ -127,6 +133,7 @@ class Settings:
             base_url=values["llm_base_url"],
             api_key=values["llm_api_key"],
             timeout=values["llm_timeout"],
+            max_retries=values["llm_max_retries"],
             temperature=DEFAULT_TEMPERATURE if values["temperature"] is None else values["temperature"],
             max_tokens=values["max_tokens"] or DEFAULT_MAX_TOKENS,
             system_prompt=values["system_prompt"] or None,
@@ -139,6 +146,7 @@ class Settings:
             embedder=values["embedder"] or "use",
             embedder_base_url=values["embedder_base_url"],
             embedder_api_key=values["embedder_api_key"],
+            embedder_dimensions=values["embedder_dimensions"],
             llm=llm,
             anonymize_search_logs=bool(values["anonymize_search_logs"]),
             config_path=path,
@@ -246,10 +254,13 @@ _FIELDS: dict[str, _Field] = {
     "embedder": _Field("BUNKO_EMBEDDER", "embedder.model", _text),
     "embedder_base_url": _Field("BUNKO_EMBEDDER_BASE_URL", "embedder.base_url", _text),
     "embedder_api_key": _Field("BUNKO_EMBEDDER_API_KEY", "embedder.api_key", _text),
+    "embedder_dimensions": _Field("BUNKO_EMBEDDER_DIMENSIONS", "embedder.dimensions", _integer,
+                                  _between(1, 16000)),
     "llm": _Field("BUNKO_LLM", "llm.model", _text),
     "llm_base_url": _Field("BUNKO_LLM_BASE_URL", "llm.base_url", _text),
     "llm_api_key": _Field("BUNKO_LLM_API_KEY", "llm.api_key", _text),
     "llm_timeout": _Field("BUNKO_LLM_TIMEOUT", "llm.timeout", _number, _between(0.1, 3600)),
+    "llm_max_retries": _Field("BUNKO_LLM_MAX_RETRIES", "llm.max_retries", _integer, _between(0, 10)),
     "temperature": _Field("BUNKO_TEMPERATURE", "llm.temperature", _number, _between(0, 2)),
     "max_tokens": _Field("BUNKO_MAX_TOKENS", "llm.max_tokens", _integer, _between(1, 1_000_000)),
     "system_prompt": _Field("BUNKO_SYSTEM_PROMPT", "llm.system_prompt", _text),

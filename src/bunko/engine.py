@@ -186,9 +186,7 @@ class Bunko:
     def embedder(self) -> Any:
         """The embedder, built on first use (the bundled model loads in about a second)."""
         if self._embedder is None:
-            options = self.settings.embedder_options()
-            self._embedder = get_embedder(self.settings.embedder, **options) if options else \
-                get_embedder(self.settings.embedder)
+            self._embedder = get_embedder(self.settings.embedder, **self.settings.embedder_options())
             metering.install(self._embedder)
         return self._embedder
 
@@ -209,8 +207,8 @@ class Bunko:
         """A scope bound to tenant ``name``; all data access goes through it."""
         return Tenant(self, self.backend.for_tenant(name))
 
-    async def aclose(self) -> None:
-        """Close the LLM's and embedder's clients, then the store."""
+    async def aclose_clients(self) -> None:
+        """Close the LLM's and embedder's HTTP clients (of the running event loop); the store stays open."""
         for client in (self._llm, self._embedder):
             close = getattr(client, "close", None)
             if close is not None:
@@ -218,6 +216,10 @@ class Bunko:
                     await close()
                 except Exception:  # closing is best effort; the store must still close
                     pass
+
+    async def aclose(self) -> None:
+        """Close the LLM's and embedder's clients, then the store."""
+        await self.aclose_clients()
         self.backend.close()
 
     def close(self) -> None:

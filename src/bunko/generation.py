@@ -52,8 +52,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "5. 質問と同じ言語で回答してください"
 )
 DEFAULT_CONTEXT_TOKENS = 4000
-# Two chunks whose character trigrams overlap this much (Jaccard) are one passage said twice.
-NEAR_DUPLICATE_JACCARD = 0.9
+# A chunk whose character trigrams are this much inside a passage already kept (near-identical text,
+# or text the passage contains) adds nothing to the context.
+NEAR_DUPLICATE_SHARE = 0.9
 
 TokenCounter = Callable[[str], int]
 
@@ -125,7 +126,10 @@ def _merge_overlap(kept: SearchHit, hit: SearchHit) -> bool:
 
 
 def merge_duplicates(hits: Sequence[SearchHit]) -> tuple[list[SearchHit], int]:
-    """Hits with overlapping chunks of one document stitched together and near-identical ones dropped.
+    """Hits with overlapping chunks of one document stitched together and near-duplicates dropped.
+
+    A near-duplicate is a chunk at least 90% of whose character trigrams are in a passage
+    already kept (the same text in two documents, or text a stitched passage already holds).
 
     Order (relevance) is kept: a merged passage sits where its best chunk was, with that
     chunk's id and score; the ids folded into it are listed in ``metadata["merged_chunk_ids"]``.
@@ -138,8 +142,7 @@ def merge_duplicates(hits: Sequence[SearchHit]) -> tuple[list[SearchHit], int]:
         for i, other in enumerate(kept):
             if _merge_overlap(other, hit):
                 shingles[i] = _shingles(other.content)
-            elif not (own and shingles[i]
-                      and len(own & shingles[i]) / len(own | shingles[i]) >= NEAR_DUPLICATE_JACCARD):
+            elif not (own and len(own & shingles[i]) / len(own) >= NEAR_DUPLICATE_SHARE):
                 continue
             other.metadata.setdefault("merged_chunk_ids", []).append(hit.chunk_id)
             merged += 1
@@ -156,7 +159,7 @@ def build_context(hits: Sequence[SearchHit], max_tokens: int = DEFAULT_CONTEXT_T
     """The best chunks (relevance order) that fit in ``max_tokens``, duplicates merged first (R24).
 
     A chunk that does not fit is skipped and smaller, less relevant ones may still fill the
-    budget; if even the best one is too long on its own, it goes in truncated.
+    budget; if no chunk fits whole, the best one goes in cut to the budget.
     """
     merged_hits, merged = merge_duplicates(hits)
     plan = ContextPlan([], merged=merged)
@@ -165,20 +168,19 @@ def build_context(hits: Sequence[SearchHit], max_tokens: int = DEFAULT_CONTEXT_T
         if plan.tokens + cost <= max_tokens:
             plan.hits.append(hit)
             plan.tokens += cost
-        elif not plan.hits:
-            keep = len(hit.content)
-            while keep > 1 and not plan.hits:
-                keep = int(keep * 0.8)
-                cut = SearchHit(hit.chunk_id, hit.document_id, hit.source, hit.content[:keep], hit.score,
-                                hit.chunk_index, dict(hit.metadata))
-                cost = count_tokens(_context_block(1, cut)) + 2
-                if cost <= max_tokens:
-                    plan.hits.append(cut)
-                    plan.tokens, plan.truncated = cost, True
-            if not plan.hits:
-                plan.dropped += 1
         else:
             plan.dropped += 1
+    if not plan.hits and merged_hits:  # nothing fits whole: the best chunk goes in, cut to the budget
+        best = merged_hits[0]
+        keep = len(best.content)
+        while keep > 1 and not plan.hits:
+            keep = int(keep * 0.8)
+            cut = SearchHit(best.chunk_id, best.document_id, best.source, best.content[:keep], best.score,
+                            best.chunk_index, dict(best.metadata))
+            cost = count_tokens(_context_block(1, cut)) + 2
+            if cost <= max_tokens:
+                plan.hits.append(cut)
+                plan.tokens, plan.truncated, plan.dropped = cost, True, plan.dropped - 1
     return plan
 
 

@@ -60,8 +60,20 @@ class IndexManager:
         self.vector_store = vector_store
         self.collection = collection
         self.splitter = splitter
-        self._info = embedder_info(embedder)
+        self._info_cache: Any = None
         self._ready = False
+
+    @property
+    def _info(self) -> Any:
+        # Checked on first use, not here: a hosted embedder may learn its dimension from its first answer,
+        # and a pipeline built only to answer questions never needs it.
+        if self._info_cache is None:
+            self._info_cache = embedder_info(self.embedder)
+        return self._info_cache
+
+    async def _learn_dimension(self) -> None:
+        if not int(getattr(self.embedder, "dimension", 0) or 0):
+            await self.embedder.embed("dimension probe")
 
     def _ensure_collection(self) -> None:
         """Create the collection if needed and settle which splitter it uses."""
@@ -106,6 +118,7 @@ class IndexManager:
         normalized, spans = self.normalize(document)
         source = document.source
         if not self._ready:
+            await self._learn_dimension()
             await asyncio.to_thread(self._ensure_collection)
         assert self.chunker is not None
         digest = self.content_hash(normalized)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from .embedders import BaseEmbedder, embedder_info
+from .embedders import BaseEmbedder
 from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RetrievalError
 from .stores.base import VectorStore
 from .types import Collection, SearchHit, UsageEvent
@@ -70,12 +70,18 @@ class Retriever:
 
     async def _vector_leg(self, collection: Collection, query: str, top_k: int,
                           document_ids: Sequence[str] | None, threshold: float | None) -> list[SearchHit]:
-        info = embedder_info(self.embedder)
-        if collection.embedder != info:
+        # Provider and model first: a hosted embedder may learn its dimension only from its first answer.
+        provider, model = str(getattr(self.embedder, "provider", "")), str(getattr(self.embedder, "model", ""))
+        dimension = int(getattr(self.embedder, "dimension", 0) or 0)
+        if (collection.embedding_provider, collection.embedding_model) != (provider, model) or (
+            dimension and dimension != collection.dimension
+        ):
+            shown = f"{dimension}-d" if dimension else "dimension not known yet"
             raise EmbedderMismatchError(
                 f"collection {self.collection!r} was built with {collection.embedding_provider}:"
                 f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
-                f"{info.provider}:{info.model} ({info.dimension}-d)"
+                f"{provider}:{model} ({shown}). A collection keeps the embedder it was built with: use that "
+                "one (--embedder / BUNKO_EMBEDDER), or another collection"
             )
         vector = await self._query_vector(query)
         return await asyncio.to_thread(
