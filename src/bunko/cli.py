@@ -408,7 +408,7 @@ def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> 
     table = Table(title=f"usage of tenant '{escape(tenant)}'" + (f" since {start:%Y-%m-%d %H:%M} UTC" if start else ""),
                   title_justify="left")
     for name in ("operation", "provider", "model"):
-        table.add_column(name)
+        table.add_column(name, overflow="fold")
     for name in ("calls", "input tokens", "output tokens", "items", "avg ms"):
         table.add_column(name, justify="right")
     for t in totals:
