@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -308,3 +309,221 @@ class OpenAIFake(FakeServer):
             frames.append(sse_frame({**base, "choices": [], "usage": usage}))
         frames.append(sse_frame("[DONE]"))
         return Reply(sse=frames, gate_after=self.stream_gate_after)
+
+
+def _rerank_scores(query: str, documents: list[str]) -> list[tuple[int, float]]:
+    """Scores by shared characters with the query (deterministic), best first."""
+    wanted = set(query)
+    scored = [(i, round(len(wanted & set(d)) / (len(wanted) or 1), 6)) for i, d in enumerate(documents)]
+    return sorted(scored, key=lambda item: (-item[1], item[0]))
+
+
+# -- Anthropic -----------------------------------------------------------------------------------
+
+
+def anthropic_error(type_: str, message: str) -> dict[str, Any]:
+    """An Anthropic error body."""
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+class AnthropicFake(FakeServer):
+    """``POST /v1/messages`` as Anthropic answers it, streaming with named SSE events."""
+
+    def __init__(self, *, api_key: str | None = None, reply_text: str = "東京です[1]。") -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.reply_text = reply_text
+        self.route("POST", "/v1/messages", self._messages)
+
+    def _messages(self, request: RecordedRequest) -> Reply:
+        if self.api_key is not None and request.headers.get("x-api-key") != self.api_key:
+            return Reply(401, json=anthropic_error("authentication_error", "invalid x-api-key"))
+        if not request.headers.get("anthropic-version"):
+            return Reply(400, json=anthropic_error("invalid_request_error", "anthropic-version header is required"))
+        body = request.json
+        roles = [m["role"] for m in body["messages"]]
+        if roles[0] != "user" or any(a == b for a, b in itertools.pairwise(roles)) or "system" in roles:
+            return Reply(400, json=anthropic_error("invalid_request_error", "messages: roles must alternate"))
+        input_tokens = sum(count_tokens(m["content"]) for m in body["messages"]) + count_tokens(body.get("system", "x"))
+        pieces = [self.reply_text[i : i + 4] for i in range(0, len(self.reply_text), 4)]
+        message = {"id": "msg_01", "type": "message", "role": "assistant", "model": body["model"],
+                   "stop_sequence": None}
+        if not body.get("stream"):
+            return Reply(json={**message, "content": [{"type": "text", "text": self.reply_text}],
+                               "stop_reason": "end_turn",
+                               "usage": {"input_tokens": input_tokens, "output_tokens": len(pieces)}})
+        frames = [
+            sse_frame({"type": "message_start", "message": {**message, "content": [], "stop_reason": None,
+                                                            "usage": {"input_tokens": input_tokens,
+                                                                      "output_tokens": 1}}}, "message_start"),
+            sse_frame({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                      "content_block_start"),
+            sse_frame({"type": "ping"}, "ping"),
+        ]
+        for piece in pieces:
+            frames.append(sse_frame({"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": piece}}, "content_block_delta"))
+        frames += [
+            sse_frame({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse_frame({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                       "usage": {"output_tokens": len(pieces)}}, "message_delta"),
+            sse_frame({"type": "message_stop"}, "message_stop"),
+        ]
+        return Reply(sse=frames)
+
+
+# -- Gemini --------------------------------------------------------------------------------------
+
+
+def gemini_error(code: int, status: str, message: str) -> dict[str, Any]:
+    """A Google API error body."""
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+class GeminiFake(FakeServer):
+    """``/v1beta/models/{model}:batchEmbedContents``, ``:generateContent`` and ``:streamGenerateContent?alt=sse``."""
+
+    def __init__(self, *, api_key: str | None = None, dimension: int = 3072, reply_text: str = "東京です[1]。") -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.dimension = dimension
+        self.reply_text = reply_text
+        self.route("POST", r"/v1beta/models/[^:/]+:batchEmbedContents", self._embed)
+        self.route("POST", r"/v1beta/models/[^:/]+:generateContent", self._generate)
+        self.route("POST", r"/v1beta/models/[^:/]+:streamGenerateContent", self._generate)
+
+    def _denied(self, request: RecordedRequest) -> Reply | None:
+        if self.api_key is not None and request.headers.get("x-goog-api-key") != self.api_key:
+            return Reply(400, json=gemini_error(400, "INVALID_ARGUMENT",
+                                                "API key not valid. Please pass a valid API key."))
+        return None
+
+    def _embed(self, request: RecordedRequest) -> Reply:
+        denied = self._denied(request)
+        if denied:
+            return denied
+        requests = request.json["requests"]
+        if len(requests) > 100:
+            return Reply(400, json=gemini_error(400, "INVALID_ARGUMENT", "at most 100 requests can be in one batch"))
+        model = request.path.split("/")[-1].split(":")[0]
+        embeddings = []
+        for item in requests:
+            if item["model"] != f"models/{model}":
+                return Reply(400, json=gemini_error(400, "INVALID_ARGUMENT", "model mismatch in batch"))
+            text = "".join(p["text"] for p in item["content"]["parts"])
+            size = int(item.get("outputDimensionality") or self.dimension)
+            # Like the real API, shortened vectors are not normalised (scaled by 3 to make that visible).
+            embeddings.append({"values": [3 * v for v in fake_vector(item.get("taskType", "") + text, size)]})
+        return Reply(json={"embeddings": embeddings})
+
+    def _generate(self, request: RecordedRequest) -> Reply:
+        denied = self._denied(request)
+        if denied:
+            return denied
+        body = request.json
+        prompt = sum(count_tokens(p["text"]) for c in body["contents"] for p in c["parts"])
+        pieces = [self.reply_text[i : i + 4] for i in range(0, len(self.reply_text), 4)]
+
+        def chunk(text: str, final: bool) -> dict[str, Any]:
+            candidate: dict[str, Any] = {"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}
+            if final:
+                candidate["finishReason"] = "STOP"
+            usage = {"promptTokenCount": prompt, "candidatesTokenCount": len(pieces) if final else 1,
+                     "totalTokenCount": prompt + len(pieces), "thoughtsTokenCount": 2}
+            return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash-001",
+                    "responseId": "r1"}
+
+        if request.path.endswith(":generateContent"):
+            return Reply(json=chunk(self.reply_text, True))
+        if request.query.get("alt") != ["sse"]:
+            return Reply(json=[chunk(self.reply_text, True)])  # without alt=sse the API sends a JSON array
+        frames = [sse_frame(chunk(p, i == len(pieces) - 1)) for i, p in enumerate(pieces)]
+        return Reply(sse=[f.replace("\n\n", "\r\n\r\n") for f in frames])  # Google ends events with CRLF
+
+
+# -- Cohere, Voyage, Jina ------------------------------------------------------------------------
+
+
+class CohereFake(FakeServer):
+    """``POST /v2/embed`` and ``POST /v2/rerank`` as Cohere answers them."""
+
+    def __init__(self, *, api_key: str | None = None, dimension: int = 1024) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.dimension = dimension
+        self.route("POST", "/v2/embed", self._embed)
+        self.route("POST", "/v2/rerank", self._rerank)
+
+    def _embed(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return Reply(401, json={"message": "invalid api token"})
+        body = request.json
+        if body.get("input_type") not in ("search_document", "search_query", "classification", "clustering"):
+            return Reply(400, json={"message": "invalid request: input_type is required for v3+ models"})
+        if len(body["texts"]) > 96:
+            return Reply(400, json={"message": "invalid request: total number of texts must be at most 96"})
+        size = int(body.get("output_dimension") or self.dimension)
+        vectors = [fake_vector(body["input_type"] + t, size) for t in body["texts"]]
+        tokens = sum(count_tokens(t) for t in body["texts"])
+        return Reply(json={"id": "e1", "embeddings": {"float": vectors}, "texts": body["texts"],
+                           "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
+                           "response_type": "embeddings_by_type"})
+
+    def _rerank(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return Reply(401, json={"message": "invalid api token"})
+        body = request.json
+        scores = _rerank_scores(body["query"], body["documents"])[: body.get("top_n") or None]
+        return Reply(json={"id": "r1", "results": [{"index": i, "relevance_score": s} for i, s in scores],
+                           "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}})
+
+
+class VoyageFake(FakeServer):
+    """``POST /v1/embeddings`` and ``POST /v1/rerank`` as Voyage AI answers them."""
+
+    def __init__(self, *, api_key: str | None = None, dimension: int = 1024) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.dimension = dimension
+        self.route("POST", "/v1/embeddings", self._embed)
+        self.route("POST", "/v1/rerank", self._rerank)
+
+    def _embed(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return Reply(401, json={"detail": "Provided API key is invalid."})
+        body = request.json
+        size = int(body.get("output_dimension") or self.dimension)
+        data = [{"object": "embedding", "embedding": fake_vector(str(body.get("input_type")) + t, size), "index": i}
+                for i, t in enumerate(body["input"])]
+        tokens = sum(count_tokens(t) for t in body["input"])
+        return Reply(json={"object": "list", "data": data, "model": body["model"], "usage": {"total_tokens": tokens}})
+
+    def _rerank(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return Reply(401, json={"detail": "Provided API key is invalid."})
+        body = request.json
+        scores = _rerank_scores(body["query"], body["documents"])[: body.get("top_k") or None]
+        tokens = count_tokens(body["query"]) * len(body["documents"]) + sum(count_tokens(d) for d in body["documents"])
+        return Reply(json={"object": "list", "data": [{"relevance_score": s, "index": i} for i, s in scores],
+                           "model": body["model"], "usage": {"total_tokens": tokens}})
+
+
+class JinaFake(FakeServer):
+    """``POST /v1/rerank`` as Jina AI answers it."""
+
+    def __init__(self, *, api_key: str | None = None) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.route("POST", "/v1/rerank", self._rerank)
+
+    def _rerank(self, request: RecordedRequest) -> Reply:
+        if not _bearer_ok(request, self.api_key):
+            return Reply(401, json={"detail": "Unauthorized"})
+        body = request.json
+        scores = _rerank_scores(body["query"], body["documents"])[: body.get("top_n") or None]
+        results = [{"index": i, "relevance_score": s} for i, s in scores]
+        if body.get("return_documents", True):
+            for item in results:
+                item["document"] = {"text": body["documents"][item["index"]]}
+        tokens = sum(count_tokens(d) for d in body["documents"])
+        return Reply(json={"model": body["model"], "usage": {"total_tokens": tokens}, "results": results})

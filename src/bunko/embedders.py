@@ -88,6 +88,10 @@ class BaseEmbedder:
         if self.usage_sink is not None:
             self.usage_sink(event)
 
+    def _known_dimension(self) -> int:
+        """The dimension if known, 0 if not, without side effects (hosted embedders may probe on ``dimension``)."""
+        return int(self.dimension)
+
     @property
     def info(self) -> EmbedderInfo:
         """Provider, model and dimension: what a collection records and checks."""
@@ -133,12 +137,12 @@ class BaseEmbedder:
             vectors = np.asarray(result, dtype=np.float32)
         except (TypeError, ValueError) as exc:  # ragged or non-numeric
             raise EmbeddingError(f"{self.provider}:{self.model} returned vectors that are not a matrix: {exc}") from exc
-        if not self.dimension and vectors.ndim == 2 and vectors.shape[1] > 0:
+        if not self._known_dimension() and vectors.ndim == 2 and vectors.shape[1] > 0:
             self.dimension = int(vectors.shape[1])  # learned from the first response
-        if vectors.shape != (len(batch), self.dimension):
+        if vectors.shape != (len(batch), self._known_dimension()):
             raise EmbeddingError(
                 f"{self.provider}:{self.model} returned vectors of shape {vectors.shape}; "
-                f"expected ({len(batch)}, {self.dimension})"
+                f"expected ({len(batch)}, {self._known_dimension()})"
             )
         self._report_usage(UsageEvent("embedding", self.provider, self.model, input_tokens=tokens,
                                       latency_ms=(time.perf_counter() - started) * 1000, items=len(batch),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,7 +84,63 @@ class HostedEmbedder(BaseEmbedder):
                              retry=retry, transport=transport)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.provider}:{self.model}, dimension={self.dimension})"
+        return f"{type(self).__name__}({self.provider}:{self.model}, dimension={self._dimension or 'unknown'})"
+
+    _dimension = 0
+    _probing = False
+
+    @property  # type: ignore[override]
+    def dimension(self) -> int:
+        """The vector size; when neither known nor given, one probe call learns it from the server."""
+        if not self._dimension and not self._probing:
+            self._probe_dimension()
+        return self._dimension
+
+    @dimension.setter
+    def dimension(self, value: int) -> None:
+        self._dimension = int(value)
+
+    def _probe_dimension(self) -> None:
+        # Collections record their dimension before the first embedding call, so an unknown
+        # dimension is learned here, with one short call. It runs on its own loop in a worker
+        # thread, so it works whether or not the caller is inside an event loop.
+        outcome: dict[str, Any] = {}
+
+        async def probe() -> EmbeddingBatch:
+            try:
+                return await self._call(["dimension probe"], False)
+            finally:
+                await self.core.aclose()
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                batch = asyncio.run(probe())
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome["error"] = exc
+                return
+            outcome["dimension"] = int(np.asarray(batch.vectors).shape[1])
+            self._report_usage(UsageEvent("embedding", self.provider, self.model, input_tokens=batch.input_tokens,
+                                          latency_ms=(time.perf_counter() - started) * 1000, items=1,
+                                          metadata={"probe": True}))
+
+        self._probing = True
+        try:
+            thread = threading.Thread(target=work, name=f"{self.provider}-dimension-probe")
+            thread.start()
+            thread.join()
+        finally:
+            self._probing = False
+        if "error" in outcome:
+            raise outcome["error"]
+        self._dimension = outcome["dimension"]
+
+    def _known_dimension(self) -> int:
+        return self._dimension
+
+    def warm_up(self) -> None:
+        """Learn the dimension now if it is not known (one short API call)."""
+        _ = self.dimension
 
     def _headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
@@ -104,9 +162,9 @@ class HostedEmbedder(BaseEmbedder):
             raise self.core.error("the API returned vectors of different lengths or non-numbers") from exc
         if matrix.ndim != 2 or matrix.shape[1] == 0:
             raise self.core.error(f"the API returned vectors of shape {matrix.shape}")
-        if self.dimension and matrix.shape[1] != self.dimension:
+        if self._dimension and matrix.shape[1] != self._dimension:
             raise self.core.error(
-                f"the API returned {matrix.shape[1]}-d vectors; this embedder is {self.dimension}-d"
+                f"the API returned {matrix.shape[1]}-d vectors; this embedder is {self._dimension}-d"
                 + (" (the dimensions option may be unsupported by this model)" if self.requested_dimensions else "")
             )
         return matrix

@@ -1,0 +1,323 @@
+"""Rerankers (R22): a second, finer scoring of retrieved hits between retrieval and generation.
+
+A ``Reranker`` takes the query and the hits a search returned, scores every hit against
+the query with a cross-encoder (hosted or local) and returns them best first. Each hit
+keeps its retrieval score in ``metadata["retrieval_score"]``; ``score`` becomes the rerank
+score and ``metadata["rerank_score"]`` repeats it. The input hits are not modified.
+
+Built in, by ``get_reranker("provider:model")``:
+
+* ``cohere:rerank-v3.5`` — ``POST /v2/rerank`` (``COHERE_API_KEY``);
+* ``voyage:rerank-2.5`` — ``POST /v1/rerank`` (``VOYAGE_API_KEY``);
+* ``jina:jina-reranker-v2-base-multilingual`` — ``POST /v1/rerank`` (``JINA_API_KEY``);
+* ``cross-encoder:/models/bge-reranker-v2-m3`` — a local sentence-transformers
+  ``CrossEncoder`` (the ``local`` extra), from a folder or the user's cache.
+
+Plugins come from the ``bunko.rerankers`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from .errors import BunkoError, ConfigError, RerankError, UnknownProviderError
+from .providers._http import RERANK_ERRORS, HTTPCore, RetryPolicy, resolve_api_key
+from .types import SearchHit, UsageEvent
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """The reranking seam (R22)."""
+
+    provider: str
+    model: str
+
+    async def rerank(self, query: str, hits: list[SearchHit], top_k: int | None = None) -> list[SearchHit]:
+        """``hits`` re-scored against ``query``, best first, at most ``top_k`` of them."""
+        ...
+
+    async def close(self) -> None:
+        """Release clients and models."""
+        ...
+
+
+def _check(provider: str, query: str, hits: Sequence[SearchHit], top_k: int | None) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise RerankError(f"{provider}: the query is empty")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+        raise RerankError(f"{provider}: top_k must be a positive integer; got {top_k!r}")
+    for position, hit in enumerate(hits):
+        if not isinstance(hit, SearchHit):
+            raise RerankError(f"{provider}: item {position} is not a SearchHit")
+
+
+def apply_scores(hits: Sequence[SearchHit], scores: Mapping[int, float], top_k: int | None) -> list[SearchHit]:
+    """New hits ordered by ``scores`` (index → rerank score); unscored hits are dropped."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    result = []
+    for index, score in ranked[: top_k or len(ranked)]:
+        hit = hits[index]
+        metadata = {**hit.metadata, "retrieval_score": hit.score, "rerank_score": float(score)}
+        result.append(replace(hit, score=float(score), metadata=metadata))
+    return result
+
+
+class BaseReranker:
+    """Validation, ordering and usage reporting around ``_score(query, documents, top_k)``."""
+
+    provider = ""
+    model = ""
+    usage_sink: Callable[[UsageEvent], None] | None = None
+
+    async def _score(self, query: str, documents: list[str], top_k: int | None) -> tuple[dict[int, float], int]:
+        """Rerank scores by input position (for at least the best ``top_k``) and tokens used."""
+        raise NotImplementedError
+
+    async def rerank(self, query: str, hits: list[SearchHit], top_k: int | None = None) -> list[SearchHit]:
+        """``hits`` re-scored against ``query``, best first, at most ``top_k`` of them."""
+        _check(self.provider, query, hits, top_k)
+        if not hits:
+            return []
+        started = time.perf_counter()
+        try:
+            scores, tokens = await self._score(query, [hit.content for hit in hits], top_k)
+        except BunkoError as exc:
+            self._report(started, len(hits), 0, error=exc.code)
+            if isinstance(exc, RerankError):
+                raise
+            raise RerankError(str(exc)) from exc
+        except Exception as exc:
+            self._report(started, len(hits), 0, error="RERANK_ERROR")
+            raise RerankError(f"{self.provider}:{self.model} failed: {type(exc).__name__}: {exc}") from exc
+        bad = [i for i in scores if not 0 <= i < len(hits)]
+        if bad:
+            raise RerankError(f"{self.provider}:{self.model}: the reranker returned unknown positions {bad[:5]}")
+        self._report(started, len(hits), tokens)
+        return apply_scores(hits, scores, top_k)
+
+    def _report(self, started: float, items: int, tokens: int, **metadata: Any) -> None:
+        if self.usage_sink is not None:
+            self.usage_sink(UsageEvent("rerank", self.provider, self.model, input_tokens=tokens, items=items,
+                                       latency_ms=(time.perf_counter() - started) * 1000, metadata=metadata))
+
+    async def close(self) -> None:
+        """Release clients and models (nothing by default)."""
+        return None
+
+
+class HostedReranker(BaseReranker):
+    """A rerank API on the shared HTTP core."""
+
+    default_base_url = ""
+    env_vars: tuple[str, ...] = ()
+    default_model = ""
+    path = "v1/rerank"
+    #: The body field that limits how many results come back.
+    top_field = "top_n"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        usage_sink: Callable[[UsageEvent], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.model = model or self.default_model
+        self.usage_sink = usage_sink
+        key = resolve_api_key(self.provider, api_key, self.env_vars)
+        self.core = HTTPCore(provider=self.provider, model=self.model, base_url=base_url or self.default_base_url,
+                             errors=RERANK_ERRORS, headers={"authorization": f"Bearer {key}"}, api_key=key,
+                             timeout=timeout, max_retries=max_retries, retry=retry, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.provider}:{self.model})"
+
+    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents}
+        if top_k is not None:
+            body[self.top_field] = min(top_k, len(documents))
+        return body
+
+    def _results(self, data: Any) -> tuple[list[Any], int]:
+        return data["results"], 0
+
+    async def _score(self, query: str, documents: list[str], top_k: int | None) -> tuple[dict[int, float], int]:
+        result = await self.core.post_json(self.path, self._body(query, documents, top_k))
+        try:
+            items, tokens = self._results(result.data)
+            scores = {int(item["index"]): float(item["relevance_score"]) for item in items}
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self.core.error(f"unexpected response shape ({type(exc).__name__}: {exc})") from exc
+        return scores, tokens
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self.core.aclose()
+
+
+class CohereReranker(HostedReranker):
+    """Cohere Rerank v2 (``rerank-v3.5``, multilingual)."""
+
+    provider = "cohere"
+    default_base_url = "https://api.cohere.com"
+    env_vars = ("COHERE_API_KEY", "CO_API_KEY")
+    default_model = "rerank-v3.5"
+    path = "v2/rerank"
+
+
+class VoyageReranker(HostedReranker):
+    """Voyage rerankers (``rerank-2.5``, ``rerank-2.5-lite``)."""
+
+    provider = "voyage"
+    default_base_url = "https://api.voyageai.com"
+    env_vars = ("VOYAGE_API_KEY",)
+    default_model = "rerank-2.5"
+    top_field = "top_k"
+
+    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
+        body = super()._body(query, documents, top_k)
+        body["truncation"] = True
+        return body
+
+    def _results(self, data: Any) -> tuple[list[Any], int]:
+        return data["data"], int((data.get("usage") or {}).get("total_tokens") or 0)
+
+
+class JinaReranker(HostedReranker):
+    """Jina rerankers (``jina-reranker-v2-base-multilingual``, ``jina-reranker-m0``)."""
+
+    provider = "jina"
+    default_base_url = "https://api.jina.ai"
+    env_vars = ("JINA_API_KEY",)
+    default_model = "jina-reranker-v2-base-multilingual"
+
+    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
+        body = super()._body(query, documents, top_k)
+        body["return_documents"] = False
+        return body
+
+    def _results(self, data: Any) -> tuple[list[Any], int]:
+        return data["results"], int((data.get("usage") or {}).get("total_tokens") or 0)
+
+
+class CrossEncoderReranker(BaseReranker):
+    """A local sentence-transformers ``CrossEncoder`` (the ``local`` extra), run in a worker thread."""
+
+    provider = "cross-encoder"
+
+    def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 32,
+                 max_length: int | None = None, allow_download: bool = False, trust_remote_code: bool = False,
+                 usage_sink: Callable[[UsageEvent], None] | None = None) -> None:
+        from .providers.local import _load_error, import_sentence_transformers
+
+        if not model:
+            raise ConfigError("cross-encoder: give a model folder or name, e.g. 'cross-encoder:/models/bge-reranker'")
+        self._module = import_sentence_transformers()
+        self._load_error = _load_error
+        self.model = model
+        self.device = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.allow_download = allow_download
+        self.trust_remote_code = trust_remote_code
+        self.usage_sink = usage_sink
+        self._encoder: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._encoder is None:
+                try:
+                    self._encoder = self._module.CrossEncoder(
+                        self.model, device=self.device, max_length=self.max_length,
+                        local_files_only=not self.allow_download, trust_remote_code=self.trust_remote_code,
+                    )
+                except Exception as exc:
+                    raise self._load_error("cross-encoder", self.model, exc, self.allow_download) from exc
+            return self._encoder
+
+    def warm_up(self) -> None:
+        """Load the model ahead of the first call."""
+        self._load()
+
+    def _predict(self, query: str, documents: list[str]) -> list[float]:
+        scores = self._load().predict([(query, d) for d in documents], batch_size=self.batch_size,
+                                      show_progress_bar=False)
+        return [float(s) for s in scores]
+
+    async def _score(self, query: str, documents: list[str], top_k: int | None) -> tuple[dict[int, float], int]:
+        scores = await asyncio.to_thread(self._predict, query, documents)
+        return dict(enumerate(scores)), 0
+
+
+RerankerFactory = Callable[..., Reranker]
+_REGISTRY: dict[str, RerankerFactory] = {
+    "cohere": CohereReranker,
+    "voyage": VoyageReranker,
+    "jina": JinaReranker,
+    "cross-encoder": CrossEncoderReranker,
+}
+_PLUGINS_LOADED = False
+
+
+def register_reranker(name: str, factory: RerankerFactory) -> None:
+    """Register a reranker factory; it is called as ``factory(model, **options)``."""
+    _REGISTRY[name] = factory
+
+
+def _load_plugins() -> None:
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for ep in entry_points(group="bunko.rerankers"):
+        try:
+            register_reranker(ep.name, ep.load())
+        except Exception as exc:  # a broken plugin must not break the built-ins
+            logger.warning("could not load reranker plugin %s: %s", ep.name, exc)
+
+
+def available_rerankers() -> list[str]:
+    """Names of the registered rerankers."""
+    _load_plugins()
+    return sorted(_REGISTRY)
+
+
+def get_reranker(spec: str, **options: Any) -> Reranker:
+    """Build a reranker from ``"provider:model"``; ``options`` (api_key, base_url, timeout, …) go to the factory."""
+    _load_plugins()
+    name, _, model = spec.strip().partition(":")
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise UnknownProviderError(f"unknown reranker {name!r}; available: {', '.join(available_rerankers())}")
+    return factory(model or None, **options)
+
+
+__all__ = [
+    "BaseReranker",
+    "CohereReranker",
+    "CrossEncoderReranker",
+    "HostedReranker",
+    "JinaReranker",
+    "Reranker",
+    "VoyageReranker",
+    "available_rerankers",
+    "get_reranker",
+    "register_reranker",
+]
