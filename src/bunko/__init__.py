@@ -35,7 +35,7 @@ from .errors import (
 from .generation import Generator
 from .indexing import IndexManager
 from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, register_llm
-from .pipeline import RAGPipeline
+from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .retrieval import Retriever
 from .splitters import RecursiveCharacterSplitter, get_splitter, register_splitter
@@ -50,6 +50,8 @@ from .types import (
     SearchHit,
     Source,
     TextChunk,
+    UsageEvent,
+    UsageTotal,
     VectorRecord,
 )
 
@@ -94,11 +96,14 @@ __all__ = [
     "SearchResponse",
     "Source",
     "SplitterError",
+    "StreamEvent",
     "Tenant",
     "TextChunk",
     "UniversalSentenceEncoderEmbedder",
     "UnknownProviderError",
     "UnsupportedFormatError",
+    "UsageEvent",
+    "UsageTotal",
     "VectorRecord",
     "VectorStore",
     "VectorStoreError",
