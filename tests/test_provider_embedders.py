@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -357,9 +358,8 @@ def test_importing_providers_needs_no_optional_extra() -> None:
     import bunko.providers  # noqa: F401 - must import whatever extras are installed
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
-                    reason="sentence-transformers is installed")
-def test_sentence_transformers_without_the_extra_names_it() -> None:
+def test_sentence_transformers_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the extra were not installed
     with pytest.raises(ConfigError, match=r'bunko\[local\]'):
         get_embedder("sentence-transformers:/models/none")
 

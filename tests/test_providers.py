@@ -144,6 +144,22 @@ def test_stream_delivers_each_event_as_it_is_flushed(server: OpenAIFake) -> None
     assert "".join(rest) == "の答え"
 
 
+def test_abandoned_stream_is_closed_and_reported_as_cancelled(server: OpenAIFake) -> None:
+    events: list[UsageEvent] = []
+
+    async def run() -> str:
+        stream = chat(server, events).stream(MESSAGES)
+        first = await stream.__anext__()
+        while not first.text:
+            first = await stream.__anext__()
+        await stream.aclose()
+        return first.text
+
+    assert asyncio.run(run()) == "東京で"
+    (event,) = events
+    assert event.metadata == {"stream": True, "error": "CANCELLED"}
+
+
 def test_stream_retries_before_the_first_event(server: OpenAIFake) -> None:
     server.fail(Reply(503, json=openai_error("overloaded", "server_error")), Reply(drop=True))
     deltas = asyncio.run(_collect(chat(server)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 
 import pytest
 
@@ -113,9 +114,8 @@ def test_rerank_errors_are_typed_retrieval_errors(monkeypatch: pytest.MonkeyPatc
             asyncio.run(bad.rerank(QUERY, HITS))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
-                    reason="sentence-transformers is installed")
-def test_cross_encoder_without_the_extra_names_it() -> None:
+def test_cross_encoder_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the extra were not installed
     with pytest.raises(ConfigError, match=r'bunko\[local\]'):
         get_reranker("cross-encoder:/models/none")
 

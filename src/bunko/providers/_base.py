@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -336,19 +337,21 @@ class HostedLLM:
         outcome: dict[str, Any] = {"error": "CANCELLED"}  # replaced on success or on a typed error
         try:
             path, body, params = self._stream_request(checked, temperature, max_tokens)
-            async for event, data in self.core.stream_events(path, body, params=params):
-                try:
-                    pieces = self._on_event(event, data, state)
-                except BunkoError:
-                    raise
-                except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-                    raise self._shape_error(exc) from exc
-                for piece in pieces:
-                    if piece:
-                        state.parts.append(piece)
-                        yield LLMDelta(text=piece)
-                if state.done:
-                    break
+            # aclosing: leaving the loop early (end marker, error, caller gone) closes the HTTP stream now.
+            async with aclosing(self.core.stream_events(path, body, params=params)) as events:
+                async for event, data in events:
+                    try:
+                        pieces = self._on_event(event, data, state)
+                    except BunkoError:
+                        raise
+                    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                        raise self._shape_error(exc) from exc
+                    for piece in pieces:
+                        if piece:
+                            state.parts.append(piece)
+                            yield LLMDelta(text=piece)
+                    if state.done:
+                        break
             if not state.done and not self._stream_may_end_silently:
                 raise self.core.error("the stream ended before the provider's end-of-stream marker")
             outcome = {}

@@ -93,7 +93,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def dimension(self) -> int:
         """The model's output dimension (loads the model on first use)."""
         model = self._model()
-        getter = getattr(model, "get_sentence_embedding_dimension", None)
+        # sentence-transformers 6 renamed the method; older releases only have the long name.
+        getter = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension",
+                                                                             None)
         size = getter() if getter else None
         if not size:
             size = len(model.encode(["dimension"], convert_to_numpy=True)[0])
