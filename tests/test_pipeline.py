@@ -14,9 +14,6 @@ from bunko import (
     Document,
     EmbedderMismatchError,
     EmbeddingError,
-    Generator,
-    LLMMessage,
-    LLMResponse,
     RetrievalError,
 )
 from bunko.embedders import BaseEmbedder, get_embedder, register_embedder, unregister_embedder
@@ -159,31 +156,6 @@ def test_add_document_without_a_file(engine: Bunko) -> None:
     assert result.status == "created"
     answer = scope.ask("ローリングストックとは何ですか？", "faq")
     assert answer.sources and answer.sources[0].source == "api:faq-1"
-
-
-class _ScriptedLLM:
-    """A provider that answers from a script: tests the LLM seam's citation handling only."""
-
-    name, model = "scripted", "scripted-1"
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.seen: list[LLMMessage] = []
-
-    async def complete(self, messages, *, temperature, max_tokens):
-        self.seen = messages
-        return LLMResponse(self.text, self.model, input_tokens=100, output_tokens=20)
-
-
-def test_llm_generator_parses_citations_and_flags_invalid_ones(demo) -> None:
-    import asyncio
-
-    hits = demo.search("水の備蓄", "bousai", top_k=3).results
-    llm = _ScriptedLLM("1人1日3リットルです[2]。最低3日分[1][2]。[7]")
-    result = asyncio.run(Generator(llm).generate("水は？", hits))
-    assert [s.index for s in result.sources] == [2, 1]
-    assert result.usage == {"input_tokens": 100, "output_tokens": 20, "invalid_citations": 1}
-    assert "[1] (" in llm.seen[1].content and "cite" in llm.seen[0].content.lower()
 
 
 def test_passages_skip_headings_and_keep_lists() -> None:

@@ -338,3 +338,27 @@ def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
             "EXPLAIN " + plan._index_sql(), [vectors[0], tenant_pk, *params, vectors[0], 5]).fetchall())
     assert "chunks_hnsw_1" in explained, explained
     backend.close()
+
+
+def test_rls_confines_usage_search_logs_and_conversations(backend: PostgresBackend, pg_url: str) -> None:
+    from bunko.types import ConversationTurn, UsageEvent
+
+    a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
+    for store in (a, b):
+        store.record_usage([UsageEvent("llm", "p", "m", input_tokens=1)])
+        store.log_search(f"{store.tenant} query", 1, 1.0, "vector")
+        store.append_turns("chat", [ConversationTurn("user", f"{store.tenant} question")])
+    tables = ("usage_records", "search_logs", "conversation_turns")
+    with _admin(pg_url) as conn:
+        conn.execute("SET ROLE bunko_app")
+        for table in tables:  # no tenant in the transaction: nothing at all
+            assert conn.execute(f"SELECT count(*) FROM bunko.{table}").fetchone()[0] == 0, table
+        conn.execute("SELECT set_config('bunko.tenant', 'tenant-a', false)")
+        a_pk = conn.execute("SELECT id FROM bunko.tenants").fetchone()[0]
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(a_pk),))
+        for table in tables:  # a query without a tenant predicate sees only tenant A's row
+            assert conn.execute(f"SELECT count(*) FROM bunko.{table}").fetchone()[0] == 1, table
+        assert conn.execute("SELECT content FROM bunko.conversation_turns").fetchone()[0] == "tenant-a question"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO bunko.conversation_turns (tenant_id, conversation_id, role, content) "
+                         "VALUES (%s, 'chat', 'user', 'planted')", (a_pk + 1,))

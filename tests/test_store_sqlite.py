@@ -11,6 +11,7 @@ import pytest
 
 from bunko.errors import ConfigError, UnknownProviderError, VectorStoreError
 from bunko.stores import SQLiteBackend, open_backend
+from bunko.stores.sqlite import SCHEMA_VERSION
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
 
 
@@ -51,7 +52,7 @@ def test_file_uses_wal_and_schema_version(db_path: Path, backend: SQLiteBackend)
     backend.for_tenant("t").ensure_collection("c", INFO)
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
 
 

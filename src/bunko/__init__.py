@@ -37,7 +37,7 @@ from .filters import Filter, build_filter, parse_filter
 from .generation import Generator
 from .indexing import IndexManager
 from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, register_llm
-from .pipeline import RAGPipeline
+from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .retrieval import Retriever
 from .splitters import RecursiveCharacterSplitter, get_splitter, register_splitter
@@ -52,6 +52,8 @@ from .types import (
     SearchHit,
     Source,
     TextChunk,
+    UsageEvent,
+    UsageTotal,
     VectorRecord,
 )
 
@@ -98,11 +100,14 @@ __all__ = [
     "SearchResponse",
     "Source",
     "SplitterError",
+    "StreamEvent",
     "Tenant",
     "TextChunk",
     "UniversalSentenceEncoderEmbedder",
     "UnknownProviderError",
     "UnsupportedFormatError",
+    "UsageEvent",
+    "UsageTotal",
     "VectorRecord",
     "VectorStore",
     "VectorStoreError",

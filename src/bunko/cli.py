@@ -1,8 +1,13 @@
-"""The ``bunko`` command line (R32): ingest, search, ask, collections, documents.
+"""The ``bunko`` command line (R32): ingest, search, ask, usage, collections, documents.
 
 Data goes to stdout (plain text, or JSON with ``--json``); progress and messages
 go to stderr. Errors print one line (``--json``: ``{"error": {"type", "message"}}``
-on stdout) and exit non-zero; a stack trace is shown only with ``BUNKO_DEBUG=1``.
+on stdout; ``ask --stream --json``: ``{"type": "error", "error": {...}}`` as the last
+event line) and exit non-zero; a stack trace is shown only with ``BUNKO_DEBUG=1``.
+
+Settings come from flags, then environment variables, then ``bunko.toml`` (in the
+working directory, or ``--config PATH``), then defaults; see :mod:`bunko.config`.
+API keys are read only from the environment or the config file.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import asyncio
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -49,9 +56,12 @@ def _emit_json(data: Any) -> None:
 
 
 def _fail(error_type: str, message: str, as_json: bool, code: int = EXIT_ERROR,
-          extra: dict[str, Any] | None = None) -> NoReturn:
-    if as_json:
-        _emit_json({"error": {"type": error_type, "message": message, **(extra or {})}})
+          extra: dict[str, Any] | None = None, *, event: bool = False) -> NoReturn:
+    error = {"type": error_type, "message": message, **(extra or {})}
+    if as_json and event:  # a stream of JSON lines ends with an error event
+        click.echo(json.dumps({"type": "error", "error": error}, ensure_ascii=False))
+    elif as_json:
+        _emit_json({"error": error})
     else:
         stderr.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(code)
@@ -63,6 +73,7 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         as_json = bool(kwargs.get("as_json"))
+        event = bool(kwargs.get("stream"))
         try:
             return func(*args, **kwargs)
         except BunkoError as exc:
@@ -70,9 +81,9 @@ def handle_errors(func: F) -> F:
             extra: dict[str, Any] = {"code": cause.code}
             if isinstance(cause, FilterError):
                 extra["problems"] = [p.to_dict() for p in cause.problems]
-            _fail(type(cause).__name__, exc.message, as_json, extra=extra)
+            _fail(type(cause).__name__, exc.message, as_json, extra=extra, event=event)
         except KeyboardInterrupt:
-            _fail("Interrupted", "interrupted", as_json, EXIT_INTERRUPTED)
+            _fail("Interrupted", "interrupted", as_json, EXIT_INTERRUPTED, event=event)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
@@ -84,15 +95,18 @@ def handle_errors(func: F) -> F:
                 "for the traceback and report it)",
                 as_json,
                 EXIT_INTERNAL,
+                event=event,
             )
 
     return wrapper  # type: ignore[return-value]
 
 
-def _engine(ctx: click.Context) -> Bunko:
+def _engine(ctx: click.Context, **settings: Any) -> Bunko:
+    """The engine of this invocation; ``settings`` are the command's flags (None = not given)."""
     obj = ctx.find_root().obj
     if obj.get("engine") is None:
-        obj["engine"] = Bunko(obj.get("db"), home=obj.get("home"))
+        obj["engine"] = Bunko(obj.get("db"), home=obj.get("home"), config=obj.get("config"),
+                              **{k: v for k, v in settings.items() if v is not None})
         ctx.find_root().call_on_close(obj["engine"].close)
     return obj["engine"]
 
@@ -106,6 +120,12 @@ collection_option = click.option(
     help="Collection inside the tenant (env BUNKO_COLLECTION).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+embedder_option = click.option(
+    "--embedder", metavar="PROVIDER[:MODEL]", default=None,
+    help="Embedder, e.g. use (bundled, default) or openai-compatible:MODEL (env BUNKO_EMBEDDER; config "
+         "[embedder] model; URL and key from BUNKO_EMBEDDER_BASE_URL / BUNKO_EMBEDDER_API_KEY). A collection "
+         "keeps the embedder it was built with.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -114,11 +134,16 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
                    "under BUNKO_HOME).")
 @click.option("--home", metavar="DIR", default=None, type=click.Path(file_okay=False),
               help="Data folder (env BUNKO_HOME; default ~/.local/share/bunko).")
+@click.option("--config", metavar="FILE", default=None, type=click.Path(dir_okay=False),
+              help="Config file (env BUNKO_CONFIG; default: ./bunko.toml if it exists).")
 @click.version_option(__version__, prog_name="bunko")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, home: str | None) -> None:
-    """bunko (文庫): ingest documents, search them, and get answers with citations."""
-    ctx.obj = {"db": db, "home": home, "engine": None}
+def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None) -> None:
+    """bunko (文庫): ingest documents, search them, and get answers with citations.
+
+    Settings: flags > environment variables > bunko.toml > defaults.
+    """
+    ctx.obj = {"db": db, "home": home, "config": config, "engine": None}
 
 
 # -- ingest ---------------------------------------------------------------------------------
@@ -132,11 +157,12 @@ def cli(ctx: click.Context, db: str | None, home: str | None) -> None:
 @click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
+@embedder_option
 @json_option
 @click.pass_context
 @handle_errors
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
-           password: str | None, content_path: str | None, as_json: bool) -> None:
+           password: str | None, content_path: str | None, embedder: str | None, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
@@ -146,7 +172,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     from .loaders import LoadOptions
 
     load_options = LoadOptions(password=password, content_path=content_path)
-    scope = _engine(ctx).tenant(tenant)
+    scope = _engine(ctx, embedder=embedder).tenant(tenant)
     show_bar = not as_json and stderr.is_terminal
     with Progress(
         SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -255,19 +281,21 @@ mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hy
 @mode_option
 @click.option("--threshold", type=click.FloatRange(-1.0, 1.0), default=None,
               help="Drop vector hits with cosine similarity below this.")
+@embedder_option
 @json_option
 @click.pass_context
 @handle_errors
 def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
            document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
-           until: str | None, date_field: str | None, mode: str, threshold: float | None, as_json: bool) -> None:
+           until: str | None, date_field: str | None, mode: str, threshold: float | None, embedder: str | None,
+           as_json: bool) -> None:
     """Search a collection and print the best chunks.
 
     Restrict the search with --document-id, --filter (a JSON metadata filter), --file-type and
     --since/--until; they combine with AND.
     """
     restriction = _restriction(filter_json, file_types, since, until, date_field)
-    scope = _engine(ctx).tenant(tenant)
+    scope = _engine(ctx, embedder=embedder).tenant(tenant)
     response = scope.search(query, collection, top_k=top_k, document_ids=list(document_ids) or None,
                             threshold=threshold, mode=mode, filter=restriction)  # type: ignore[arg-type]
     if as_json:
@@ -299,31 +327,140 @@ def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: st
 @document_id_option
 @filter_options
 @mode_option
+@click.option("--llm", metavar="PROVIDER:MODEL", default=None,
+              help="LLM that writes the answer, e.g. openai-compatible:qwen2.5-7b (env BUNKO_LLM; config [llm] "
+                   "model). Without one the answer is extractive. Keys: BUNKO_LLM_API_KEY or the provider's "
+                   "variable.")
+@click.option("--base-url", metavar="URL", default=None,
+              help="The LLM server, e.g. http://127.0.0.1:8000/v1 (env BUNKO_LLM_BASE_URL).")
+@click.option("--temperature", type=click.FloatRange(0.0, 2.0), default=None,
+              help="Sampling temperature (env BUNKO_TEMPERATURE; default 0.1).")
+@click.option("--max-tokens", type=click.IntRange(1), default=None,
+              help="Longest answer in tokens (env BUNKO_MAX_TOKENS; default 1000).")
+@click.option("--system-prompt", default=None, metavar="TEXT",
+              help="Replace the system prompt (env BUNKO_SYSTEM_PROMPT; default: answer only from the "
+                   "numbered context, cite [N], say when the context lacks the answer).")
+@click.option("--conversation", "conversation_id", default=None, metavar="ID",
+              help="Conversation to continue: earlier turns go to the LLM, and this turn is stored (per tenant).")
+@click.option("--stream", is_flag=True,
+              help="Print the answer as it is written (with --json: one JSON event per line).")
+@embedder_option
 @json_option
 @click.pass_context
 @handle_errors
-def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int,
-        document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
-        until: str | None, date_field: str | None, mode: str, as_json: bool) -> None:
+def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int, document_ids: tuple[str, ...],
+        filter_json: str | None, file_types: tuple[str, ...], since: str | None, until: str | None,
+        date_field: str | None, mode: str, llm: str | None, base_url: str | None, temperature: float | None,
+        max_tokens: int | None, system_prompt: str | None, conversation_id: str | None, stream: bool,
+        embedder: str | None, as_json: bool) -> None:
     """Answer a question from a collection, with [N] citations.
 
-    Takes the same restrictions as search (--document-id, --filter, --file-type, --since/--until).
+    With --llm (or BUNKO_LLM, or [llm] model in bunko.toml) an LLM writes the answer from
+    the best chunks; without one the answer quotes the most relevant sentences. Takes the same
+    restrictions as search (--document-id, --filter, --file-type, --since/--until).
     """
     restriction = _restriction(filter_json, file_types, since, until, date_field)
-    scope = _engine(ctx).tenant(tenant)
-    result = scope.ask(question, collection, top_k=top_k, document_ids=list(document_ids) or None,
-                       filter=restriction, mode=mode)  # type: ignore[arg-type]
-    if as_json:
-        _emit_json(result.to_dict())
+    engine = _engine(ctx, embedder=embedder, llm=llm, llm_base_url=base_url, temperature=temperature,
+                     max_tokens=max_tokens, system_prompt=system_prompt)
+    scope = engine.tenant(tenant)
+    options: dict[str, Any] = {"top_k": top_k, "document_ids": list(document_ids) or None, "mode": mode,
+                               "filter": restriction, "conversation_id": conversation_id}
+
+    async def answer() -> dict[str, Any] | None:
+        try:
+            if not stream:
+                return (await scope.aask(question, collection, **options)).to_dict()
+            response = None
+            async for event in scope.astream_ask(question, collection, **options):
+                if as_json:
+                    click.echo(json.dumps(event.to_dict(), ensure_ascii=False))
+                    sys.stdout.flush()
+                elif event.type == "token":
+                    click.echo(event.data["content"], nl=False)
+                    sys.stdout.flush()
+                elif event.type == "done":
+                    response = event.data["response"]
+            return response
+        finally:
+            await engine.aclose_clients()
+
+    result = asyncio.run(answer())
+    if stream and as_json:
         return
-    stdout.print(escape(result.answer))
-    if result.sources:
-        stdout.print()
-        stdout.print("[bold]Sources[/]")
-        for source in result.sources:
-            where = source.metadata.get("filename") or source.source
-            stdout.print(f"  [{source.index}] {escape(str(where))}  [dim](chunk "
-                         f"{source.metadata.get('chunk_index', '?')}, score {source.score:.3f})[/]")
+    assert result is not None
+    if as_json:
+        _emit_json(result)
+        return
+    if stream:
+        click.echo()
+    else:
+        stdout.print(escape(result["answer"]))
+    _print_sources(result["sources"])
+
+
+def _print_sources(sources: list[dict[str, Any]]) -> None:
+    if not sources:
+        return
+    stdout.print()
+    stdout.print("[bold]Sources[/]")
+    for source in sources:
+        meta = source["metadata"]
+        where = str(meta.get("filename") or source["source"])
+        if meta.get("page_number") is not None:
+            where += f", p. {meta['page_number']}"
+        stdout.print(f"  [{source['index']}] {escape(where)}  [dim](chunk "
+                     f"{meta.get('chunk_index', '?')}, score {source['score']:.3f})[/]")
+
+
+# -- usage ----------------------------------------------------------------------------------
+def parse_since(value: str | None) -> datetime | None:
+    """``7d``, ``24h``, ``30m`` (ago) or an ISO date/time (UTC unless it says otherwise)."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*([dhm])\s*", value)
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        delta = {"d": timedelta(days=amount), "h": timedelta(hours=amount), "m": timedelta(minutes=amount)}[unit]
+        return datetime.now(UTC) - delta
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use 7d, 24h, 30m or a date like 2026-11-01") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@cli.command()
+@tenant_option
+@click.option("--since", default=None, metavar="WHEN",
+              help="Only usage since then: 7d, 24h, 30m, or an ISO date/time like 2026-11-01.")
+@json_option
+@click.pass_context
+@handle_errors
+def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> None:
+    """Summarise a tenant's usage (R13): embedding and LLM tokens, searches and upserts."""
+    start = parse_since(since)
+    totals = _engine(ctx).tenant(tenant).usage(start)
+    if as_json:
+        _emit_json({"tenant": tenant, "since": start.isoformat() if start else None,
+                    "usage": [t.to_dict() for t in totals]})
+        return
+    if not totals:
+        stderr.print(f"no usage recorded for tenant '{escape(tenant)}'" + (f" since {start:%Y-%m-%d %H:%M} UTC"
+                                                                          if start else ""))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"usage of tenant '{escape(tenant)}'" + (f" since {start:%Y-%m-%d %H:%M} UTC" if start else ""),
+                  title_justify="left")
+    for name in ("operation", "provider", "model"):
+        table.add_column(name, overflow="fold")
+    for name in ("calls", "input tokens", "output tokens", "items", "avg ms"):
+        table.add_column(name, justify="right")
+    for t in totals:
+        row = t.to_dict()
+        table.add_row(escape(t.operation), escape(t.provider), escape(t.model), str(t.calls), str(t.input_tokens),
+                      str(t.output_tokens), str(t.items), f"{row['latency_ms_avg']:.1f}")
+    stdout.print(table)
 
 
 # -- collections and documents ---------------------------------------------------------------
@@ -403,7 +540,7 @@ def _database_url(ctx: click.Context) -> str:
     from .config import Settings
 
     obj = ctx.find_root().obj
-    return Settings.resolve(obj.get("db"), home=obj.get("home")).database_url
+    return Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config")).database_url
 
 
 def _postgres_url(ctx: click.Context) -> str | None:

@@ -13,7 +13,11 @@ below takes a tenant id.
         print(acme.ask("有給休暇は何日ですか？", collection="docs").answer)
 
 Each operation has an async form (``aingest``, ``asearch``, ``aask``) and a sync
-convenience that runs it on a fresh event loop.
+convenience that runs it on a fresh event loop. ``astream_ask`` streams an answer as
+events (R27), for a server to send as SSE.
+
+Every embedding call, LLM call, search and upsert a tenant's operation causes is recorded
+in that tenant's usage records (R13, see :mod:`bunko.usage`); ``Tenant.usage()`` sums them.
 """
 
 from __future__ import annotations
@@ -21,24 +25,37 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import usage as metering
 from .config import DEFAULT_COLLECTION, Settings
 from .embedders import get_embedder
 from .errors import BunkoError
 from .filters import Filter, FilterLike, build_filter
 from .generation import Generator, LLMProvider
 from .indexing import IndexManager
+from .llm import LLMMessage, get_llm
 from .loaders import LoadOptions, Skipped, discover, load_path
-from .pipeline import RAGPipeline
+from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .retrieval import Retriever, SearchMode
 from .splitters import Splitter, splitter_spec
 from .stores import DocumentWrite, StoreBackend, VectorStore, open_backend
-from .types import Collection, Document, DocumentInfo, GenerationResult, IngestResult, SearchHit
+from .stores.base import check_conversation_id
+from .types import (
+    Collection,
+    ConversationTurn,
+    Document,
+    DocumentInfo,
+    GenerationResult,
+    IngestResult,
+    SearchHit,
+    UsageTotal,
+)
 
 T = TypeVar("T")
 
@@ -50,6 +67,8 @@ INGEST_BATCH_DOCUMENTS = 64
 LOAD_WORKERS = 4
 # Chunks of several small documents are embedded together, so the embedder sees full batches.
 EMBED_BATCH_CHUNKS = 256
+# Earlier turns fed back to the LLM are cut to this many characters each (the turn count is a setting).
+HISTORY_TURN_CHARS = 2000
 
 
 def load_url(url: str, options: LoadOptions) -> list[Document]:
@@ -129,7 +148,14 @@ IngestProgress = Callable[[str, str, Any], None]
 
 
 class Bunko:
-    """An engine over one store; hands out tenant scopes."""
+    """An engine over one store; hands out tenant scopes.
+
+    Settings come from the arguments, then environment variables, then ``bunko.toml``
+    (or ``config=PATH``), then defaults; see :mod:`bunko.config`. ``embedder`` and
+    ``llm`` may be objects (used as given) or ``"provider:model"`` names. ``settings``
+    takes any other setting by name (``llm_base_url``, ``temperature``, ``max_tokens``,
+    ``system_prompt``, ``context_tokens``, ...).
+    """
 
     def __init__(
         self,
@@ -138,12 +164,16 @@ class Bunko:
         home: str | os.PathLike[str] | None = None,
         embedder: Any = None,
         splitter: Splitter | str | dict[str, Any] | None = None,
-        llm: LLMProvider | None = None,
+        llm: LLMProvider | str | None = None,
+        config: str | os.PathLike[str] | None = None,
+        **settings: Any,
     ) -> None:
-        self.settings = Settings.resolve(database_url, home=home,
-                                         embedder=embedder if isinstance(embedder, str) else None)
+        self.settings = Settings.resolve(database_url, home=home, config=config,
+                                         embedder=embedder if isinstance(embedder, str) else None,
+                                         llm=llm if isinstance(llm, str) else None, **settings)
         self.backend: StoreBackend = open_backend(self.settings.database_url)
         self._embedder = None if isinstance(embedder, str) else embedder
+        metering.install(self._embedder)
         # A Splitter instance is used as is; a name or spec picks the splitter of new collections
         # (existing collections keep the one they were built with).
         self.splitter: Splitter | None = None
@@ -155,22 +185,57 @@ class Bunko:
         else:
             self.splitter = splitter
         self.preprocessor = Preprocessor()
-        self.llm = llm
+        self._llm: LLMProvider | None = None if isinstance(llm, str) else llm
+        metering.install(self._llm)
 
     @property
     def embedder(self) -> Any:
         """The embedder, built on first use (the bundled model loads in about a second)."""
         if self._embedder is None:
-            self._embedder = get_embedder(self.settings.embedder)
+            self._embedder = get_embedder(self.settings.embedder, **self.settings.embedder_options())
+            metering.install(self._embedder)
         return self._embedder
+
+    @property
+    def llm(self) -> LLMProvider | None:
+        """The LLM that writes answers, built on first use; None means extractive answers."""
+        if self._llm is None and self.settings.llm.spec:
+            self._llm = get_llm(self.settings.llm.spec, **self.settings.llm.client_options())
+            metering.install(self._llm)
+        return self._llm
+
+    @llm.setter
+    def llm(self, value: LLMProvider | None) -> None:
+        self._llm = value
+        metering.install(value)
 
     def tenant(self, name: str) -> Tenant:
         """A scope bound to tenant ``name``; all data access goes through it."""
         return Tenant(self, self.backend.for_tenant(name))
 
-    def close(self) -> None:
-        """Close the store."""
+    async def aclose_clients(self) -> None:
+        """Close the LLM's and embedder's HTTP clients (of the running event loop); the store stays open."""
+        for client in (self._llm, self._embedder):
+            close = getattr(client, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:  # closing is best effort; the store must still close
+                    pass
+
+    async def aclose(self) -> None:
+        """Close the LLM's and embedder's clients, then the store."""
+        await self.aclose_clients()
         self.backend.close()
+
+    def close(self) -> None:
+        """Close clients and the store (inside a running event loop only the store; use :meth:`aclose`)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.aclose())
+        else:
+            self.backend.close()
 
     def __enter__(self) -> Bunko:
         return self
@@ -208,13 +273,33 @@ class Tenant:
         index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
                                      splitter=spec)
         retriever = Retriever(engine.embedder, self._store, collection)
-        generator = Generator(engine.llm, embedder=engine.embedder)
-        return RAGPipeline(index_manager, retriever, generator)
+        return RAGPipeline(index_manager, retriever, self.generator())
+
+    def generator(self, *, temperature: float | None = None, max_tokens: int | None = None,
+                  system_prompt: str | None = None) -> Generator:
+        """A ``Generator`` with the engine's LLM and settings; arguments override them for one call."""
+        engine, llm = self._engine, self._engine.settings.llm
+        return Generator(
+            engine.llm,
+            system_prompt=system_prompt or llm.system_prompt,
+            embedder=engine.embedder,
+            temperature=llm.temperature if temperature is None else temperature,
+            max_tokens=max_tokens or llm.max_tokens,
+            context_tokens=llm.context_tokens,
+        )
+
+    def _recorder(self) -> metering.UsageRecorder:
+        return metering.UsageRecorder(self._store, anonymize_queries=self._engine.settings.anonymize_search_logs)
 
     # -- ingest ---------------------------------------------------------------------
     async def aadd_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
         """Index one ``Document``."""
-        return await self.pipeline(collection).index_document(document)
+        recorder = self._recorder()
+        try:
+            with metering.recording(recorder):
+                return await self.pipeline(collection).index_document(document)
+        finally:
+            await recorder.aflush()
 
     async def aingest(
         self,
@@ -233,6 +318,17 @@ class Tenant:
         ``INGEST_BATCH_CHUNKS`` chunks): each document is stored whole or not at all, and
         an interrupted run leaves only whole documents behind; running again finishes it.
         """
+        recorder = self._recorder()
+        try:
+            with metering.recording(recorder):
+                return await self._ingest(paths, collection, progress=progress, splitter=splitter, options=options,
+                                          workers=workers)
+        finally:
+            await recorder.aflush()
+
+    async def _ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str, *,
+                      progress: IngestProgress | None, splitter: str | None, options: LoadOptions | None,
+                      workers: int) -> IngestReport:
         started = time.perf_counter()
         files, skipped = discover(paths)
         report = IngestReport(skipped=skipped)
@@ -365,14 +461,43 @@ class Tenant:
         """
         started = time.perf_counter()
         flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
-        retriever = Retriever(self._engine.embedder, self._store, collection)
-        hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
-                                      filter=flt)
+        recorder = self._recorder()
+        try:
+            with metering.recording(recorder):
+                retriever = Retriever(self._engine.embedder, self._store, collection)
+                hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold,
+                                              mode=mode, filter=flt)
+        finally:
+            await recorder.aflush()
         return SearchResponse(hits, (time.perf_counter() - started) * 1000, flt)
 
     def search(self, query: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> SearchResponse:
         """Sync form of :meth:`asearch`."""
         return _run(self.asearch(query, collection, **options))
+
+    async def _history(self, conversation_id: str | None) -> tuple[list[LLMMessage], str | None]:
+        """Earlier turns of a conversation for the LLM (bounded), and the last question asked in it."""
+        limit = self._engine.settings.llm.history_turns
+        if conversation_id is None:
+            return [], None
+        turns = await asyncio.to_thread(self._store.conversation, conversation_id, limit) if limit else []
+        history = [LLMMessage(t.role, t.content[:HISTORY_TURN_CHARS]) for t in turns]
+        last_question = next((t.content for t in reversed(turns) if t.role == "user"), None)
+        return history, last_question
+
+    async def _remember(self, conversation_id: str | None, question: str, response: dict[str, Any]) -> None:
+        if conversation_id is None:
+            return
+        sources = [s["chunk_id"] for s in response.get("sources", [])]
+        await asyncio.to_thread(self._store.append_turns, conversation_id, [
+            ConversationTurn("user", question),
+            ConversationTurn("assistant", response["answer"], {"sources": sources, "model": response["model"]}),
+        ])
+
+    def _ask_arguments(self, question: str, history: list[LLMMessage], last_question: str | None) -> dict[str, Any]:
+        # A follow-up ("それは何日分？") searches together with the question before it.
+        search_query = f"{last_question}\n{question}" if last_question else None
+        return {"history": history, "search_query": search_query}
 
     async def aask(
         self,
@@ -387,14 +512,104 @@ class Tenant:
         since: str | None = None,
         until: str | None = None,
         date_field: str | None = None,
+        conversation_id: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        system_prompt: str | None = None,
     ) -> GenerationResult:
-        """An answer to ``question`` with ``[N]`` citations, from chunks inside the restriction (see ``asearch``)."""
+        """An answer to ``question`` with ``[N]`` citations and the cited sources.
+
+        The chunks come from inside the restriction (``document_ids``, ``filter`` and the
+        shortcuts, as in :meth:`asearch`). With ``conversation_id``, the conversation's last
+        turns go to the LLM, a follow-up question is searched together with the one before it,
+        and this question and its answer are added to the conversation (stored in this tenant only).
+        """
+        if conversation_id is not None:
+            check_conversation_id(conversation_id)
         flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
-        return await self.pipeline(collection).query(question, top_k, document_ids, mode=mode, filter=flt)
+        recorder = self._recorder()
+        try:
+            with metering.recording(recorder):
+                history, last_question = await self._history(conversation_id)
+                pipeline = self.pipeline(collection)
+                pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
+                                                    system_prompt=system_prompt)
+                result = await pipeline.query(question, top_k, document_ids, mode=mode, filter=flt,
+                                              **self._ask_arguments(question, history, last_question))
+                if history:
+                    result.usage["history_turns"] = len(history)
+                await self._remember(conversation_id, question, result.to_dict())
+                return result
+        finally:
+            await recorder.aflush()
 
     def ask(self, question: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> GenerationResult:
         """Sync form of :meth:`aask`."""
         return _run(self.aask(question, collection, **options))
+
+    def astream_ask(
+        self,
+        question: str,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        top_k: int = 5,
+        document_ids: Sequence[str] | None = None,
+        mode: SearchMode = "vector",
+        filter: FilterLike = None,
+        file_types: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        date_field: str | None = None,
+        conversation_id: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`aask` as a stream of events (R27): ``async for event in scope.astream_ask(...)``.
+
+        Events: ``search_start``, ``search_results {count}``, ``generation_start``,
+        ``token {content}``, ``citation {source}``, ``done {response}``. Errors are raised
+        from the iteration. Usage is recorded when the stream ends, also when it is closed early.
+        """
+        if conversation_id is not None:
+            check_conversation_id(conversation_id)
+        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
+
+        async def events() -> AsyncIterator[StreamEvent]:
+            history, last_question = await self._history(conversation_id)
+            pipeline = self.pipeline(collection)
+            pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
+                                                system_prompt=system_prompt)
+            stream = pipeline.stream(question, top_k, document_ids, mode=mode, filter=flt,
+                                     **self._ask_arguments(question, history, last_question))
+            try:
+                async for event in stream:
+                    if event.type == "done":
+                        if history:
+                            event.data["response"]["usage"]["history_turns"] = len(history)
+                        await self._remember(conversation_id, question, event.data["response"])
+                    yield event
+            finally:
+                await stream.aclose()
+
+        return metering.metered(self._recorder(), events())
+
+    # -- usage and conversations -------------------------------------------------------
+    def usage(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage (R13) per operation, provider and model, since ``since`` if given."""
+        return self._store.usage_summary(since)
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches (R33), newest first."""
+        return self._store.search_log(limit)
+
+    def conversation(self, conversation_id: str) -> list[ConversationTurn]:
+        """The stored turns of one of this tenant's conversations, oldest first."""
+        return self._store.conversation(conversation_id)
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete one of this tenant's conversations; returns how many turns it had."""
+        return self._store.delete_conversation(conversation_id)
 
     # -- listing and deletion --------------------------------------------------------------
     def collections(self) -> list[Collection]:

@@ -22,7 +22,8 @@ from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
 from .stores.base import ChunkWrite, DocumentWrite, VectorStore
-from .types import Document, IngestResult, new_id
+from .types import Document, IngestResult, UsageEvent, new_id
+from .usage import route, store_kind
 
 ProgressCallback = Callable[[int], None]
 
@@ -59,8 +60,20 @@ class IndexManager:
         self.vector_store = vector_store
         self.collection = collection
         self.splitter = splitter
-        self._info = embedder_info(embedder)
+        self._info_cache: Any = None
         self._ready = False
+
+    @property
+    def _info(self) -> Any:
+        # Checked on first use, not here: a hosted embedder may learn its dimension from its first answer,
+        # and a pipeline built only to answer questions never needs it.
+        if self._info_cache is None:
+            self._info_cache = embedder_info(self.embedder)
+        return self._info_cache
+
+    async def _learn_dimension(self) -> None:
+        if not int(getattr(self.embedder, "dimension", 0) or 0):
+            await self.embedder.embed("dimension probe")
 
     def _ensure_collection(self) -> None:
         """Create the collection if needed and settle which splitter it uses."""
@@ -105,6 +118,7 @@ class IndexManager:
         normalized, spans = self.normalize(document)
         source = document.source
         if not self._ready:
+            await self._learn_dimension()
             await asyncio.to_thread(self._ensure_collection)
         assert self.chunker is not None
         digest = self.content_hash(normalized)
@@ -188,7 +202,12 @@ class IndexManager:
         """Store prepared documents in one transaction: each is either fully stored or absent."""
         if not prepared:
             return []
-        return await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+        started = time.perf_counter()
+        results = await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+        written = sum(r.chunks for r in results if r.status != "unchanged")
+        route(UsageEvent("upsert", store_kind(self.vector_store), latency_ms=(time.perf_counter() - started) * 1000,
+                         items=written, metadata={"collection": self.collection, "documents": len(results)}))
+        return results
 
     async def index_document(
         self, document: Document, *, progress: ProgressCallback | None = None

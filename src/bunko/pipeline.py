@@ -3,18 +3,41 @@
 Errors from any step surface as ``RAGPipelineError`` with the step's own error as
 ``__cause__``; "not found" and malformed-filter errors pass through so callers can
 answer 404- or 400-style.
+
+:meth:`RAGPipeline.stream` is the streaming form of :meth:`RAGPipeline.query` (R27): an
+async iterator of :class:`StreamEvent` — ``search_start``, ``search_results {count}``,
+``generation_start``, ``token {content}`` (many), ``citation {source}`` (one per cited
+source, when its ``[N]`` first appears), ``done {response}`` (the whole ``GenerationResult``
+as a dict). A server turns each event into one SSE ``data:`` line with ``event.to_dict()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RAGPipelineError
 from .filters import FilterLike
 from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
+from .llm import LLMMessage
 from .retrieval import Retriever, SearchMode
 from .types import Document, GenerationResult, IngestResult
+
+EVENT_TYPES = ("search_start", "search_results", "generation_start", "token", "citation", "done")
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    """One event of a streamed answer (R27)."""
+
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire shape: ``{"type": ..., **data}`` (e.g. ``{"type": "token", "content": "回答"}``)."""
+        return {"type": self.type, **self.data}
 
 
 class RAGPipeline:
@@ -45,13 +68,20 @@ class RAGPipeline:
         threshold: float | None = None,
         mode: SearchMode = "vector",
         filter: FilterLike = None,
+        history: Sequence[LLMMessage] = (),
+        search_query: str | None = None,
     ) -> GenerationResult:
-        """Retrieve the ``top_k`` best chunks (inside ``document_ids`` and ``filter``) and answer from them."""
+        """Retrieve the ``top_k`` best chunks (inside ``document_ids`` and ``filter``) and answer from them.
+
+        ``history`` holds earlier turns of a conversation for the LLM; ``search_query`` (default
+        ``query``) is what is searched, so a follow-up can search with its context.
+        """
         try:
             hits = await self.retriever.search(
-                query, top_k, document_ids=document_ids, threshold=threshold, mode=mode, filter=filter
+                search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
+                filter=filter,
             )
-            result = await self.generator.generate(query, hits)
+            result = await self.generator.generate(query, hits, history)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
@@ -59,3 +89,39 @@ class RAGPipeline:
         result.usage.setdefault("retrieved_chunks", len(hits))
         result.processing_time_ms += self.retriever.last_search_ms
         return result
+
+    async def stream(
+        self,
+        query: str,
+        top_k: int = 5,
+        document_ids: Sequence[str] | None = None,
+        *,
+        threshold: float | None = None,
+        mode: SearchMode = "vector",
+        filter: FilterLike = None,
+        history: Sequence[LLMMessage] = (),
+        search_query: str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`query` as a stream of events; errors are raised as :meth:`query` raises them."""
+        try:
+            yield StreamEvent("search_start")
+            hits = await self.retriever.search(
+                search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
+                filter=filter,
+            )
+            yield StreamEvent("search_results", {"count": len(hits)})
+            yield StreamEvent("generation_start")
+            async for event in self.generator.stream(query, hits, history):
+                if event.type == "token":
+                    yield StreamEvent("token", {"content": event.content})
+                elif event.type == "citation" and event.source is not None:
+                    yield StreamEvent("citation", {"source": event.source.to_dict()})
+                elif event.result is not None:
+                    result = event.result
+                    result.usage.setdefault("retrieved_chunks", len(hits))
+                    result.processing_time_ms += self.retriever.last_search_ms
+                    yield StreamEvent("done", {"response": result.to_dict()})
+        except (NotFoundError, EmbedderMismatchError, FilterError):
+            raise
+        except BunkoError as exc:
+            raise RAGPipelineError(exc.message) from exc

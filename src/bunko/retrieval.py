@@ -14,11 +14,12 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from .embedders import BaseEmbedder, embedder_info
+from .embedders import BaseEmbedder
 from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
 from .filters import Filter, FilterLike, as_filter
 from .stores.base import VectorStore
-from .types import Collection, SearchHit
+from .types import Collection, SearchHit, UsageEvent
+from .usage import route, store_kind
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -73,12 +74,18 @@ class Retriever:
 
     async def _vector_leg(self, collection: Collection, query: str, top_k: int, document_ids: Sequence[str] | None,
                           threshold: float | None, flt: Filter | None) -> list[SearchHit]:
-        info = embedder_info(self.embedder)
-        if collection.embedder != info:
+        # Provider and model first: a hosted embedder may learn its dimension only from its first answer.
+        provider, model = str(getattr(self.embedder, "provider", "")), str(getattr(self.embedder, "model", ""))
+        dimension = int(getattr(self.embedder, "dimension", 0) or 0)
+        if (collection.embedding_provider, collection.embedding_model) != (provider, model) or (
+            dimension and dimension != collection.dimension
+        ):
+            shown = f"{dimension}-d" if dimension else "dimension not known yet"
             raise EmbedderMismatchError(
                 f"collection {self.collection!r} was built with {collection.embedding_provider}:"
                 f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
-                f"{info.provider}:{info.model} ({info.dimension}-d)"
+                f"{provider}:{model} ({shown}). A collection keeps the embedder it was built with: use that "
+                "one (--embedder / BUNKO_EMBEDDER), or another collection"
             )
         vector = await self._query_vector(query)
         return await asyncio.to_thread(
@@ -128,4 +135,6 @@ class Retriever:
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc
         self.last_search_ms = (time.perf_counter() - started) * 1000
+        route(UsageEvent("search", store_kind(self.vector_store), mode, latency_ms=self.last_search_ms,
+                         items=len(hits), metadata={"query": query, "mode": mode, "collection": self.collection}))
         return hits

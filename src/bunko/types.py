@@ -278,3 +278,45 @@ class UsageEvent:
     items: int = 0  # texts embedded, documents reranked, hits returned, chunks written
     metadata: dict[str, Any] = field(default_factory=dict)
 
+
+
+@dataclass(slots=True)
+class UsageTotal:
+    """Usage of one (operation, provider, model) summed over a period (R13)."""
+
+    operation: str
+    provider: str
+    model: str
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    items: int = 0
+    latency_ms: float = 0.0  # summed over the calls
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``usage --json`` shape."""
+        return {
+            "operation": self.operation,
+            "provider": self.provider,
+            "model": self.model,
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "items": self.items,
+            "latency_ms_total": round(self.latency_ms, 2),
+            "latency_ms_avg": round(self.latency_ms / self.calls, 2) if self.calls else 0.0,
+        }
+
+
+@dataclass(slots=True)
+class ConversationTurn:
+    """One message of a stored conversation: the user's question or the assistant's answer."""
+
+    role: str  # "user" or "assistant"
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)

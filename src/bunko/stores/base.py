@@ -9,15 +9,27 @@ backend runs on behalf of a scoped store filters by that tenant.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import VectorStoreError
 from ..filters import FilterLike
-from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord
+from ..types import (
+    Collection,
+    ConversationTurn,
+    DocumentInfo,
+    EmbedderInfo,
+    IngestResult,
+    SearchHit,
+    UsageEvent,
+    UsageTotal,
+    VectorRecord,
+)
 
 
 @dataclass(slots=True)
@@ -187,4 +199,79 @@ class StoreBackend(Protocol):
 
     def close(self) -> None:
         """Release connections and caches."""
+        ...
+
+
+# -- usage records, search logs and conversations -----------------------------------------------
+_CONVERSATION_ID_RE = re.compile(r"^[\w][\w.:\-]{0,199}$")
+TURN_ROLES = ("user", "assistant")
+
+
+def check_conversation_id(conversation_id: str) -> str:
+    """A conversation id as given, or ``VectorStoreError`` (1-200 letters, digits, ``_ - . :``)."""
+    if not isinstance(conversation_id, str) or not _CONVERSATION_ID_RE.match(conversation_id):
+        raise VectorStoreError(
+            f"invalid conversation id {conversation_id!r}: use 1-200 letters, digits, '_', '-', '.' or ':', "
+            "starting with a letter or digit"
+        )
+    return conversation_id
+
+
+def check_turns(turns: Sequence[ConversationTurn]) -> list[ConversationTurn]:
+    """Turns to store, each with a known role and text."""
+    items = list(turns)
+    for turn in items:
+        if turn.role not in TURN_ROLES:
+            raise VectorStoreError(f"a conversation turn has role {turn.role!r}; use one of {', '.join(TURN_ROLES)}")
+        if not isinstance(turn.content, str):
+            raise VectorStoreError("a conversation turn's content must be text")
+    return items
+
+
+def utc(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC datetime (naive values are taken as UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def add_usage(totals: dict[tuple[str, str, str], UsageTotal], row: Sequence[Any]) -> None:
+    """Fold one grouped row (operation, provider, model, calls, in, out, items, latency) into ``totals``."""
+    key = (row[0], row[1] or "", row[2] or "")
+    total = totals.setdefault(key, UsageTotal(*key))
+    total.calls += int(row[3])
+    total.input_tokens += int(row[4] or 0)
+    total.output_tokens += int(row[5] or 0)
+    total.items += int(row[6] or 0)
+    total.latency_ms += float(row[7] or 0.0)
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    """Per-tenant records next to the data (R13, R33, conversations); both backends implement it."""
+
+    def record_usage(self, events: Sequence[UsageEvent]) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+        ...
+
+    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+        ...
+
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
+        """Record one search (``query`` None when search logs are anonymised)."""
+        ...
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches, newest first."""
+        ...
+
+    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to one of this tenant's conversations (created on first use)."""
+        ...
+
+    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        ...
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete a conversation; returns how many turns it had."""
         ...

@@ -220,9 +220,27 @@ _M002 = [
     "CREATE INDEX chunks_fts ON bunko.chunks USING gin (fts)",
 ]
 
+# Usage records gain the item count and free-form metadata; conversations get their own RLS table.
+_M003 = [
+    "ALTER TABLE bunko.usage_records ADD COLUMN items integer NOT NULL DEFAULT 0",
+    "ALTER TABLE bunko.usage_records ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}'",
+    """CREATE TABLE bunko.conversation_turns (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        conversation_id text NOT NULL,
+        role text NOT NULL CHECK (role IN ('user', 'assistant')),
+        content text NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        created_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    "CREATE INDEX conversation_turns_scope ON bunko.conversation_turns (tenant_id, conversation_id, id)",
+    *_rls("conversation_turns"),
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
+    ("m003_usage_items_conversations", _M003),
 ]
 
 BOOTSTRAP = [

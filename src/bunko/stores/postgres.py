@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -44,9 +45,28 @@ from ..errors import (
     VectorStoreError,
 )
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
-from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
+from ..types import (
+    Collection,
+    ConversationTurn,
+    DocumentInfo,
+    EmbedderInfo,
+    IngestResult,
+    SearchHit,
+    UsageEvent,
+    UsageTotal,
+    VectorRecord,
+    new_id,
+)
 from . import pg_migrations
-from .base import DocumentWrite, check_query_vector, make_hit
+from .base import (
+    DocumentWrite,
+    add_usage,
+    check_conversation_id,
+    check_query_vector,
+    check_turns,
+    make_hit,
+    utc,
+)
 from .sqlite import _check_name, _check_top_k
 
 try:  # optional dependencies: the "postgres" extra
@@ -832,6 +852,99 @@ class PostgresVectorStore:
                 [*params, top_k],
             ).fetchall()
             return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
+
+    # -- usage records, search logs and conversations --------------------------------------
+    def record_usage(self, events: Sequence[UsageEvent]) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+        items = list(events)
+        if not items:
+            return
+        with self._tx(create=True) as (conn, tenant_pk), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO bunko.usage_records (tenant_id, operation, provider, model, input_tokens, "
+                "output_tokens, latency_ms, items, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [(tenant_pk, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
+                  float(e.latency_ms), int(e.items), Jsonb(e.metadata)) for e in items],
+            )
+
+    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            where, params = "tenant_id = %s", [tenant_pk]
+            if since is not None:
+                where += " AND created_at >= %s"
+                params.append(utc(since))
+            rows = conn.execute(
+                "SELECT operation, provider, model, count(*), sum(input_tokens), sum(output_tokens), sum(items), "
+                f"sum(latency_ms) FROM bunko.usage_records WHERE {where} GROUP BY operation, provider, model "
+                "ORDER BY operation, provider, model",
+                params,
+            ).fetchall()
+        totals: dict[tuple[str, str, str], UsageTotal] = {}
+        for row in rows:
+            add_usage(totals, row)
+        return list(totals.values())
+
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
+        """Record one search (``query`` None when search logs are anonymised)."""
+        with self._tx(create=True) as (conn, tenant_pk):
+            conn.execute(
+                "INSERT INTO bunko.search_logs (tenant_id, query, result_count, search_time_ms, search_type) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (tenant_pk, query, int(result_count), float(search_time_ms), search_type),
+            )
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches, newest first."""
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(
+                "SELECT query, result_count, search_time_ms, search_type, created_at FROM bunko.search_logs "
+                "WHERE tenant_id = %s ORDER BY id DESC LIMIT %s",
+                (tenant_pk, int(limit)),
+            ).fetchall()
+        return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
+                 "created_at": r[4].isoformat()} for r in rows]
+
+    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to one of this tenant's conversations (created on first use)."""
+        check_conversation_id(conversation_id)
+        items = check_turns(turns)
+        if not items:
+            return
+        with self._tx(create=True) as (conn, tenant_pk), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO bunko.conversation_turns (tenant_id, conversation_id, role, content, metadata) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                [(tenant_pk, conversation_id, t.role, t.content, Jsonb(t.metadata)) for t in items],
+            )
+
+    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        check_conversation_id(conversation_id)
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(
+                "SELECT role, content, metadata, created_at FROM bunko.conversation_turns "
+                "WHERE tenant_id = %s AND conversation_id = %s ORDER BY id DESC LIMIT %s",
+                (tenant_pk, conversation_id, limit),
+            ).fetchall()
+        return [ConversationTurn(r[0], r[1], dict(r[2]), r[3].isoformat()) for r in reversed(rows)]
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete a conversation; returns how many turns it had."""
+        check_conversation_id(conversation_id)
+        with self._tx() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return 0
+            return conn.execute(
+                "DELETE FROM bunko.conversation_turns WHERE tenant_id = %s AND conversation_id = %s",
+                (tenant_pk, conversation_id),
+            ).rowcount
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,31 @@ from ..errors import (
     VectorStoreError,
 )
 from ..filters import FilterLike, as_filter, compile_sqlite, parse_date
-from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
-from .base import DocumentWrite, check_query_vector, make_hit
+from ..types import (
+    Collection,
+    ConversationTurn,
+    DocumentInfo,
+    EmbedderInfo,
+    IngestResult,
+    SearchHit,
+    UsageEvent,
+    UsageTotal,
+    VectorRecord,
+    new_id,
+)
+from .base import (
+    DocumentWrite,
+    add_usage,
+    check_conversation_id,
+    check_query_vector,
+    check_turns,
+    make_hit,
+    utc,
+)
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # A chunk row (2 KiB float32 vector for 512-d + text + metadata) is about 3 KiB: a 4 KiB page
 # holds one and wastes a quarter or more. With the largest page size rows pack densely and a
 # bulk commit writes far fewer pages (ingest at 100k chunks, batched: 4 KiB 15.6k chunks/s,
@@ -113,6 +133,45 @@ _MIGRATIONS: list[str] = [
     CREATE INDEX chunks_scan ON chunks (tenant_id, collection_id, id);
     CREATE INDEX chunks_document ON chunks (document_id);
     CREATE VIRTUAL TABLE chunks_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 0');
+    """,
+    # 2: usage records (R13), search logs (R33) and conversation turns, like PostgreSQL's.
+    """
+    CREATE TABLE usage_records (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        user_id TEXT,
+        operation TEXT NOT NULL,
+        provider TEXT,
+        model TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        latency_ms REAL,
+        items INTEGER NOT NULL DEFAULT 0,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX usage_records_tenant ON usage_records (tenant_id, created_at);
+    CREATE TABLE search_logs (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        user_id TEXT,
+        query TEXT,
+        result_count INTEGER NOT NULL,
+        search_time_ms REAL NOT NULL,
+        search_type TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX search_logs_tenant ON search_logs (tenant_id, created_at);
+    CREATE TABLE conversation_turns (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        conversation_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX conversation_turns_scope ON conversation_turns (tenant_id, conversation_id, id);
     """,
 ]
 
@@ -925,6 +984,107 @@ class SQLiteVectorStore:
             rowids = np.asarray([r[0] for r in rows], dtype=np.int64)
             scores = np.asarray([r[1] for r in rows], dtype=np.float64)
             return self._fetch_hits(conn, tenant_pk, collection_pk, rowids, scores, True)
+
+
+    # -- usage records, search logs and conversations --------------------------------------
+    def record_usage(self, events: Sequence[UsageEvent]) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+        items = list(events)
+        if not items:
+            return
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=True)
+            conn.executemany(
+                "INSERT INTO usage_records (tenant_id, operation, provider, model, input_tokens, output_tokens, "
+                "latency_ms, items, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(tenant_pk, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
+                  float(e.latency_ms), int(e.items), json.dumps(e.metadata, ensure_ascii=False, default=str))
+                 for e in items],
+            )
+
+    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+        with self._backend._read() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return []
+            where, params = "tenant_id = ?", [tenant_pk]
+            if since is not None:
+                where += " AND created_at >= ?"
+                params.append(utc(since).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z")
+            rows = conn.execute(
+                "SELECT operation, provider, model, count(*), sum(input_tokens), sum(output_tokens), sum(items), "
+                f"sum(latency_ms) FROM usage_records WHERE {where} GROUP BY operation, provider, model "
+                "ORDER BY operation, provider, model",
+                params,
+            ).fetchall()
+        totals: dict[tuple[str, str, str], UsageTotal] = {}
+        for row in rows:
+            add_usage(totals, row)
+        return list(totals.values())
+
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
+        """Record one search (``query`` None when search logs are anonymised)."""
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=True)
+            conn.execute(
+                "INSERT INTO search_logs (tenant_id, query, result_count, search_time_ms, search_type) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (tenant_pk, query, int(result_count), float(search_time_ms), search_type),
+            )
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches, newest first."""
+        with self._backend._read() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(
+                "SELECT query, result_count, search_time_ms, search_type, created_at FROM search_logs "
+                "WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
+                (tenant_pk, int(limit)),
+            ).fetchall()
+        return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
+                 "created_at": r[4]} for r in rows]
+
+    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to one of this tenant's conversations (created on first use)."""
+        check_conversation_id(conversation_id)
+        items = check_turns(turns)
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=True)
+            conn.executemany(
+                "INSERT INTO conversation_turns (tenant_id, conversation_id, role, content, metadata) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(tenant_pk, conversation_id, t.role, t.content, json.dumps(t.metadata, ensure_ascii=False,
+                                                                              default=str)) for t in items],
+            )
+
+    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        check_conversation_id(conversation_id)
+        with self._backend._read() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return []
+            rows = conn.execute(
+                "SELECT role, content, metadata, created_at FROM conversation_turns "
+                "WHERE tenant_id = ? AND conversation_id = ? ORDER BY id DESC LIMIT ?",
+                (tenant_pk, conversation_id, -1 if limit is None else int(limit)),
+            ).fetchall()
+        return [ConversationTurn(r[0], r[1], json.loads(r[2]), r[3]) for r in reversed(rows)]
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete a conversation; returns how many turns it had."""
+        check_conversation_id(conversation_id)
+        with self._backend._write_translated() as conn:
+            tenant_pk = self._tenant_pk(conn, create=False)
+            if tenant_pk is None:
+                return 0
+            return conn.execute(
+                "DELETE FROM conversation_turns WHERE tenant_id = ? AND conversation_id = ?",
+                (tenant_pk, conversation_id),
+            ).rowcount
 
 
 _COLLECTION_SELECT = (
