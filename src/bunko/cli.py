@@ -266,6 +266,42 @@ def filter_options(func: F) -> F:
     return func
 
 
+_RANKING_KEYS = ("fusion_method", "vector_weight", "keyword_weight", "rrf_k", "mmr_lambda", "dedupe", "rerank")
+
+
+def ranking_options(func: F) -> F:
+    """Hybrid fusion, MMR, near-duplicate removal and reranking (R19, R20, R22), passed on as ``ranking``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {key: kwargs.pop(key) for key in _RANKING_KEYS}
+        fusion = {name: given[key] for key, name in (("fusion_method", "method"), ("vector_weight", "vector_weight"),
+                                                      ("keyword_weight", "keyword_weight"), ("rrf_k", "k"))
+                  if given[key] is not None}
+        kwargs["ranking"] = {"fusion": fusion or None, "mmr_lambda": given["mmr_lambda"],
+                             "dedupe": given["dedupe"], "rerank": given["rerank"]}
+        return func(*args, **kwargs)
+
+    options = [
+        click.option("--fusion", "fusion_method", type=click.Choice(["rrf", "score"]), default=None,
+                     help="Hybrid fusion: weighted reciprocal ranks (rrf) or normalised scores (score)."),
+        click.option("--vector-weight", type=click.FloatRange(0, 1), default=None,
+                     help="Weight of the vector leg in hybrid search (0 turns it off)."),
+        click.option("--keyword-weight", type=click.FloatRange(0, 1), default=None,
+                     help="Weight of the keyword leg in hybrid search (0 turns it off)."),
+        click.option("--rrf-k", type=click.IntRange(1, 1000), default=None, help="The RRF constant (default 60)."),
+        click.option("--mmr", "mmr_lambda", type=click.FloatRange(0, 1), default=None, metavar="LAMBDA",
+                     help="Diversify by maximal marginal relevance (1 = relevance only, 0 = diversity only)."),
+        click.option("--dedupe", is_flag=True, help="Drop chunks whose text nearly repeats a better one."),
+        click.option("--rerank", default=None, metavar="PROVIDER:MODEL",
+                     help="Rerank the candidates, e.g. cohere:rerank-v3.5, voyage:rerank-2, jina:jina-reranker-v2-"
+                          "base-multilingual, cross-encoder:/path/to/model (API keys from the environment)."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
 mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default="vector",
                            show_default=True,
                            help="Vector (semantic), keyword (BM25) or hybrid (weighted reciprocal rank fusion).")
@@ -285,10 +321,11 @@ mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hy
 @json_option
 @click.pass_context
 @handle_errors
+@ranking_options
 def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
            document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
            until: str | None, date_field: str | None, mode: str, threshold: float | None, embedder: str | None,
-           as_json: bool) -> None:
+           ranking: dict[str, Any], as_json: bool) -> None:
     """Search a collection and print the best chunks.
 
     Restrict the search with --document-id, --filter (a JSON metadata filter), --file-type and
@@ -297,7 +334,7 @@ def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: 
     restriction = _restriction(filter_json, file_types, since, until, date_field)
     scope = _engine(ctx, embedder=embedder).tenant(tenant)
     response = scope.search(query, collection, top_k=top_k, document_ids=list(document_ids) or None,
-                            threshold=threshold, mode=mode, filter=restriction)  # type: ignore[arg-type]
+                            threshold=threshold, mode=mode, filter=restriction, **ranking)  # type: ignore[arg-type]
     if as_json:
         _emit_json(response.to_dict())
         return
@@ -348,11 +385,12 @@ def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: st
 @json_option
 @click.pass_context
 @handle_errors
+@ranking_options
 def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int, document_ids: tuple[str, ...],
         filter_json: str | None, file_types: tuple[str, ...], since: str | None, until: str | None,
         date_field: str | None, mode: str, llm: str | None, base_url: str | None, temperature: float | None,
         max_tokens: int | None, system_prompt: str | None, conversation_id: str | None, stream: bool,
-        embedder: str | None, as_json: bool) -> None:
+        embedder: str | None, ranking: dict[str, Any], as_json: bool) -> None:
     """Answer a question from a collection, with [N] citations.
 
     With --llm (or BUNKO_LLM, or [llm] model in bunko.toml) an LLM writes the answer from
@@ -364,7 +402,7 @@ def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: 
                      max_tokens=max_tokens, system_prompt=system_prompt)
     scope = engine.tenant(tenant)
     options: dict[str, Any] = {"top_k": top_k, "document_ids": list(document_ids) or None, "mode": mode,
-                               "filter": restriction, "conversation_id": conversation_id}
+                               "filter": restriction, "conversation_id": conversation_id, **ranking}
 
     async def answer() -> dict[str, Any] | None:
         try:

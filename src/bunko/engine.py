@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from .llm import LLMMessage, get_llm
 from .loaders import LoadOptions, Skipped, discover, load_path
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
+from .rerankers import get_reranker
 from .retrieval import Retriever, SearchMode
 from .splitters import Splitter, splitter_spec
 from .stores import DocumentWrite, StoreBackend, VectorStore, open_backend
@@ -187,6 +188,7 @@ class Bunko:
         self.preprocessor = Preprocessor()
         self._llm: LLMProvider | None = None if isinstance(llm, str) else llm
         metering.install(self._llm)
+        self._rerankers: dict[str, Any] = {}
 
     @property
     def embedder(self) -> Any:
@@ -209,13 +211,26 @@ class Bunko:
         self._llm = value
         metering.install(value)
 
+    def reranker(self, spec: str) -> Any:
+        """The reranker ``"provider:model"`` (R22), built once.
+
+        API keys come from the provider's environment variable; ``BUNKO_RERANK_BASE_URL`` points
+        a hosted reranker at another server (a proxy, a self-hosted Jina-compatible one).
+        """
+        if spec not in self._rerankers:
+            base_url = os.environ.get("BUNKO_RERANK_BASE_URL")
+            reranker = get_reranker(spec, **({"base_url": base_url} if base_url else {}))
+            metering.install(reranker)
+            self._rerankers[spec] = reranker
+        return self._rerankers[spec]
+
     def tenant(self, name: str) -> Tenant:
         """A scope bound to tenant ``name``; all data access goes through it."""
         return Tenant(self, self.backend.for_tenant(name))
 
     async def aclose_clients(self) -> None:
         """Close the LLM's and embedder's HTTP clients (of the running event loop); the store stays open."""
-        for client in (self._llm, self._embedder):
+        for client in (self._llm, self._embedder, *self._rerankers.values()):
             close = getattr(client, "close", None)
             if close is not None:
                 try:
@@ -452,12 +467,19 @@ class Tenant:
         since: str | None = None,
         until: str | None = None,
         date_field: str | None = None,
+        fusion: Mapping[str, Any] | None = None,
+        mmr_lambda: float | None = None,
+        dedupe: bool = False,
+        rerank: str | None = None,
     ) -> SearchResponse:
         """The best chunks for ``query``, inside the restriction (R18, R21).
 
         ``document_ids`` restricts to those documents; ``filter`` is a metadata filter
         (:mod:`bunko.filters`); ``file_types`` (``["pdf", "md"]``) and ``since``/``until`` on
-        ``date_field`` (default ``created_at``) are shortcuts ANDed with it.
+        ``date_field`` (default ``created_at``) are shortcuts ANDed with it. ``fusion``
+        (``{"method", "vector_weight", "keyword_weight", "k"}``) tunes a hybrid search;
+        ``mmr_lambda``, ``dedupe`` and ``rerank`` (``"cohere:rerank-v3.5"``) trim and reorder
+        the hits (see ``Retriever.search``).
         """
         started = time.perf_counter()
         flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
@@ -466,10 +488,19 @@ class Tenant:
             with metering.recording(recorder):
                 retriever = Retriever(self._engine.embedder, self._store, collection)
                 hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold,
-                                              mode=mode, filter=flt)
+                                              mode=mode, filter=flt, **self._search_options(
+                                                  fusion, mmr_lambda, dedupe, rerank))
         finally:
             await recorder.aflush()
         return SearchResponse(hits, (time.perf_counter() - started) * 1000, flt)
+
+    def _search_options(self, fusion: Mapping[str, Any] | None, mmr_lambda: float | None, dedupe: bool,
+                        rerank: str | None) -> dict[str, Any]:
+        """Retriever options beyond the restriction; the reranker is built once per engine and spec."""
+        options: dict[str, Any] = {"fusion": fusion, "mmr_lambda": mmr_lambda, "dedupe": dedupe}
+        if rerank:
+            options["reranker"] = self._engine.reranker(rerank)
+        return options
 
     def search(self, query: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> SearchResponse:
         """Sync form of :meth:`asearch`."""
@@ -512,6 +543,10 @@ class Tenant:
         since: str | None = None,
         until: str | None = None,
         date_field: str | None = None,
+        fusion: Mapping[str, Any] | None = None,
+        mmr_lambda: float | None = None,
+        dedupe: bool = False,
+        rerank: str | None = None,
         conversation_id: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -535,6 +570,7 @@ class Tenant:
                 pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
                                                     system_prompt=system_prompt)
                 result = await pipeline.query(question, top_k, document_ids, mode=mode, filter=flt,
+                                              search_options=self._search_options(fusion, mmr_lambda, dedupe, rerank),
                                               **self._ask_arguments(question, history, last_question))
                 if history:
                     result.usage["history_turns"] = len(history)
@@ -560,6 +596,10 @@ class Tenant:
         since: str | None = None,
         until: str | None = None,
         date_field: str | None = None,
+        fusion: Mapping[str, Any] | None = None,
+        mmr_lambda: float | None = None,
+        dedupe: bool = False,
+        rerank: str | None = None,
         conversation_id: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -581,6 +621,7 @@ class Tenant:
             pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
                                                 system_prompt=system_prompt)
             stream = pipeline.stream(question, top_k, document_ids, mode=mode, filter=flt,
+                                     search_options=self._search_options(fusion, mmr_lambda, dedupe, rerank),
                                      **self._ask_arguments(question, history, last_question))
             try:
                 async for event in stream:

@@ -13,7 +13,7 @@ as a dict). A server turns each event into one SSE ``data:`` line with ``event.t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,7 @@ class RAGPipeline:
         filter: FilterLike = None,
         history: Sequence[LLMMessage] = (),
         search_query: str | None = None,
+        search_options: Mapping[str, Any] | None = None,
     ) -> GenerationResult:
         """Retrieve the ``top_k`` best chunks (inside ``document_ids`` and ``filter``) and answer from them.
 
@@ -79,7 +80,7 @@ class RAGPipeline:
         try:
             hits = await self.retriever.search(
                 search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
-                filter=filter,
+                filter=filter, **(search_options or {}),
             )
             result = await self.generator.generate(query, hits, history)
         except (NotFoundError, EmbedderMismatchError, FilterError):
@@ -101,13 +102,14 @@ class RAGPipeline:
         filter: FilterLike = None,
         history: Sequence[LLMMessage] = (),
         search_query: str | None = None,
+        search_options: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """:meth:`query` as a stream of events; errors are raised as :meth:`query` raises them."""
         try:
             yield StreamEvent("search_start")
             hits = await self.retriever.search(
                 search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
-                filter=filter,
+                filter=filter, **(search_options or {}),
             )
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")

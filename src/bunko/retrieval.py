@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+import numpy as np
 
 from .embedders import BaseEmbedder
 from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
@@ -24,31 +28,152 @@ from .usage import route, store_kind
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 
-# Weighted reciprocal rank fusion (R19): the seed's semantic 0.7 / keyword 0.3, k = 60.
-HYBRID_WEIGHTS = (0.7, 0.3)
+# Hybrid fusion (R19). The seed's weights are semantic 0.7 / keyword 0.3 by reciprocal rank
+# fusion; they assume a strong hosted embedder. Defaults here are chosen by measurement with
+# the bundled embedder (benchmarks/fusion_sweep.py, docs/ARCHITECTURE.md "Hybrid defaults").
+FUSION_METHODS: tuple[str, ...] = ("rrf", "score")
+SEED_WEIGHTS = (0.7, 0.3)
 RRF_K = 60
 # Each leg of a hybrid search fetches this many times top_k candidates before fusing.
 HYBRID_DEPTH = 3
 
 
-def fuse_rrf(legs: Sequence[tuple[str, float, list[SearchHit]]], top_k: int, k: int = RRF_K) -> list[SearchHit]:
-    """Weighted reciprocal rank fusion of ranked lists: score = sum(weight / (k + rank)).
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """How a hybrid search fuses its legs: method, per-leg weights (0 allowed) and the RRF constant.
 
-    Each fused hit records its per-leg rank and score in ``metadata["legs"]``.
+    * ``rrf``: score = sum over legs of weight / (k + rank).
+    * ``score``: each leg's scores min-max normalised to [0, 1] over its candidates, then
+      the weighted sum (a hit a leg did not return gets 0 from it).
+    """
+
+    method: str = "rrf"
+    vector_weight: float = SEED_WEIGHTS[0]
+    keyword_weight: float = SEED_WEIGHTS[1]
+    k: int = RRF_K
+
+    def __post_init__(self) -> None:
+        if self.method not in FUSION_METHODS:
+            raise RetrievalError(f"unknown fusion method {self.method!r}; use one of: {', '.join(FUSION_METHODS)}")
+        for name in ("vector_weight", "keyword_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise RetrievalError(f"{name} must be a number from 0 to 1; got {value!r}")
+        if self.vector_weight + self.keyword_weight <= 0:
+            raise RetrievalError("at least one hybrid weight must be above 0")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 1000:
+            raise RetrievalError(f"the RRF constant k must be an integer from 1 to 1000; got {self.k!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, base: Fusion | None = None) -> Fusion:
+        """A fusion from ``{"method", "vector_weight", "keyword_weight", "k"}``; missing keys from ``base``."""
+        base = base or DEFAULT_FUSION
+        if not data:
+            return base
+        unknown = sorted(set(data) - {"method", "vector_weight", "keyword_weight", "k"})
+        if unknown:
+            raise RetrievalError(f"unknown fusion option(s): {', '.join(unknown)}")
+        return replace(base, **dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"method": self.method, "vector_weight": self.vector_weight, "keyword_weight": self.keyword_weight,
+                "k": self.k}
+
+
+DEFAULT_FUSION = Fusion()
+
+
+def _normalised(hits: Sequence[SearchHit]) -> list[float]:
+    if not hits:
+        return []
+    scores = [float(h.score) for h in hits]
+    low, high = min(scores), max(scores)
+    if high - low <= 1e-12:
+        return [1.0] * len(scores)
+    return [(v - low) / (high - low) for v in scores]
+
+
+def fuse(legs: Sequence[tuple[str, float, list[SearchHit]]], top_k: int,
+         fusion: Fusion = DEFAULT_FUSION) -> list[SearchHit]:
+    """Fuse ranked lists ``(leg name, weight, hits)`` into the ``top_k`` best, by ``fusion.method``.
+
+    Each fused hit records its per-leg rank and raw score in ``metadata["legs"]``.
     """
     fused: dict[str, SearchHit] = {}
     scores: dict[str, float] = {}
     for name, weight, hits in legs:
+        normalised = _normalised(hits) if fusion.method == "score" else None
         for rank, hit in enumerate(hits, start=1):
             if hit.chunk_id not in fused:
                 fused[hit.chunk_id] = SearchHit(hit.chunk_id, hit.document_id, hit.source, hit.content, 0.0,
                                                 hit.chunk_index, {**hit.metadata, "legs": {}})
             fused[hit.chunk_id].metadata["legs"][name] = {"rank": rank, "score": round(float(hit.score), 6)}
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight / (k + rank)
+            part = weight * normalised[rank - 1] if normalised is not None else weight / (fusion.k + rank)
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + part
     order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:top_k]
     for cid in order:
         fused[cid].score = scores[cid]
     return [fused[cid] for cid in order]
+
+
+def fuse_rrf(legs: Sequence[tuple[str, float, list[SearchHit]]], top_k: int, k: int = RRF_K) -> list[SearchHit]:
+    """Weighted reciprocal rank fusion: score = sum(weight / (k + rank))."""
+    return fuse(legs, top_k, Fusion("rrf", 0.5, 0.5, k))
+
+
+CANDIDATE_FACTOR = 3  # candidates per wanted hit when dedupe, a reranker or MMR trims the list
+NEAR_DUPLICATE_JACCARD = 0.85  # shingle overlap above which two chunks count as the same text
+_SHINGLE = 5
+
+
+def _shingles(text: str) -> set[str]:
+    flat = " ".join(unicodedata.normalize("NFKC", text).lower().split())
+    if len(flat) <= _SHINGLE:
+        return {flat}
+    return {flat[i : i + _SHINGLE] for i in range(len(flat) - _SHINGLE + 1)}
+
+
+def remove_near_duplicates(hits: Sequence[SearchHit], threshold: float = NEAR_DUPLICATE_JACCARD) -> list[SearchHit]:
+    """Hits in order, without those whose text nearly repeats a better-ranked one (character 5-gram Jaccard)."""
+    kept: list[SearchHit] = []
+    seen: list[set[str]] = []
+    for hit in hits:
+        shingles = _shingles(hit.content)
+        if any(len(shingles & other) / max(1, len(shingles | other)) >= threshold for other in seen):
+            continue
+        kept.append(hit)
+        seen.append(shingles)
+    return kept
+
+
+def mmr(hits: Sequence[SearchHit], vectors: Mapping[str, Any], lam: float, top_k: int) -> list[SearchHit]:
+    """Maximal marginal relevance over ``hits`` (best first): relevance is the min-max normalised score,
+    redundancy the highest cosine similarity to a hit already chosen. Hits without a stored vector
+    keep their relevance and count as unlike every other.
+    """
+    if not hits:
+        return []
+    relevance = _normalised(hits)
+    dim = next((len(v) for v in vectors.values()), 0)
+    matrix = np.zeros((len(hits), dim), dtype=np.float32)
+    for i, hit in enumerate(hits):
+        vector = vectors.get(hit.chunk_id)
+        if vector is not None and dim:
+            norm = float(np.linalg.norm(vector))
+            matrix[i] = np.asarray(vector, dtype=np.float32) / (norm or 1.0)
+    similarity = matrix @ matrix.T if dim else np.zeros((len(hits), len(hits)), dtype=np.float32)
+    chosen: list[int] = []
+    left = list(range(len(hits)))
+    while left and len(chosen) < top_k:
+        def value(i: int) -> float:
+            redundancy = max((float(similarity[i, j]) for j in chosen), default=0.0)
+            return lam * relevance[i] - (1 - lam) * redundancy
+
+        best = max(left, key=lambda i: (value(i), -i))
+        chosen.append(best)
+        left.remove(best)
+    return [hits[i] for i in chosen]
 
 
 class Retriever:
@@ -93,6 +218,14 @@ class Retriever:
             filter=flt,
         )
 
+    @staticmethod
+    def fusion_for(collection: Collection, fusion: Fusion | Mapping[str, Any] | None) -> Fusion:
+        """The request's fusion, over the collection's configured one, over the default."""
+        base = Fusion.from_dict(collection.config.get("fusion")) if collection.config.get("fusion") else DEFAULT_FUSION
+        if isinstance(fusion, Fusion):
+            return fusion
+        return Fusion.from_dict(fusion, base)
+
     async def search(
         self,
         query: str,
@@ -102,8 +235,21 @@ class Retriever:
         threshold: float | None = None,
         mode: SearchMode = "vector",
         filter: FilterLike = None,
+        fusion: Fusion | Mapping[str, Any] | None = None,
+        mmr_lambda: float | None = None,
+        dedupe: bool = False,
+        reranker: Any = None,
     ) -> list[SearchHit]:
         """The ``top_k`` best chunks for ``query``, best first.
+
+        ``fusion`` (hybrid only) overrides the fusion method and weights per request; the
+        default is the collection's ``config["fusion"]``, else ``DEFAULT_FUSION``.
+
+        After the search, on a wider candidate pool (``CANDIDATE_FACTOR`` × ``top_k``):
+        ``dedupe`` drops chunks whose text nearly repeats a better one; ``reranker`` (R22,
+        see :mod:`bunko.rerankers`) reorders the candidates; ``mmr_lambda`` (R20, 0–1) picks
+        by maximal marginal relevance: ``lambda`` × relevance − (1 − ``lambda``) × the
+        highest cosine similarity to a chunk already picked (1 = relevance only).
 
         ``document_ids`` and ``filter`` (a metadata filter, see :mod:`bunko.filters`) restrict every
         mode; in hybrid mode both legs get the same restriction. A malformed filter raises
@@ -115,21 +261,40 @@ class Retriever:
             raise RetrievalError(f"unknown search mode {mode!r}; use one of: {', '.join(MODES)}")
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
             raise RetrievalError(f"top_k must be an integer from 1 to 100; got {top_k!r}")
+        if mmr_lambda is not None and (
+            isinstance(mmr_lambda, bool) or not isinstance(mmr_lambda, int | float) or not 0 <= mmr_lambda <= 1
+        ):
+            raise RetrievalError(f"mmr_lambda must be a number from 0 to 1; got {mmr_lambda!r}")
         flt = as_filter(filter)
+        wanted = top_k
+        if mmr_lambda is not None or dedupe or reranker is not None:
+            top_k = min(100, top_k * CANDIDATE_FACTOR)
         started = time.perf_counter()
         try:
             collection = await asyncio.to_thread(self.vector_store.get_collection, self.collection)
             if mode == "hybrid":
-                # Both legs run in the same tenant scope with the same restriction.
+                how = self.fusion_for(collection, fusion)
+                # Both legs run in the same tenant scope with the same restriction; a leg with
+                # weight 0 is not run at all.
                 depth = min(100, top_k * HYBRID_DEPTH)
-                semantic = await self._vector_leg(collection, query, depth, document_ids, threshold, flt)
-                keyword = await self._keyword_leg(query, depth, document_ids, flt)
-                hits = fuse_rrf([("vector", HYBRID_WEIGHTS[0], semantic), ("keyword", HYBRID_WEIGHTS[1], keyword)],
-                                top_k)
+                semantic = (await self._vector_leg(collection, query, depth, document_ids, threshold, flt)
+                            if how.vector_weight > 0 else [])
+                keyword = await self._keyword_leg(query, depth, document_ids, flt) if how.keyword_weight > 0 else []
+                hits = fuse([("vector", how.vector_weight, semantic), ("keyword", how.keyword_weight, keyword)],
+                            top_k, how)
             elif mode == "keyword":
                 hits = await self._keyword_leg(query, top_k, document_ids, flt)
             else:
                 hits = await self._vector_leg(collection, query, top_k, document_ids, threshold, flt)
+            if dedupe:
+                hits = remove_near_duplicates(hits)
+            if reranker is not None:
+                hits = await reranker.rerank(query, hits, top_k=None)
+            if mmr_lambda is not None:
+                vectors = await asyncio.to_thread(self.vector_store.chunk_vectors, self.collection,
+                                                  [h.chunk_id for h in hits])
+                hits = mmr(hits, vectors, mmr_lambda, wanted)
+            hits = hits[:wanted]
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:

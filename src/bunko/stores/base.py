@@ -151,6 +151,10 @@ class VectorStore(Protocol):
         """Delete chunks by id; returns how many existed in this tenant's collection."""
         ...
 
+    def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of these chunks (for MMR); ids of other tenants or collections are left out."""
+        ...
+
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
         ...

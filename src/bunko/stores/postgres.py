@@ -729,6 +729,19 @@ class PostgresVectorStore:
             self._count(conn, tenant_pk, row[0], 0, -removed)
         return int(removed)
 
+    def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of these chunks of this tenant's collection (unknown ids are left out)."""
+        if not chunk_ids:
+            return {}
+        with self._tx() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            rows = conn.execute(
+                "SELECT uid, embedding FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                (tenant_pk, row[0], [str(i) for i in chunk_ids]),
+            ).fetchall()
+        return {uid: np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+                for uid, vector in rows}
+
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
         flt = as_filter(filter)

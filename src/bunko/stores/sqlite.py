@@ -782,6 +782,24 @@ class SQLiteVectorStore:
         if deleted:
             self._count(conn, tenant_pk, collection_pk, 0, -deleted, mutated=True)
 
+    def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of these chunks of this tenant's collection (unknown ids are left out)."""
+        if not chunk_ids:
+            return {}
+        with self._backend._read() as conn:
+            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            out: dict[str, np.ndarray] = {}
+            ids = [str(i) for i in chunk_ids]
+            for start in range(0, len(ids), 500):
+                batch = ids[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                for uid, blob in conn.execute(
+                    f"SELECT uid, embedding FROM chunks WHERE tenant_id = ? AND collection_id = ? AND uid IN ({marks})",
+                    (tenant_pk, collection_pk, *batch),
+                ):
+                    out[uid] = np.frombuffer(blob, dtype=np.float32)
+            return out
+
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
         flt = as_filter(filter)

@@ -539,6 +539,23 @@ class StoreConformance:
         b.delete_collection("shared")
         assert a.get_collection("shared").document_count == 1
 
+    def test_chunk_vectors_are_the_stored_ones_and_tenant_bound(self, backend: StoreBackend) -> None:
+        a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
+        for store in (a, b):
+            store.ensure_collection("shared", INFO)
+        vectors = unit_vectors(3, 40)
+        a.write_document("shared", make_document("a.txt", ["one", "two"], vectors[:2]))
+        b.write_document("shared", make_document("b.txt", ["three"], vectors[2:]))
+        ids_a = [h.chunk_id for h in a.query("shared", vectors[0], 10)]
+        got = a.chunk_vectors("shared", [*ids_a, "no-such-chunk"])
+        assert set(got) == set(ids_a)
+        stored = {h.chunk_id: h.content for h in a.query("shared", vectors[0], 10)}
+        for chunk_id, vector in got.items():
+            expected = vectors[0] if stored[chunk_id] == "one" else vectors[1]
+            assert np.allclose(vector, expected, atol=1e-6)
+        assert b.chunk_vectors("shared", ids_a) == {}  # another tenant's ids: nothing
+        assert a.chunk_vectors("shared", []) == {}
+
     def test_unknown_tenant_sees_nothing(self, backend: StoreBackend) -> None:
         a = backend.for_tenant("tenant-a")
         a.ensure_collection("docs", INFO)
