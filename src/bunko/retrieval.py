@@ -29,8 +29,9 @@ SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 
 # Hybrid fusion (R19). The seed's weights are semantic 0.7 / keyword 0.3 by reciprocal rank
-# fusion; they assume a strong hosted embedder. Defaults here are chosen by measurement with
-# the bundled embedder (benchmarks/fusion_sweep.py, docs/ARCHITECTURE.md "Hybrid defaults").
+# fusion (SEED_FUSION); they assume a strong hosted embedder. The default is chosen by
+# measurement with the bundled embedder on jsquad-dev and cranfield: min-max score fusion,
+# vector 0.2 / keyword 0.8 (benchmarks/fusion_sweep.py; docs/ARCHITECTURE.md "Hybrid defaults").
 FUSION_METHODS: tuple[str, ...] = ("rrf", "score")
 SEED_WEIGHTS = (0.7, 0.3)
 RRF_K = 60
@@ -47,9 +48,9 @@ class Fusion:
       the weighted sum (a hit a leg did not return gets 0 from it).
     """
 
-    method: str = "rrf"
-    vector_weight: float = SEED_WEIGHTS[0]
-    keyword_weight: float = SEED_WEIGHTS[1]
+    method: str = "score"
+    vector_weight: float = 0.2
+    keyword_weight: float = 0.8
     k: int = RRF_K
 
     def __post_init__(self) -> None:
@@ -82,6 +83,7 @@ class Fusion:
 
 
 DEFAULT_FUSION = Fusion()
+SEED_FUSION = Fusion("rrf", *SEED_WEIGHTS, RRF_K)
 
 
 def _normalised(hits: Sequence[SearchHit]) -> list[float]:
