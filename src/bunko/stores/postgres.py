@@ -177,11 +177,14 @@ class PostgresBackend:
             self.settings.iterative_scan is not False and _version_tuple(self.pgvector_version) >= (0, 8)
         )
         self._index_lock = threading.Lock()
+        self._indexed: set[int] = set()  # collections whose HNSW index is known to exist
 
     # -- connections ---------------------------------------------------------------------
     def _configure(self, conn: Any) -> None:
         """Per pooled connection: vector types, and drop to the application role if needed."""
         register_vector(conn)
+        # The search breadth every HNSW scan starts from; a scan that needs more sets it locally.
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.settings.ef_search),))
         bypass = conn.execute(
             "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
         ).fetchone()[0]
@@ -418,6 +421,7 @@ class PostgresVectorStore:
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, name)
             conn.execute("SELECT bunko.drop_hnsw_index(%s)", (row[0],))
+            self._backend._indexed.discard(int(row[0]))
             conn.execute("DELETE FROM bunko.collections WHERE tenant_id = %s AND id = %s", (tenant_pk, row[0]))
 
     # -- documents ------------------------------------------------------------------------
@@ -616,7 +620,15 @@ class PostgresVectorStore:
             ).fetchone()[0]
 
     def _has_index(self, conn: Any, collection_pk: int) -> bool:
-        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0]
+        # Only "it exists" is cached: an index goes away only with its collection, and then the
+        # collection lookup before this fails first. One round trip less per search.
+        if collection_pk in self._backend._indexed:
+            return True
+        found = bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                  (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0])
+        if found:
+            self._backend._indexed.add(collection_pk)
+        return found
 
     def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
         """The document stored under ``source``, or None (also when the collection is missing)."""
@@ -1024,7 +1036,8 @@ class _Plan:
         )
 
     def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
+        if ef_search != self.settings.ef_search:  # the session default is settings.ef_search (see _configure)
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
         _, _, params = self._restriction()
         rows = conn.execute(self._index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
