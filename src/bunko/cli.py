@@ -630,7 +630,8 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
 
         import bunko.server.app  # noqa: F401 - fail here, with the extra's name, not in a worker
     except ImportError as exc:
-        raise click.ClickException(f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"')
+        raise click.ClickException(
+            f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"') from None
     from .config import Settings
     from .server.settings import ServerSettings
 

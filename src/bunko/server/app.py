@@ -92,6 +92,7 @@ def create_app(engine: Bunko | None = None, settings: ServerSettings | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
+        _limit_blas_threads(settings.blas_threads)
         bunko = engine or await asyncio.to_thread(Bunko)
         spool = Path(bunko.settings.home) / "spool"
         spool.mkdir(parents=True, exist_ok=True)
@@ -137,6 +138,16 @@ def create_app(engine: Bunko | None = None, settings: ServerSettings | None = No
 
     app.add_middleware(UploadLimit, max_bytes=settings.max_upload_bytes)  # type: ignore[arg-type]
     return app
+
+
+def _limit_blas_threads(threads: int) -> None:
+    """Cap the BLAS thread pool of this worker process (see ``ServerSettings``)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - part of the "server" extra
+        logger.warning("threadpoolctl is not installed: BLAS threads are not limited")
+        return
+    threadpool_limits(limits=threads, user_api="blas")
 
 
 def _redact(url: str) -> str:

@@ -57,7 +57,7 @@ _TITLES = {
 }
 
 
-class Problem(Exception):  # noqa: N818 - it is the response, not a failure of the server
+class Problem(Exception):
     """An HTTP error answered as problem+json."""
 
     def __init__(self, status: int, code: str, detail: str, *, headers: dict[str, str] | None = None,

@@ -11,15 +11,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Path as PathParam, Query, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, FilterError, LoaderError
-from ..errors import FilterProblem
+from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, FilterError, FilterProblem, LoaderError
 from ..filters import build_filter
 from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
 from ..stores.service import LEASE_SECONDS, Job
-from ..types import DocumentInfo as StoredDocument, new_id
+from ..types import DocumentInfo as StoredDocument
+from ..types import new_id
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event

@@ -31,10 +31,10 @@ class DateRange(_Model):
 class Restriction(_Model):
     """Where to search: documents, a metadata filter (see docs/FILTERS.md), file types, a date range."""
 
-    documentIds: list[DocumentId] | None = Field(None, max_length=1000)  # noqa: N815
+    documentIds: list[DocumentId] | None = Field(None, max_length=1000)
     filter: dict[str, Any] | None = Field(None, description="metadata filter: {\"year\": {\"$gte\": 2020}}")
-    fileTypes: list[FileType] | None = Field(None, max_length=50)  # noqa: N815
-    dateRange: DateRange | None = None  # noqa: N815
+    fileTypes: list[FileType] | None = Field(None, max_length=50)
+    dateRange: DateRange | None = None
 
 
 class SearchRequest(Restriction):
@@ -46,34 +46,34 @@ class SearchRequest(Restriction):
 
 class SearchResult(BaseModel):
     id: str
-    documentId: str  # noqa: N815
-    documentName: str  # noqa: N815
+    documentId: str
+    documentName: str
     content: str
     score: float
-    chunkIndex: int  # noqa: N815
+    chunkIndex: int
     section: str | None = None
-    pageNumber: int | None = None  # noqa: N815
+    pageNumber: int | None = None
     metadata: dict[str, Any]
 
 
 class SearchResponse(BaseModel):
     results: list[SearchResult]
-    totalMatches: int  # noqa: N815
-    searchTime: float = Field(description="milliseconds")  # noqa: N815
-    searchType: Literal["semantic", "keyword", "hybrid"]  # noqa: N815
+    totalMatches: int
+    searchTime: float = Field(description="milliseconds")
+    searchType: Literal["semantic", "keyword", "hybrid"]
 
 
 class SearchParams(Restriction):
-    topK: int = Field(5, ge=1, le=50)  # noqa: N815
+    topK: int = Field(5, ge=1, le=50)
     mode: Literal["semantic", "keyword", "hybrid"] = "semantic"
 
 
 class ChatRequest(_Model):
     message: str = Field(..., min_length=1, max_length=8000, pattern=TEXT_PATTERN)
-    conversationId: str | None = Field(None, pattern=CONVERSATION_PATTERN)  # noqa: N815
-    documentIds: list[DocumentId] | None = Field(None, max_length=1000)  # noqa: N815
+    conversationId: str | None = Field(None, pattern=CONVERSATION_PATTERN)
+    documentIds: list[DocumentId] | None = Field(None, max_length=1000)
     collection: str = Field("default", pattern=NAME_PATTERN)
-    searchParams: SearchParams | None = None  # noqa: N815
+    searchParams: SearchParams | None = None
 
 
 class DocumentError(BaseModel):
@@ -84,29 +84,29 @@ class DocumentError(BaseModel):
 class DocumentInfo(BaseModel):
     id: str
     filename: str
-    fileSize: int  # noqa: N815
-    chunkCount: int  # noqa: N815
-    uploadedAt: str  # noqa: N815
+    fileSize: int
+    chunkCount: int
+    uploadedAt: str
     status: Literal["processing", "completed", "failed"]
     collection: str
-    processingTime: float | None = None  # noqa: N815
+    processingTime: float | None = None
     error: DocumentError | None = None
     metadata: dict[str, Any]
 
 
 class UploadResponse(BaseModel):
-    documentId: str  # noqa: N815
+    documentId: str
     filename: str
     status: Literal["processing", "completed", "failed"]
-    chunkCount: int  # noqa: N815
-    processingTime: float | None = None  # noqa: N815
+    chunkCount: int
+    processingTime: float | None = None
     error: DocumentError | None = None
 
 
 class DocumentList(BaseModel):
     documents: list[DocumentInfo]
-    totalCount: int  # noqa: N815
-    totalSize: int  # noqa: N815
+    totalCount: int
+    totalSize: int
 
 
 class Deleted(BaseModel):
@@ -121,10 +121,10 @@ class Erasure(BaseModel):
 class CollectionInfo(BaseModel):
     name: str
     description: str
-    documentCount: int  # noqa: N815
-    chunkCount: int  # noqa: N815
+    documentCount: int
+    chunkCount: int
     embedding: dict[str, Any]
-    createdAt: str  # noqa: N815
+    createdAt: str
 
 
 class CollectionList(BaseModel):
@@ -138,10 +138,10 @@ class UsageResponse(BaseModel):
 
 class SearchLogEntry(BaseModel):
     query: str | None
-    resultCount: int  # noqa: N815
-    searchTime: float  # noqa: N815
-    searchType: str  # noqa: N815
-    createdAt: str  # noqa: N815
+    resultCount: int
+    searchTime: float
+    searchType: str
+    createdAt: str
 
 
 class SearchLogResponse(BaseModel):
@@ -152,11 +152,11 @@ class Turn(BaseModel):
     role: str
     content: str
     metadata: dict[str, Any]
-    createdAt: str | None = None  # noqa: N815
+    createdAt: str | None = None
 
 
 class ConversationResponse(BaseModel):
-    conversationId: str  # noqa: N815
+    conversationId: str
     turns: list[Turn]
 
 
