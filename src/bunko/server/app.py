@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
@@ -78,8 +78,8 @@ class UploadLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > limit:
-                raise Problem(413, "PAYLOAD_TOO_LARGE",
-                              f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB")
+                # An HTTPException: FastAPI turns other errors raised while parsing a body into a 400.
+                raise HTTPException(413, f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB")
             return message
 
         await self.app(scope, counted, send)

@@ -149,7 +149,8 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 401: "UNAUTHENTICATED"}.get(exc.status_code, "HTTP_ERROR")
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 401: "UNAUTHENTICATED",
+                413: "PAYLOAD_TOO_LARGE"}.get(exc.status_code, "HTTP_ERROR")
         headers = dict(exc.headers or {})
         return Problem(exc.status_code, code, str(exc.detail), headers=headers).response()
 
