@@ -647,6 +647,136 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
             stdout.print(f"{key}: {value}")
 
 
+# -- serve and admin ---------------------------------------------------------------------------
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 for all).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Worker processes; all state is in the store, so any number is safe.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.pass_context
+@handle_errors
+def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str) -> None:
+    """Serve the HTTP API (seed 002's REST API; OpenAPI at /docs and /openapi.json).
+
+    Uses the same store, embedder and LLM settings as the other commands. Limits: BUNKO_MAX_UPLOAD_MB
+    (default 50), BUNKO_RATE_LIMIT requests per minute per key (default 600, 0 = off).
+    """
+    try:
+        import uvicorn
+
+        import bunko.server.app  # noqa: F401 - fail here, with the extra's name, not in a worker
+    except ImportError as exc:
+        raise click.ClickException(
+            f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"') from None
+    from .config import Settings
+    from .server.settings import ServerSettings
+
+    obj = ctx.find_root().obj
+    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"))
+    ServerSettings.from_env()  # refuse bad limits before starting workers
+    # Workers are separate processes that build the app from the environment: hand the choices on.
+    os.environ["BUNKO_DATABASE_URL"] = settings.database_url
+    os.environ["BUNKO_HOME"] = str(settings.home)
+    if obj.get("config"):
+        os.environ["BUNKO_CONFIG"] = os.path.abspath(obj["config"])
+    shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
+    display_host = f"[{host}]" if ":" in host else host
+    stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "
+                 f"store {escape(shown)}); OpenAPI at http://{display_host}:{port}/docs")
+    uvicorn.run("bunko.server.app:app_factory", factory=True, host=host, port=port, workers=workers,
+                log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30)
+
+
+@cli.group()
+def admin() -> None:
+    """Tenants and API keys of the HTTP API."""
+
+
+@admin.group("tenants")
+def admin_tenants() -> None:
+    """Create tenants."""
+
+
+@admin.group("keys")
+def admin_keys() -> None:
+    """Create, list and revoke API keys (stored hashed; a new key is shown once)."""
+
+
+def _records(ctx: click.Context) -> Any:
+    from .stores import open_backend
+    from .stores.service import service_records
+
+    backend = open_backend(_database_url(ctx))
+    ctx.find_root().call_on_close(backend.close)
+    return service_records(backend)
+
+
+@admin_tenants.command("create")
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def admin_tenants_create(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Register tenant NAME (nothing happens if it exists)."""
+    created = _records(ctx).create_tenant(name)
+    if as_json:
+        _emit_json({"tenant": name, "created": created})
+    else:
+        stderr.print(f"tenant '{escape(name)}' {'created' if created else 'already exists'}")
+
+
+@admin_keys.command("create")
+@click.option("--tenant", "-t", required=True, help="The tenant the key works in.")
+@click.option("--user", "user_id", default=None, help="The user the key acts for (owner of uploads, R17).")
+@click.option("--admin", "is_admin", is_flag=True, help="A tenant admin key: may erase any user's or all data.")
+@json_option
+@click.pass_context
+@handle_errors
+def admin_keys_create(ctx: click.Context, tenant: str, user_id: str | None, is_admin: bool, as_json: bool) -> None:
+    """Create an API key; it is printed once and only its hash is stored."""
+    key, record = _records(ctx).create_api_key(tenant, user_id, admin=is_admin)
+    if as_json:
+        _emit_json({"api_key": key, "tenant": tenant, "user": user_id, "admin": is_admin, "id": record.id})
+    else:
+        click.echo(key)
+        stderr.print(f"key {record.id} for tenant '{escape(tenant)}'"
+                     + (f", user '{escape(user_id)}'" if user_id else "") + (" (admin)" if is_admin else "")
+                     + ": store it now, it is not shown again")
+
+
+@admin_keys.command("list")
+@click.option("--tenant", "-t", required=True, help="The tenant whose keys to list.")
+@json_option
+@click.pass_context
+@handle_errors
+def admin_keys_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
+    """List a tenant's keys (id, prefix, user, admin, revoked), never the keys themselves."""
+    keys = _records(ctx).list_api_keys(tenant)
+    if as_json:
+        _emit_json({"keys": [k.to_dict() for k in keys]})
+        return
+    for k in keys:
+        stdout.print(f"{k.id:>5}  {k.prefix}…  user={k.user_id or '-'}  admin={'yes' if k.admin else 'no'}  "
+                     f"{'revoked' if k.revoked else 'active'}  {k.created_at}")
+
+
+@admin_keys.command("revoke")
+@click.argument("key_id", type=int)
+@json_option
+@click.pass_context
+@handle_errors
+def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
+    """Revoke key KEY_ID; requests with it are refused from then on."""
+    if not _records(ctx).revoke_api_key(key_id):
+        _fail("NotFound", f"no active key with id {key_id}", as_json)
+    if as_json:
+        _emit_json({"id": key_id, "revoked": True})
+    else:
+        stderr.print(f"key {key_id} revoked")
+
+
 # -- eval -----------------------------------------------------------------------------------
 
 

@@ -252,16 +252,17 @@ def add_usage(totals: dict[tuple[str, str, str], UsageTotal], row: Sequence[Any]
 class RecordStore(Protocol):
     """Per-tenant records next to the data (R13, R33, conversations); both backends implement it."""
 
-    def record_usage(self, events: Sequence[UsageEvent]) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
         ...
 
     def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
         ...
 
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
-        """Record one search (``query`` None when search logs are anonymised)."""
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
+                   user_id: str | None = None) -> None:
+        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
         ...
 
     def search_log(self, limit: int = 100) -> list[dict[str, Any]]:

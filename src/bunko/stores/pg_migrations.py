@@ -237,10 +237,58 @@ _M003 = [
     *_rls("conversation_turns"),
 ]
 
+# The HTTP server's records (stores/service.py). API keys and rate-limit windows are looked up
+# before any tenant is known (the tenant comes from the key), so they have no tenant RLS; they hold
+# only hashes and counters. Upload jobs are tenant data and get the same RLS as every other table.
+_M004 = [
+    """CREATE TABLE bunko.api_keys (
+        id bigserial PRIMARY KEY,
+        key_hash text NOT NULL UNIQUE,
+        prefix text NOT NULL,
+        tenant text NOT NULL,
+        user_id text,
+        admin boolean NOT NULL DEFAULT false,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        revoked_at timestamptz
+    )""",
+    "CREATE INDEX api_keys_tenant ON bunko.api_keys (tenant)",
+    """CREATE TABLE bunko.rate_windows (
+        key_id bigint NOT NULL REFERENCES bunko.api_keys (id) ON DELETE CASCADE,
+        window_start bigint NOT NULL,
+        hits integer NOT NULL,
+        PRIMARY KEY (key_id, window_start)
+    )""",
+    """CREATE TABLE bunko.jobs (
+        id bigserial PRIMARY KEY,
+        uid text NOT NULL,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        collection text NOT NULL,
+        filename text NOT NULL,
+        file_size bigint NOT NULL DEFAULT 0,
+        mime_type text NOT NULL DEFAULT '',
+        user_id text,
+        status text NOT NULL CHECK (status IN ('processing', 'completed', 'failed')),
+        chunk_count integer NOT NULL DEFAULT 0,
+        processing_time_ms double precision,
+        error_code text,
+        error text,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        lease_until double precision NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (tenant_id, uid)
+    )""",
+    "CREATE INDEX jobs_user ON bunko.jobs (tenant_id, user_id)",
+    "CREATE INDEX search_logs_user ON bunko.search_logs (tenant_id, user_id)",
+    "CREATE INDEX usage_records_user ON bunko.usage_records (tenant_id, user_id)",
+    *_rls("jobs"),
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
     ("m003_usage_items_conversations", _M003),
+    ("m004_api_keys_rate_windows_jobs", _M004),
 ]
 
 BOOTSTRAP = [

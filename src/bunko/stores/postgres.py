@@ -879,16 +879,16 @@ class PostgresVectorStore:
             return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
 
     # -- usage records, search logs and conversations --------------------------------------
-    def record_usage(self, events: Sequence[UsageEvent]) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
         items = list(events)
         if not items:
             return
         with self._tx(create=True) as (conn, tenant_pk), conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO bunko.usage_records (tenant_id, operation, provider, model, input_tokens, "
-                "output_tokens, latency_ms, items, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [(tenant_pk, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
+                "INSERT INTO bunko.usage_records (tenant_id, user_id, operation, provider, model, input_tokens, "
+                "output_tokens, latency_ms, items, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
                   float(e.latency_ms), int(e.items), Jsonb(e.metadata)) for e in items],
             )
 
@@ -912,13 +912,14 @@ class PostgresVectorStore:
             add_usage(totals, row)
         return list(totals.values())
 
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
-        """Record one search (``query`` None when search logs are anonymised)."""
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
+                   user_id: str | None = None) -> None:
+        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
         with self._tx(create=True) as (conn, tenant_pk):
             conn.execute(
-                "INSERT INTO bunko.search_logs (tenant_id, query, result_count, search_time_ms, search_type) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (tenant_pk, query, int(result_count), float(search_time_ms), search_type),
+                "INSERT INTO bunko.search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
+                "search_type) VALUES (%s, %s, %s, %s, %s, %s)",
+                (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type),
             )
 
     def search_log(self, limit: int = 100) -> list[dict[str, Any]]:

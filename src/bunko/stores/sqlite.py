@@ -65,7 +65,7 @@ from .base import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # A chunk row (2 KiB float32 vector for 512-d + text + metadata) is about 3 KiB: a 4 KiB page
 # holds one and wastes a quarter or more. With the largest page size rows pack densely and a
 # bulk commit writes far fewer pages (ingest at 100k chunks, batched: 4 KiB 15.6k chunks/s,
@@ -172,6 +172,49 @@ _MIGRATIONS: list[str] = [
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
     );
     CREATE INDEX conversation_turns_scope ON conversation_turns (tenant_id, conversation_id, id);
+    """,
+    # 3: the HTTP server's records (stores/service.py): API keys (hashed), rate-limit windows and upload jobs.
+    """
+    CREATE TABLE api_keys (
+        id INTEGER PRIMARY KEY,
+        key_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        user_id TEXT,
+        admin INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        revoked_at TEXT
+    );
+    CREATE INDEX api_keys_tenant ON api_keys (tenant);
+    CREATE TABLE rate_windows (
+        key_id INTEGER NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
+        window_start INTEGER NOT NULL,
+        hits INTEGER NOT NULL,
+        PRIMARY KEY (key_id, window_start)
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        uid TEXT NOT NULL,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        file_size INTEGER NOT NULL DEFAULT 0,
+        mime_type TEXT NOT NULL DEFAULT '',
+        user_id TEXT,
+        status TEXT NOT NULL CHECK (status IN ('processing', 'completed', 'failed')),
+        chunk_count INTEGER NOT NULL DEFAULT 0,
+        processing_time_ms REAL,
+        error_code TEXT,
+        error TEXT,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        lease_until REAL NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (tenant_id, uid)
+    );
+    CREATE INDEX jobs_user ON jobs (tenant_id, user_id);
+    CREATE INDEX search_logs_user ON search_logs (tenant_id, user_id);
+    CREATE INDEX usage_records_user ON usage_records (tenant_id, user_id);
     """,
 ]
 
@@ -1005,17 +1048,17 @@ class SQLiteVectorStore:
 
 
     # -- usage records, search logs and conversations --------------------------------------
-    def record_usage(self, events: Sequence[UsageEvent]) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant."""
+    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
         items = list(events)
         if not items:
             return
         with self._backend._write_translated() as conn:
             tenant_pk = self._tenant_pk(conn, create=True)
             conn.executemany(
-                "INSERT INTO usage_records (tenant_id, operation, provider, model, input_tokens, output_tokens, "
-                "latency_ms, items, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(tenant_pk, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
+                "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, input_tokens, "
+                "output_tokens, latency_ms, items, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
                   float(e.latency_ms), int(e.items), json.dumps(e.metadata, ensure_ascii=False, default=str))
                  for e in items],
             )
@@ -1041,14 +1084,15 @@ class SQLiteVectorStore:
             add_usage(totals, row)
         return list(totals.values())
 
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
-        """Record one search (``query`` None when search logs are anonymised)."""
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
+                   user_id: str | None = None) -> None:
+        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
         with self._backend._write_translated() as conn:
             tenant_pk = self._tenant_pk(conn, create=True)
             conn.execute(
-                "INSERT INTO search_logs (tenant_id, query, result_count, search_time_ms, search_type) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (tenant_pk, query, int(result_count), float(search_time_ms), search_type),
+                "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, search_type) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type),
             )
 
     def search_log(self, limit: int = 100) -> list[dict[str, Any]]:

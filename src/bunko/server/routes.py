@@ -1,0 +1,451 @@
+"""The endpoints of seed 002 (R29): documents, search, RAG chat, collections, usage, logs, erasure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi import Path as PathParam
+from fastapi.responses import StreamingResponse
+
+from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, FilterError, FilterProblem, LoaderError
+from ..filters import build_filter
+from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
+from ..stores.service import LEASE_SECONDS, Job
+from ..types import DocumentInfo as StoredDocument
+from ..types import new_id
+from . import schemas
+from .auth import Caller, CallerDep
+from .problems import Problem, problem_event
+
+router = APIRouter(prefix="/api/v1")
+NameParam = Annotated[str, PathParam(pattern=schemas.NAME_PATTERN)]
+IdParam = Annotated[str, PathParam(pattern=schemas.ID_PATTERN)]
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": schemas.ProblemDocument, "content": {"application/problem+json": {}}}
+    for code in (401, 403, 404, 422, 429)
+}
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f/\\]+")
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.bunko
+
+
+# -- documents ------------------------------------------------------------------------------
+def _job_info(job: Job) -> schemas.DocumentInfo:
+    error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
+    return schemas.DocumentInfo(id=job.id, filename=job.filename, fileSize=job.file_size, chunkCount=job.chunk_count,
+                                uploadedAt=job.created_at, status=job.status,  # type: ignore[arg-type]
+                                collection=job.collection, processingTime=job.processing_time_ms, error=error,
+                                metadata=job.metadata)
+
+
+def _stored_info(document: StoredDocument, collection: str) -> schemas.DocumentInfo:
+    meta = document.metadata
+    return schemas.DocumentInfo(id=document.id, filename=str(meta.get("filename") or document.source),
+                                fileSize=int(meta.get("filesize") or 0), chunkCount=document.chunks,
+                                uploadedAt=document.created_at, status="completed", collection=collection,
+                                metadata=meta)
+
+
+def _safe_filename(name: str | None) -> str:
+    base = _UNSAFE_NAME.sub("_", (name or "").replace("\\", "/").rsplit("/", 1)[-1]).strip(" .")
+    return base[:200] or "upload"
+
+
+def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
+                   description: str | None) -> dict[str, Any]:
+    """The seed's ``metadata`` (a JSON object field) or the separate ``tags``/``category``/``description``."""
+    out: dict[str, Any] = {}
+    if metadata:
+        try:
+            given = json.loads(metadata)
+        except json.JSONDecodeError as exc:
+            raise Problem(422, "VALIDATION_ERROR", f"metadata: not valid JSON ({exc.msg})") from None
+        if not isinstance(given, dict):
+            raise Problem(422, "VALIDATION_ERROR", "metadata: must be a JSON object")
+        for key in ("tags", "category", "description"):
+            if key in given:
+                out[key] = given[key]
+    if tags:
+        if tags.lstrip().startswith("["):
+            try:
+                out["tags"] = json.loads(tags)
+            except json.JSONDecodeError:
+                raise Problem(422, "VALIDATION_ERROR", "tags: a JSON list or comma-separated words") from None
+        else:
+            out["tags"] = [t.strip() for t in tags.split(",") if t.strip()]
+    if category:
+        out["category"] = category
+    if description:
+        out["description"] = description
+    if "tags" in out and (not isinstance(out["tags"], list) or not all(isinstance(t, str) for t in out["tags"])):
+        raise Problem(422, "VALIDATION_ERROR", "tags: must be a list of strings")
+    for key in ("category", "description"):
+        if key in out and not isinstance(out[key], str):
+            raise Problem(422, "VALIDATION_ERROR", f"{key}: must be a string")
+    if "\x00" in json.dumps(out):
+        raise Problem(422, "VALIDATION_ERROR", "metadata: NUL characters are not allowed")
+    return out
+
+
+@router.post("/documents/upload", status_code=202, response_model=schemas.UploadResponse,
+             responses={**PROBLEM_RESPONSES, 413: PROBLEM_RESPONSES[422], 415: PROBLEM_RESPONSES[422]},
+             summary="Upload a document; it is processed as a job")
+async def upload_document(
+    request: Request,
+    caller: CallerDep,
+    file: Annotated[UploadFile, File(description="PDF, text, Markdown, HTML, JSON, Word or PowerPoint")],
+    metadata: Annotated[str | None, Form(description='JSON: {"tags": [...], "category": "...", '
+                                                     '"description": "..."}', max_length=100_000)] = None,
+    tags: Annotated[str | None, Form(description="comma-separated, or a JSON list", max_length=10_000)] = None,
+    category: Annotated[str | None, Form(max_length=1000)] = None,
+    description: Annotated[str | None, Form(max_length=10_000)] = None,
+    collection: Annotated[str, Form(pattern=schemas.NAME_PATTERN)] = "default",
+    wait: Annotated[bool, Query(description="answer when processing has finished")] = False,
+) -> schemas.UploadResponse:
+    """Store the file, start processing it, and answer ``processing`` with the document id at once."""
+    state = _state(request)
+    extra = _form_metadata(metadata, tags, category, description)
+    filename = _safe_filename(file.filename)
+    job_id = new_id()
+    folder = state.spool / job_id
+    path = folder / filename
+    size = await _spool(file, path, state.settings.max_upload_bytes)
+    try:
+        kind = _kind(path)
+    except BaseException:
+        await asyncio.to_thread(_remove, folder)
+        raise
+    job = Job(job_id, collection, filename, size, mime_type(kind), caller.user_id, metadata=extra,
+              lease_until=time.time() + LEASE_SECONDS)
+    try:
+        await asyncio.to_thread(state.records.create_job, caller.store, job)
+    except BaseException:
+        await asyncio.to_thread(_remove, folder)
+        raise
+    task = state.jobs.start(caller.scope, caller.store, job, path)
+    if wait:
+        job = await asyncio.shield(task)
+    error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
+    return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,  # type: ignore[arg-type]
+                                  chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
+
+
+async def _spool(file: UploadFile, path: Path, limit: int) -> int:
+    """Copy the upload into the spool folder, refusing it once it passes ``limit`` bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = 0
+    try:
+        with path.open("wb") as out:
+            while chunk := await file.read(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise Problem(413, "PAYLOAD_TOO_LARGE", f"the file is larger than {limit // (1024 * 1024)} MiB")
+                out.write(chunk)
+    except BaseException:
+        _remove(path.parent)
+        raise
+    if size == 0:
+        _remove(path.parent)
+        raise Problem(422, "EMPTY_FILE", "the uploaded file is empty")
+    return size
+
+
+def _kind(path: Path) -> str:
+    """The file's kind, or 415 for a type bunko does not read."""
+    try:
+        return detect_kind(path)
+    except LoaderError as exc:
+        if sniff(path) is None and path.suffix.lower() not in supported_suffixes():
+            raise Problem(415, "UNSUPPORTED_FORMAT", f"{path.name}: unsupported file type; supported: "
+                          f"{', '.join(supported_suffixes())}") from None
+        raise Problem(415 if exc.code == "UNSUPPORTED_FORMAT" else 422, exc.code,
+                      exc.message.replace(str(path), path.name)) from None
+
+
+def _remove(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@router.get("/documents/{document_id}", response_model=schemas.DocumentInfo, responses=PROBLEM_RESPONSES,
+            summary="A document and its processing status")
+async def get_document(request: Request, caller: CallerDep, document_id: IdParam) -> schemas.DocumentInfo:
+    """``processing``, ``completed``, or ``failed`` with the reason."""
+    state = _state(request)
+    try:
+        return _job_info(await asyncio.to_thread(state.records.get_job, caller.store, document_id))
+    except DocumentNotFoundError:
+        pass
+    document = await asyncio.to_thread(caller.store.get_document, document_id)  # raises 404 when missing
+    collection = await _collection_of(caller, document_id)
+    return _stored_info(document, collection)
+
+
+async def _collection_of(caller: Caller, document_id: str) -> str:
+    for collection in await asyncio.to_thread(caller.store.list_collections):
+        try:
+            await asyncio.to_thread(caller.store.get_document, document_id, collection.name)
+            return collection.name
+        except DocumentNotFoundError:
+            continue
+    return ""
+
+
+@router.get("/documents", response_model=schemas.DocumentList, responses=PROBLEM_RESPONSES,
+            summary="This tenant's documents, newest first")
+async def list_documents(
+    request: Request,
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    collection: Annotated[str | None, Query(pattern=schemas.NAME_PATTERN)] = None,
+    status: Annotated[str | None, Query(pattern="^(processing|completed|failed)$")] = None,
+) -> schemas.DocumentList:
+    """Uploads (with their status) and documents ingested otherwise (CLI), with paging."""
+    state = _state(request)
+
+    def gather() -> list[schemas.DocumentInfo]:
+        jobs = state.records.list_jobs(caller.store)
+        items = [_job_info(j) for j in jobs]
+        known = {j.id for j in jobs}
+        for c in caller.store.list_collections():
+            for document in caller.store.list_documents(c.name):
+                if document.id not in known:
+                    items.append(_stored_info(document, c.name))
+        return items
+
+    items = await asyncio.to_thread(gather)
+    if collection is not None:
+        items = [d for d in items if d.collection == collection]
+    if status is not None:
+        items = [d for d in items if d.status == status]
+    items.sort(key=lambda d: d.uploadedAt, reverse=True)
+    return schemas.DocumentList(documents=items[offset : offset + limit], totalCount=len(items),
+                                totalSize=sum(d.fileSize for d in items))
+
+
+@router.delete("/documents/{document_id}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
+               summary="Delete a document with its chunks and vectors")
+async def delete_document(request: Request, caller: CallerDep, document_id: IdParam) -> schemas.Deleted:
+    """A user key deletes its own uploads; admin and tenant (user-less) keys delete any."""
+    state = _state(request)
+    owner: str | None = None
+    try:
+        owner = (await asyncio.to_thread(state.records.get_job, caller.store, document_id)).user_id
+    except DocumentNotFoundError:
+        await asyncio.to_thread(caller.store.get_document, document_id)  # 404 if it is nowhere
+    if not caller.may_manage(owner):
+        raise Problem(403, "FORBIDDEN", "this key may delete only the documents its user uploaded")
+    await asyncio.to_thread(caller.store.delete_documents, [document_id])
+    await asyncio.to_thread(state.records.delete_jobs, caller.store, [document_id])
+    return schemas.Deleted(deleted=True, id=document_id)
+
+
+# -- search -----------------------------------------------------------------------------------
+def _restriction(body: schemas.Restriction) -> dict[str, Any]:
+    if body.filter is not None and "\x00" in json.dumps(body.filter):
+        raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+    since = until = date_field = None
+    if body.dateRange is not None:
+        since, until, date_field = body.dateRange.start, body.dateRange.end, body.dateRange.field
+    flt = build_filter(body.filter, file_types=body.fileTypes, since=since, until=until, date_field=date_field)
+    return {"document_ids": body.documentIds, "filter": flt}
+
+
+def _result(hit: Any) -> schemas.SearchResult:
+    meta = hit.metadata
+    page = meta.get("page_number")
+    section = meta.get("section")
+    return schemas.SearchResult(id=hit.chunk_id, documentId=hit.document_id,
+                                documentName=str(meta.get("filename") or hit.source), content=hit.content,
+                                score=round(float(hit.score), 6), chunkIndex=hit.chunk_index,
+                                section=section if isinstance(section, str) else None,
+                                pageNumber=page if isinstance(page, int) and not isinstance(page, bool) else None,
+                                metadata=meta)
+
+
+_MODES = {"semantic": "vector", "keyword": "keyword", "hybrid": "hybrid"}
+
+
+async def _search(caller: Caller, body: schemas.SearchRequest, kind: str) -> schemas.SearchResponse:
+    restriction = _restriction(body)
+    started = time.perf_counter()
+    try:
+        response = await caller.scope.asearch(body.query, body.collection, top_k=body.limit, mode=_MODES[kind],
+                                              threshold=body.threshold, **restriction)
+        hits = response.results
+    except CollectionNotFoundError:  # nothing uploaded yet: no matches
+        hits = []
+    return schemas.SearchResponse(results=[_result(h) for h in hits], totalMatches=len(hits),
+                                  searchTime=round((time.perf_counter() - started) * 1000, 2),
+                                  searchType=kind)  # type: ignore[arg-type]
+
+
+@router.post("/search/semantic", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
+             summary="Vector (cosine) search")
+async def search_semantic(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
+    """The best chunks by meaning."""
+    return await _search(caller, body, "semantic")
+
+
+@router.post("/search/keyword", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
+             summary="Keyword (BM25) search")
+async def search_keyword(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
+    """The best chunks by BM25 over analyzed terms (works on Japanese)."""
+    return await _search(caller, body, "keyword")
+
+
+@router.post("/search/hybrid", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
+             summary="Hybrid search (RRF of semantic 0.7 and keyword 0.3)")
+async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
+    """Vector and keyword results fused by reciprocal rank."""
+    return await _search(caller, body, "hybrid")
+
+
+@router.get("/search/logs", response_model=schemas.SearchLogResponse, responses=PROBLEM_RESPONSES,
+            summary="This tenant's latest searches (R33)")
+async def search_logs(
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    anonymize: Annotated[bool, Query(description="leave the query text out")] = False,
+) -> schemas.SearchLogResponse:
+    """Query, result count, time and type of each search, newest first."""
+    rows = await asyncio.to_thread(caller.store.search_log, limit)
+    return schemas.SearchLogResponse(logs=[
+        schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
+                               searchTime=r["search_time_ms"], searchType=r["search_type"],
+                               createdAt=str(r["created_at"])) for r in rows])
+
+
+# -- chat ----------------------------------------------------------------------------------------
+@router.post("/chat/rag", responses={**PROBLEM_RESPONSES, 200: {"content": {"text/event-stream": {}},
+                                                                 "description": "Server-Sent Events (R27)"}},
+             response_class=StreamingResponse, summary="A cited answer, streamed as Server-Sent Events")
+async def chat_rag(caller: CallerDep, body: schemas.ChatRequest) -> StreamingResponse:
+    """Events: ``search_start``, ``search_results``, ``generation_start``, ``token``, ``citation``, ``done``
+    (with the full response and its sources); a failure midway ends the stream with an ``error`` event."""
+    params = body.searchParams or schemas.SearchParams()
+    restriction = _restriction(params)
+    document_ids = body.documentIds if body.documentIds is not None else restriction["document_ids"]
+    try:
+        await asyncio.to_thread(caller.store.get_collection, body.collection)
+    except CollectionNotFoundError:
+        raise Problem(404, "COLLECTION_NOT_FOUND", f"collection {body.collection!r} has no documents in this "
+                      "tenant; upload some first") from None
+    stream = caller.scope.astream_ask(body.message, body.collection, top_k=params.topK,
+                                      document_ids=document_ids, mode=_MODES[params.mode],  # type: ignore[arg-type]
+                                      filter=restriction["filter"], conversation_id=body.conversationId)
+
+    async def events() -> AsyncIterator[bytes]:
+        try:
+            async for event in stream:
+                yield _sse(event.to_dict())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the status line is sent: the error becomes the last event
+            yield _sse(problem_event(exc))
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+@router.get("/conversations/{conversation_id}", response_model=schemas.ConversationResponse,
+            responses=PROBLEM_RESPONSES, summary="The turns of one of your conversations")
+async def get_conversation(
+    caller: CallerDep, conversation_id: Annotated[str, PathParam(pattern=schemas.CONVERSATION_PATTERN)],
+) -> schemas.ConversationResponse:
+    """A user key sees its own conversations; tenant keys share theirs."""
+    turns = await asyncio.to_thread(caller.scope.conversation, conversation_id)
+    if not turns:
+        raise Problem(404, "CONVERSATION_NOT_FOUND", f"conversation {conversation_id!r} does not exist")
+    return schemas.ConversationResponse(conversationId=conversation_id, turns=[
+        schemas.Turn(role=t.role, content=t.content, metadata=t.metadata, createdAt=t.created_at) for t in turns])
+
+
+@router.delete("/conversations/{conversation_id}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
+               summary="Delete one of your conversations")
+async def delete_conversation(
+    caller: CallerDep, conversation_id: Annotated[str, PathParam(pattern=schemas.CONVERSATION_PATTERN)],
+) -> schemas.Deleted:
+    """Remove the conversation's turns."""
+    if not await asyncio.to_thread(caller.scope.delete_conversation, conversation_id):
+        raise Problem(404, "CONVERSATION_NOT_FOUND", f"conversation {conversation_id!r} does not exist")
+    return schemas.Deleted(deleted=True, id=conversation_id)
+
+
+# -- collections, usage, erasure ---------------------------------------------------------------
+@router.get("/collections", response_model=schemas.CollectionList, responses=PROBLEM_RESPONSES,
+            summary="This tenant's collections")
+async def list_collections(caller: CallerDep) -> schemas.CollectionList:
+    """Name, description, counts and embedder of each collection."""
+    collections = await asyncio.to_thread(caller.store.list_collections)
+    return schemas.CollectionList(collections=[
+        schemas.CollectionInfo(name=c.name, description=c.description, documentCount=c.document_count,
+                               chunkCount=c.chunk_count, createdAt=str(c.created_at),
+                               embedding={"provider": c.embedding_provider, "model": c.embedding_model,
+                                          "dimension": c.dimension}) for c in collections])
+
+
+@router.delete("/collections/{name}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
+               summary="Delete a collection with all its documents")
+async def delete_collection(caller: CallerDep, name: NameParam) -> schemas.Deleted:
+    """Admin and tenant (user-less) keys only."""
+    if not caller.may_manage(None):
+        raise Problem(403, "FORBIDDEN", "only a tenant admin key or a tenant key may delete collections")
+    await asyncio.to_thread(caller.store.delete_collection, name)
+    return schemas.Deleted(deleted=True, id=name)
+
+
+@router.get("/usage", response_model=schemas.UsageResponse, responses=PROBLEM_RESPONSES,
+            summary="This tenant's usage (R13)")
+async def usage(
+    caller: CallerDep,
+    since: Annotated[datetime | None, Query(description="ISO-8601 time; default: everything")] = None,
+) -> schemas.UsageResponse:
+    """Calls, tokens, items and latency per operation, provider and model."""
+    totals = await asyncio.to_thread(caller.scope.usage, since)
+    return schemas.UsageResponse(tenant=caller.tenant, usage=[t.to_dict() for t in totals])
+
+
+@router.delete("/users/{user_id}/data", response_model=schemas.Erasure, responses=PROBLEM_RESPONSES,
+               summary="Erase a user's data (R34)")
+async def erase_user(
+    request: Request, caller: CallerDep, user_id: Annotated[str, PathParam(pattern=schemas.USER_PATTERN)],
+) -> schemas.Erasure:
+    """The user's documents with their chunks and vectors, upload jobs, search logs, usage and conversations.
+
+    A user key may erase its own data; a tenant admin key any user's."""
+    if not (caller.key.admin or caller.user_id == user_id):
+        raise Problem(403, "FORBIDDEN", "a key may erase only its own user's data (or use a tenant admin key)")
+    erasure = await asyncio.to_thread(_state(request).records.erase_user, caller.store, user_id)
+    return schemas.Erasure(deleted=erasure.to_dict())
+
+
+@router.delete("/tenant/data", response_model=schemas.Erasure, responses=PROBLEM_RESPONSES,
+               summary="Erase all of this tenant's data (R34; admin key)")
+async def erase_tenant(request: Request, caller: CallerDep) -> schemas.Erasure:
+    """Every collection, document, chunk, job, log, usage record and conversation of the tenant. Keys stay."""
+    if not caller.key.admin:
+        raise Problem(403, "FORBIDDEN", "erasing a tenant needs its admin key (bunko admin keys create --admin)")
+    erasure = await asyncio.to_thread(_state(request).records.erase_tenant, caller.store)
+    return schemas.Erasure(deleted=erasure.to_dict())
+
+
+__all__ = ["BunkoError", "router"]

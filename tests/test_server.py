@@ -1,0 +1,326 @@
+"""The HTTP API end to end: a real ``bunko serve`` (uvicorn) on a local port, real stores, the bundled embedder.
+
+Tenants and keys are made with the real ``bunko admin`` commands; requests go over a socket with httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, SHARED_DATA
+from tests.provider_fakes import OpenAIFake
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+DOCUMENTS = SHARED_DATA / "documents"
+PDF = DOCUMENTS / "jo.pdf"  # 『春と修羅』序 (Miyazawa Kenji): Japanese, vertical text, one page
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """``bunko serve`` in a subprocess, and the ``bunko`` CLI against the same store."""
+
+    def __init__(self, home: Path, database_url: str | None = None, **env: str) -> None:
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BUNKO_HOME": str(home), "BUNKO_RATE_LIMIT": "0",
+                    **env}
+        if database_url:
+            self.env["BUNKO_DATABASE_URL"] = database_url
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = home / "server.log"
+        home.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bunko", "serve", "--port", str(self.port), "--log-level", "warning"],
+            env=self.env, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=home,
+        )
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"bunko serve did not start:\n{self.log.read_text(errors='replace')}")
+            time.sleep(0.3)
+
+    def cli(self, *args: str) -> Any:
+        done = subprocess.run([sys.executable, "-m", "bunko", *args, "--json"], env=self.env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def key(self, tenant: str, user: str | None = None, *, admin: bool = False) -> str:
+        """Create the tenant if needed and a key for it; returns the key."""
+        self.cli("admin", "tenants", "create", tenant)
+        args = ["admin", "keys", "create", "--tenant", tenant] + (["--user", user] if user else [])
+        made = self.cli(*args, *(["--admin"] if admin else []))
+        assert made["tenant"] == tenant and made["user"] == user and made["api_key"].startswith("bk_")
+        return str(made["api_key"])
+
+    def client(self, key: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log_file.close()
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    live = LiveServer(tmp_path / "home")
+    yield live
+    live.stop()
+
+
+def _upload(client: httpx.Client, path: Path, *, wait: bool = False, **form: str) -> dict[str, Any]:
+    with path.open("rb") as f:
+        response = client.post("/api/v1/documents/upload", files={"file": (path.name, f)}, data=form,
+                               params={"wait": "true"} if wait else None)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def _wait_completed(client: httpx.Client, document_id: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"/api/v1/documents/{document_id}")
+        assert response.status_code == 200, response.text
+        info = response.json()
+        if info["status"] != "processing":
+            return info
+        assert time.monotonic() < deadline, f"still processing after {timeout} s"
+        time.sleep(0.25)
+
+
+def _sse_events(client: httpx.Client, body: dict[str, Any]) -> list[dict[str, Any]]:
+    events = []
+    with client.stream("POST", "/api/v1/chat/rag", json=body) as response:
+        assert response.status_code == 200, response.read().decode()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: "):]))
+            else:
+                assert line == "", line
+    return events
+
+
+def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["type"] == f"urn:bunko:problem:{code}" and body["status"] == status, body
+    assert "Traceback" not in response.text
+    return body
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LiveServer]:
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    live = LiveServer(tmp_path / "home", url)
+    yield live
+    live.stop()
+
+
+def test_two_tenants_end_to_end(any_store_server: LiveServer) -> None:
+    """Upload a PDF, watch it complete, search it, read a streamed chat answer; tenant B sees none of it."""
+    server = any_store_server
+    a, b = server.client(server.key("acme", "alice")), server.client(server.key("globex", "bob"))
+
+    uploaded = _upload(a, PDF, tags="poem,miyazawa", category="literature", description="春と修羅 序")
+    assert uploaded["status"] == "processing" and uploaded["filename"] == "jo.pdf" and uploaded["chunkCount"] == 0
+    doc_id = uploaded["documentId"]
+    info = _wait_completed(a, doc_id)
+    assert info["status"] == "completed", info
+    assert info["chunkCount"] >= 1 and info["fileSize"] == PDF.stat().st_size and info["processingTime"] > 0
+    assert info["metadata"] == {"tags": ["poem", "miyazawa"], "category": "literature", "description": "春と修羅 序"}
+
+    listing = a.get("/api/v1/documents").json()
+    assert listing["totalCount"] == 1 and listing["totalSize"] == PDF.stat().st_size
+    assert listing["documents"][0]["id"] == doc_id
+
+    query = {"query": "因果交流電燈の青い照明", "limit": 3}
+    for kind in ("semantic", "keyword", "hybrid"):
+        found = a.post(f"/api/v1/search/{kind}", json=query).json()
+        assert found["totalMatches"] >= 1 and found["searchType"] == kind, found
+        assert {r["documentId"] for r in found["results"]} == {doc_id}
+        assert found["results"][0]["documentName"] == "jo.pdf" and found["results"][0]["pageNumber"] == 1
+
+    events = _sse_events(a, {"message": "因果交流電燈とは何ですか？", "conversationId": "c-1"})
+    types = [e["type"] for e in events]
+    assert types[:3] == ["search_start", "search_results", "generation_start"], types
+    assert types[-1] == "done" and "token" in types
+    assert events[1]["count"] >= 1
+    done = events[-1]["response"]
+    assert done["answer"] == "".join(e["content"] for e in events if e["type"] == "token")
+    assert done["sources"] and {s["document_id"] for s in done["sources"]} == {doc_id}
+    assert len([e for e in events if e["type"] == "citation"]) == len(done["sources"])
+
+    # Tenant B: its own document, and nothing of tenant A's.
+    own = _upload(b, DOCUMENTS / "linn.txt")
+    assert _wait_completed(b, own["documentId"])["status"] == "completed"
+    _problem(b.get(f"/api/v1/documents/{doc_id}"), 404, "DOCUMENT_NOT_FOUND")
+    assert [d["id"] for d in b.get("/api/v1/documents").json()["documents"]] == [own["documentId"]]
+    for kind in ("semantic", "keyword", "hybrid"):
+        assert b.post(f"/api/v1/search/{kind}", json={**query, "documentIds": [doc_id]}).json()["results"] == []
+        hits = b.post(f"/api/v1/search/{kind}", json=query).json()["results"]
+        assert doc_id not in {r["documentId"] for r in hits}
+    chat_b = _sse_events(b, {"message": "因果交流電燈とは何ですか？", "documentIds": [doc_id], "conversationId": "c-1"})
+    assert chat_b[1] == {"type": "search_results", "count": 0} and chat_b[-1]["response"]["sources"] == []
+    _problem(b.delete(f"/api/v1/documents/{doc_id}"), 404, "DOCUMENT_NOT_FOUND")
+    assert a.get(f"/api/v1/documents/{doc_id}").json()["status"] == "completed"
+
+    # Tenant A deletes it: gone from listings and searches.
+    assert a.delete(f"/api/v1/documents/{doc_id}").json() == {"deleted": True, "id": doc_id}
+    _problem(a.get(f"/api/v1/documents/{doc_id}"), 404, "DOCUMENT_NOT_FOUND")
+    assert a.post("/api/v1/search/hybrid", json=query).json()["results"] == []
+    assert b.get(f"/api/v1/documents/{own['documentId']}").json()["status"] == "completed"
+
+
+def test_errors_and_limits(tmp_path: Path) -> None:
+    """401, 413, 415, 422 (filter, validation), 429 with Retry-After, and a failed job with its reason."""
+    server = LiveServer(tmp_path / "home", BUNKO_MAX_UPLOAD_MB="1", BUNKO_RATE_LIMIT="7")
+    try:
+        key = server.key("acme")
+        client = server.client(key)
+        _problem(server.client(None).get("/api/v1/documents"), 401, "UNAUTHENTICATED")
+        _problem(server.client("bk_" + "x" * 43).get("/api/v1/documents"), 401, "INVALID_API_KEY")
+
+        big = DOCUMENTS / "GeoTopo-komprimiert.pdf"  # 1.7 MB
+        with big.open("rb") as f:
+            _problem(client.post("/api/v1/documents/upload", files={"file": (big.name, f)}), 413, "PAYLOAD_TOO_LARGE")
+
+        def chunked() -> Iterator[bytes]:  # no Content-Length: the limit is enforced while reading
+            yield (b'--b\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n'
+                   b"Content-Type: text/plain\r\n\r\n")
+            for _ in range(3):
+                yield b"x" * (1024 * 1024)
+            yield b"\r\n--b--\r\n"
+
+        _problem(client.post("/api/v1/documents/upload", content=chunked(),
+                             headers={"content-type": "multipart/form-data; boundary=b"}), 413, "PAYLOAD_TOO_LARGE")
+        _problem(client.post("/api/v1/documents/upload", files={"file": ("notes.exe", b"MZ\x90\x00binary")}), 415,
+                 "UNSUPPORTED_FORMAT")
+        broken = client.post("/api/v1/documents/upload?wait=true",
+                             files={"file": ("invalid.pdf", (DOCUMENTS / "invalid.pdf").read_bytes())})
+        assert broken.status_code == 202 and broken.json()["status"] == "failed", broken.text
+        reason = client.get(f"/api/v1/documents/{broken.json()['documentId']}").json()
+        assert reason["status"] == "failed" and reason["error"]["code"] and reason["error"]["message"]
+        assert str(tmp_path) not in reason["error"]["message"]  # no server paths in answers
+
+        problem = _problem(client.post("/api/v1/search/hybrid", json={"query": "x", "filter": {"year": {"$gt": []}}}),
+                           422, "INVALID_FILTER")
+        assert problem["problems"][0]["path"] == "year"
+        # Fill the key's window of this minute (some requests above counted already; a new minute may start).
+        for _ in range(16):
+            limited = client.get("/api/v1/documents")
+            if limited.status_code == 429:
+                break
+            assert limited.status_code == 200, limited.text
+        body = _problem(limited, 429, "RATE_LIMITED")
+        assert 1 <= int(limited.headers["Retry-After"]) <= 60 and "7 requests" in body["detail"]
+        # Another key of the same tenant has its own window.
+        other = server.client(server.key("acme", "carol"))
+        _problem(other.post("/api/v1/search/semantic", json={"query": "x", "limit": 0}), 422, "VALIDATION_ERROR")
+    finally:
+        server.stop()
+
+
+def test_erasure_of_a_user_and_a_tenant(server: LiveServer) -> None:
+    """R34: a user's documents, logs, usage and conversations go; other users' stay; the admin erases all."""
+    alice, bob = server.client(server.key("acme", "alice")), server.client(server.key("acme", "bob"))
+    admin = server.client(server.key("acme", "root", admin=True))
+    a_doc = _upload(alice, DOCUMENTS / "linn.txt", wait=True)
+    b_doc = _upload(bob, DOCUMENTS / "wiki.md", wait=True)
+    assert a_doc["status"] == b_doc["status"] == "completed"
+    alice.post("/api/v1/search/semantic", json={"query": "alice searched this"})
+    bob.post("/api/v1/search/semantic", json={"query": "bob searched this"})
+    _sse_events(alice, {"message": "What is this about?", "conversationId": "talk"})
+    assert alice.get("/api/v1/conversations/talk").json()["turns"][0]["content"] == "What is this about?"
+    _problem(bob.get("/api/v1/conversations/talk"), 404, "CONVERSATION_NOT_FOUND")  # users' conversations are apart
+    _problem(bob.delete(f"/api/v1/documents/{a_doc['documentId']}"), 403, "FORBIDDEN")
+    _problem(bob.delete("/api/v1/users/alice/data"), 403, "FORBIDDEN")
+    _problem(alice.delete("/api/v1/tenant/data"), 403, "FORBIDDEN")
+
+    erased = alice.delete("/api/v1/users/alice/data").json()["deleted"]
+    assert erased["documents"] == 1 and erased["jobs"] == 1 and erased["conversationTurns"] == 2
+    assert erased["searchLogs"] >= 2 and erased["usageRecords"] >= 1  # the search, and the chat's search
+    _problem(alice.get(f"/api/v1/documents/{a_doc['documentId']}"), 404, "DOCUMENT_NOT_FOUND")
+    _problem(alice.get("/api/v1/conversations/talk"), 404, "CONVERSATION_NOT_FOUND")
+    logs = admin.get("/api/v1/search/logs").json()["logs"]
+    assert [entry["query"] for entry in logs] == ["bob searched this"]
+    assert admin.get("/api/v1/search/logs?anonymize=true").json()["logs"][0]["query"] is None
+    assert bob.get(f"/api/v1/documents/{b_doc['documentId']}").json()["status"] == "completed"
+    assert admin.get("/api/v1/usage").json()["usage"]
+
+    everything = admin.delete("/api/v1/tenant/data").json()["deleted"]
+    assert everything["documents"] == 1 and everything["collections"] == 1
+    assert admin.get("/api/v1/documents").json() == {"documents": [], "totalCount": 0, "totalSize": 0}
+    assert admin.get("/api/v1/search/logs").json()["logs"] == []
+    assert admin.get("/api/v1/collections").json()["collections"] == []
+
+
+def test_chat_with_an_llm_streams_tokens_and_citations(tmp_path: Path) -> None:
+    """The LLM comes from the same settings as the CLI (BUNKO_LLM); its tokens and [N] citations stream as SSE."""
+    with OpenAIFake(reply_text="ひとつの青い照明です[1]。") as llm:
+        server = LiveServer(tmp_path / "home", BUNKO_LLM="openai-compatible:fake-model",
+                            BUNKO_LLM_BASE_URL=llm.url + "/v1")
+        try:
+            client = server.client(server.key("acme"))
+            assert _upload(client, PDF, wait=True)["status"] == "completed"
+            events = _sse_events(client, {"message": "因果交流電燈とは何ですか？", "searchParams": {"mode": "hybrid"}})
+        finally:
+            server.stop()
+    tokens = [e["content"] for e in events if e["type"] == "token"]
+    assert len(tokens) > 1 and "".join(tokens) == "ひとつの青い照明です[1]。"
+    citations = [e for e in events if e["type"] == "citation"]
+    assert len(citations) == 1 and citations[0]["source"]["index"] == 1
+    assert events[-1]["response"]["model"] == "fake-model" and len(events[-1]["response"]["sources"]) == 1
+    assert llm.requests_to("/chat/completions")
+
+
+def test_property_based_run_finds_no_server_errors(server: LiveServer) -> None:
+    """schemathesis fuzzes every operation of the OpenAPI document; no answer may be a 5xx."""
+    st = shutil.which("st", path=str(Path(sys.executable).parent)) or shutil.which("schemathesis")
+    if st is None:
+        pytest.skip("schemathesis is not installed")
+    key = server.key("acme", "alice")
+    _upload(server.client(key), DOCUMENTS / "linn.txt", wait=True)
+    done = subprocess.run(
+        [st, "run", server.url + "/openapi.json", "-H", f"Authorization: Bearer {key}", "--checks",
+         "not_a_server_error", "--max-examples", "25", "--seed", "7", "--phases", "examples,coverage,fuzzing",
+         "--request-timeout", "30", "--no-color"],
+        capture_output=True, text=True, timeout=600, cwd=server.env["BUNKO_HOME"],
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert " passed" in output and "generated" in output, output[-2000:]
+    assert server.proc.poll() is None  # and the server is still up
