@@ -133,6 +133,7 @@ class Bunko:
         embedder: Any = None,
         splitter: Splitter | str | dict[str, Any] | None = None,
         llm: LLMProvider | None = None,
+        analyzer: str | None = None,
     ) -> None:
         self.settings = Settings.resolve(database_url, home=home,
                                          embedder=embedder if isinstance(embedder, str) else None)
@@ -150,6 +151,9 @@ class Bunko:
             self.splitter = splitter
         self.preprocessor = Preprocessor()
         self.llm = llm
+        # The keyword analyzer of new collections (None: bunko.analysis.DEFAULT_ANALYZER_NAME);
+        # existing collections keep the one they were created with.
+        self.analyzer = analyzer
 
     @property
     def embedder(self) -> Any:
@@ -195,12 +199,17 @@ class Tenant:
         """The tenant-bound store (for low-level upsert/query/delete, R14)."""
         return self._store
 
-    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None) -> RAGPipeline:
-        """A ``RAGPipeline`` over one collection of this tenant (``splitter`` names one for a new collection)."""
+    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                 analyzer: str | None = None) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection of this tenant.
+
+        ``splitter`` and ``analyzer`` name the splitter and keyword analyzer of a new collection;
+        an existing collection must have been created with the ones named.
+        """
         engine = self._engine
         spec = splitter_spec(splitter) if splitter else engine.splitter_spec
         index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
-                                     splitter=spec)
+                                     splitter=spec, analyzer=analyzer or engine.analyzer)
         retriever = Retriever(engine.embedder, self._store, collection)
         generator = Generator(engine.llm, embedder=engine.embedder)
         return RAGPipeline(index_manager, retriever, generator)
@@ -217,6 +226,7 @@ class Tenant:
         *,
         progress: IngestProgress | None = None,
         splitter: str | None = None,
+        analyzer: str | None = None,
         options: LoadOptions | None = None,
         workers: int = LOAD_WORKERS,
     ) -> IngestReport:
@@ -232,7 +242,7 @@ class Tenant:
         report = IngestReport(skipped=skipped)
         if progress:
             progress("total", "", len(files))
-        manager = self.pipeline(collection, splitter=splitter).index_manager
+        manager = self.pipeline(collection, splitter=splitter, analyzer=analyzer).index_manager
         options = options or LoadOptions()
         semaphore = asyncio.Semaphore(max(1, workers))
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .analysis import detect_language
 from .embedders import BaseEmbedder, embedder_info
 from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
@@ -47,11 +48,15 @@ class IndexManager:
         collection: str = "default",
         *,
         splitter: dict[str, Any] | None = None,
+        analyzer: str | None = None,
     ) -> None:
         """``chunker`` is used as given; without one, the collection's recorded splitter is.
 
         ``splitter`` (a spec from ``splitters.splitter_spec``) picks the splitter of a new
         collection; for an existing collection it must match what the collection records.
+        ``analyzer`` (a name from ``bunko.analysis``) likewise picks the keyword analyzer of a
+        new collection; naming another one for an existing collection raises
+        ``AnalyzerMismatchError``.
         """
         self.preprocessor = preprocessor
         self.chunker = chunker
@@ -59,13 +64,15 @@ class IndexManager:
         self.vector_store = vector_store
         self.collection = collection
         self.splitter = splitter
+        self.analyzer = analyzer
         self._info = embedder_info(embedder)
         self._ready = False
 
     def _ensure_collection(self) -> None:
         """Create the collection if needed and settle which splitter it uses."""
         spec = self.splitter or DEFAULT_SPLITTER
-        collection = self.vector_store.ensure_collection(self.collection, self._info, config={"splitter": spec})
+        collection = self.vector_store.ensure_collection(self.collection, self._info, config={"splitter": spec},
+                                                         analyzer=self.analyzer)
         if self.chunker is None:
             stored = collection.config.get("splitter") or DEFAULT_SPLITTER
             if self.splitter is not None and self.splitter != stored:
@@ -126,7 +133,7 @@ class IndexManager:
                 token_count=int(counter(p.content)) if counter else 0,
                 # index, offsets and chunk_total live in columns; metadata holds only what is
                 # specific to the chunk (section, page number, ...), which keeps bulk writes cheap.
-                metadata=_part_metadata(spans, p.start, p.end),
+                metadata={**_part_metadata(spans, p.start, p.end), "language": detect_language(p.content)},
             )
             for p in pieces
         ]
