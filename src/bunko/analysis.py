@@ -36,10 +36,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
 
-# CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul.
+# CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul --
+# letters only: the combining and spacing (semi-)voiced marks and the punctuation inside the kana
+# blocks (゛゜゠・) are not, because FTS5's unicode61 tokenizer would drop them from a token.
 _CJK = (
-    r"\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    r"\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af\u3005\u3006\u30fc"
+    r"\u3041-\u3098\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uf900-\ufaff\uff66-\uff9d\uac00-\ud7af\u3005\u3006"
 )
 # A CJK run, or a word: letters and digits of any other script (no underscore, no punctuation).
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}_]+)")
@@ -124,63 +126,32 @@ _SUDACHI_MAX_CHARS = 4000
 _SKIP_POS = frozenset({"助詞", "助動詞", "補助記号", "空白", "記号"})
 
 
-def _pieces(text: str, limit: int) -> Iterable[str]:
-    while len(text) > limit:
-        cut = text.rfind("\n", 0, limit)
-        cut = cut if cut > 0 else limit
-        yield text[:cut]
-        text = text[cut:]
-    if text:
-        yield text
+def _pieces(text: str, limit: int) -> Iterable[tuple[int, str]]:
+    """``text`` cut into pieces of at most ``limit`` characters (at newlines when possible), with offsets."""
+    start = 0
+    while len(text) - start > limit:
+        cut = text.rfind("\n", start, start + limit)
+        cut = cut if cut > start else start + limit
+        yield start, text[start:cut]
+        start = cut
+    if start < len(text):
+        yield start, text[start:]
 
 
-class MorphologicalAnalyzer:
-    """Morphemes for CJK text, words for the rest; subclasses supply ``_morphemes``.
+class SudachiAnalyzer:
+    """Japanese morphemes from SudachiPy with the core dictionary for CJK text; words for the rest.
 
-    A morpheme that contains CJK characters becomes one token (its dictionary normal
-    form when ``normalized``); any other morpheme is cut into words as the Unicode word
-    tokenizer does, so Latin text is tokenized identically by every analyzer here.
+    Each morpheme that contains CJK characters becomes a token: its dictionary normal form
+    (``附属`` → ``付属``, ``読んだ`` → ``読む``) unless ``normalized=False``. Particles,
+    auxiliary verbs and symbols are left out. Other text is cut into words exactly as by the
+    other analyzers, so Latin text is tokenized identically by every analyzer here. The
+    text goes to Sudachi in one call (per-call overhead dominates short runs), and tokens
+    are put back in text order by their offsets.
     """
-
-    name = "morphological"
-
-    def __init__(self, *, normalized: bool = True, skip_function_words: bool = True) -> None:
-        self.normalized = normalized
-        self.skip_function_words = skip_function_words
-        self._local = threading.local()  # tokenizers are not safe to share between threads
-
-    def _morphemes(self, text: str) -> Iterable[tuple[str, str, str]]:
-        """(surface, normal form, part of speech) for each morpheme of ``text``."""
-        raise NotImplementedError
-
-    def index_tokens(self, text: str) -> list[str]:
-        """Morphemes (CJK) and words (other scripts), in order."""
-        out: list[str] = []
-        skip = _SKIP_POS if self.skip_function_words else frozenset()
-        for piece in _pieces(unicodedata.normalize("NFKC", text), _SUDACHI_MAX_CHARS):
-            for surface, normal, pos in self._morphemes(piece):
-                if pos in skip:
-                    continue
-                if _CJK_CHAR_RE.search(surface):
-                    token = (normal if self.normalized else surface).lower()
-                    # A morpheme mixing CJK and other characters keeps only its letter and digit runs.
-                    out.extend(_WORD_RE.findall(token))
-                else:
-                    out.extend(_WORD_RE.findall(surface.lower()))
-        return out
-
-    def query_phrases(self, text: str) -> list[Phrase]:
-        """Each distinct token is a one-token phrase."""
-        return _distinct((t,) for t in self.index_tokens(text))
-
-
-class SudachiAnalyzer(MorphologicalAnalyzer):
-    """Japanese morphemes from SudachiPy with the core dictionary (split mode A)."""
 
     name = "sudachi"
 
-    def __init__(self, *, mode: str = "A", **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, *, mode: str = "A", normalized: bool = True, skip_function_words: bool = True) -> None:
         try:
             import sudachipy
         except ImportError as exc:
@@ -191,6 +162,9 @@ class SudachiAnalyzer(MorphologicalAnalyzer):
             raise ConfigError(f'the "sudachi" analyzer cannot load sudachidict_core ({exc}): '
                               'pip install "bunko[ja]"') from exc
         self._mode = getattr(sudachipy.SplitMode, mode)
+        self.normalized = normalized
+        self._skip = _SKIP_POS if skip_function_words else frozenset()
+        self._local = threading.local()  # a Sudachi tokenizer must not be shared between threads
 
     def _tokenizer(self) -> Any:
         tokenizer = getattr(self._local, "tokenizer", None)
@@ -198,34 +172,31 @@ class SudachiAnalyzer(MorphologicalAnalyzer):
             tokenizer = self._local.tokenizer = self._dictionary.tokenizer(mode=self._mode)
         return tokenizer
 
-    def _morphemes(self, text: str) -> Iterable[tuple[str, str, str]]:
-        for m in self._tokenizer().tokenize(text):
-            yield m.surface(), m.normalized_form(), m.part_of_speech()[0]
+    def morphemes(self, text: str) -> list[tuple[int, str]]:
+        """(offset, token) of each CJK morpheme of already normalised ``text``."""
+        out: list[tuple[int, str]] = []
+        tokenizer = self._tokenizer()
+        for base, piece in _pieces(text, _SUDACHI_MAX_CHARS):
+            for m in tokenizer.tokenize(piece):
+                surface = m.surface()
+                if not _CJK_CHAR_RE.search(surface) or m.part_of_speech()[0] in self._skip:
+                    continue
+                form = m.normalized_form().lower() if self.normalized else surface
+                out.extend((base + m.begin(), t) for t in _WORD_RE.findall(form) if _CJK_CHAR_RE.search(t))
+        return out
 
+    def index_tokens(self, text: str) -> list[str]:
+        """CJK morphemes and words of other scripts, in text order."""
+        norm = _normalize(text)
+        items = [(m.start(), m.group(2)) for m in _TOKEN_RE.finditer(norm) if m.group(2)]
+        if _CJK_CHAR_RE.search(norm):
+            items.extend(self.morphemes(norm))
+            items.sort(key=lambda item: item[0])  # stable: a morpheme's tokens keep their order
+        return [token for _, token in items]
 
-class MeCabAnalyzer(MorphologicalAnalyzer):
-    """Japanese morphemes from MeCab (fugashi) with UniDic-lite; kept for measurement only."""
-
-    name = "mecab"
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        try:
-            import fugashi  # noqa: F401
-            import unidic_lite  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError('the "mecab" analyzer needs fugashi and unidic-lite: '
-                              "pip install fugashi unidic-lite") from exc
-
-    def _morphemes(self, text: str) -> Iterable[tuple[str, str, str]]:
-        tagger = getattr(self._local, "tagger", None)
-        if tagger is None:
-            import fugashi
-
-            tagger = self._local.tagger = fugashi.Tagger()
-        for word in tagger(text):
-            feature = word.feature
-            yield word.surface, feature.orthBase or word.surface, feature.pos1 or ""
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """Each distinct token is a one-token phrase."""
+        return _distinct((t,) for t in self.index_tokens(text))
 
 
 class CombinedAnalyzer:
@@ -245,9 +216,10 @@ class CombinedAnalyzer:
         self._morphemes = SudachiAnalyzer(mode="C")
 
     def _words(self, text: str) -> list[str]:
-        if not _CJK_CHAR_RE.search(text):
+        norm = _normalize(text)
+        if not _CJK_CHAR_RE.search(norm):
             return []
-        return [t for t in self._morphemes.index_tokens(text) if len(t) > 1 and _CJK_CHAR_RE.search(t)]
+        return [t for _, t in self._morphemes.morphemes(norm) if len(t) > 1]
 
     def index_tokens(self, text: str) -> list[str]:
         """Words and CJK characters (as ``bigram``), then the CJK morphemes."""
@@ -303,7 +275,6 @@ register_analyzer("bigram", BigramAnalyzer)
 register_analyzer("whitespace", WhitespaceAnalyzer)
 register_analyzer("sudachi", SudachiAnalyzer)
 register_analyzer("combined", CombinedAnalyzer)
-register_analyzer("mecab", MeCabAnalyzer)
 
 
 # -- rendering for the stores ---------------------------------------------------------------

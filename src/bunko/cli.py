@@ -295,7 +295,7 @@ def collections(ctx: click.Context, tenant: str, as_json: bool) -> None:
         stderr.print(f"tenant '{escape(tenant)}' has no collections yet; run: bunko ingest PATH")
     for c in items:
         stdout.print(f"{escape(c.name)}  {c.document_count} documents, {c.chunk_count} chunks  "
-                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d)[/]")
+                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d), analyzer {c.analyzer}[/]")
 
 
 @cli.group()

@@ -243,6 +243,7 @@ class Tenant:
         if progress:
             progress("total", "", len(files))
         manager = self.pipeline(collection, splitter=splitter, analyzer=analyzer).index_manager
+        await asyncio.to_thread(manager.check_collection)  # another analyzer or splitter: fail before loading
         options = options or LoadOptions()
         semaphore = asyncio.Semaphore(max(1, workers))
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .analysis import detect_language
+from .analysis import detect_language, get_analyzer
 from .embedders import BaseEmbedder, embedder_info
-from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
+from .errors import BunkoError, CollectionNotFoundError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
-from .stores.base import ChunkWrite, DocumentWrite, VectorStore
+from .stores.base import ChunkWrite, DocumentWrite, VectorStore, check_analyzer
 from .types import Document, IngestResult, new_id
 
 ProgressCallback = Callable[[int], None]
@@ -82,6 +82,21 @@ class IndexManager:
                 )
             self.chunker = build_splitter(stored, self.embedder)
         self._ready = True
+
+    def check_collection(self) -> None:
+        """Fail early on an unknown analyzer, or a collection created with another analyzer or splitter."""
+        get_analyzer(self.analyzer)
+        try:
+            collection = self.vector_store.get_collection(self.collection)
+        except CollectionNotFoundError:
+            return
+        check_analyzer(collection, self.analyzer)
+        stored = collection.config.get("splitter") or DEFAULT_SPLITTER
+        if self.chunker is None and self.splitter is not None and self.splitter != stored:
+            raise ConfigError(
+                f"collection {self.collection!r} splits documents with {stored}; it cannot switch to "
+                f"{self.splitter}. Use a new collection for another splitter"
+            )
 
     def content_hash(self, normalized: str) -> str:
         """A key that changes when the text, the splitter or the embedder changes."""

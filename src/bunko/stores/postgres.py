@@ -45,8 +45,8 @@ from ..errors import (
 )
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
 from . import pg_migrations
-from .base import DocumentWrite, check_query_vector, make_hit
-from .sqlite import _check_name, _check_top_k, _same_analyzer, check_analyzer
+from .base import DocumentWrite, check_analyzer, check_query_vector, make_hit
+from .sqlite import _check_name, _check_top_k, _same_analyzer
 
 try:  # optional dependencies: the "postgres" extra
     import psycopg
@@ -825,37 +825,52 @@ class PostgresVectorStore:
                     [tsquery, tenant_pk, row[0], tsquery, *restrict_params, top_k],
                 ).fetchall()
             else:
+                if any(len(p) > 2 for p in phrases):
+                    raise VectorStoreError(f"BM25 on PostgreSQL scores phrases of one or two tokens; the "
+                                           f"{row[10]!r} analyzer made a longer one. Set keyword_ranking='ts_rank'")
                 chunks, tokens = int(row[8]), int(row[11])
                 ranked = conn.execute(
                     _BM25_SQL.format(restrict=restrict),
-                    [[" ".join(p) for p in phrases], [tsquery_literal([p]) for p in phrases],
-                     tenant_pk, row[0], tsquery, chunks, settings.bm25_k1, settings.bm25_k1,
+                    [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
+                     tenant_pk, row[0], tsquery, sorted({t for p in phrases for t in p}), chunks, settings.bm25_k1,
+                     settings.bm25_k1,
                      settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
                      tenant_pk, *restrict_params, top_k],
                 ).fetchall()
             return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
 
 
-# BM25 over the analyzer's phrases, in one statement. ``hits`` pairs each chunk that matches the
-# query (through the GIN index) with each phrase it contains and that phrase's frequency; a
-# phrase's document frequency is its number of pairs, counted before any restriction so that a
-# restricted search scores like an unrestricted one. idf = ln(1 + (N - df + 0.5) / (df + 0.5))
-# (always positive); N and the average length come from the collection's counters.
+# BM25 over the analyzer's phrases (of one or two tokens), in one statement:
+# * ``candidates``: chunks matching any phrase, through the GIN index;
+# * ``lexemes``: each query token's positions in each candidate, cut out of the tsvector in C
+#   (setweight marks the query's lexemes, ts_filter keeps only them);
+# * ``tf``: per (phrase, chunk), how often the phrase occurs: the token's positions, or for a
+#   two-token phrase the positions p of the first with p + 1 among the second's; a phrase's
+#   document frequency is its number of chunks, counted
+#   before any restriction so that a restricted search scores like an unrestricted one;
+# * idf = ln(1 + (N - df + 0.5) / (df + 0.5)) (always positive); N and the average length come from
+#   the collection's counters (chunk_count, keyword_tokens).
 _BM25_SQL = """
 WITH q AS (
-    SELECT i, string_to_array(p, ' ') AS toks, t::tsquery AS tq
-    FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(p, t, i)
+    SELECT i, t1, nullif(t2, '') AS t2 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(t1, t2, i)
 ), candidates AS MATERIALIZED (
     SELECT c.id, c.fts, c.fts_length FROM bunko.chunks c
     WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery
-), hits AS MATERIALIZED (
-    SELECT k.id, k.fts_length, q.i, bunko.phrase_tf(k.fts, q.toks) AS tf
-    FROM candidates k JOIN q ON k.fts @@ q.tq
-), df AS (
-    SELECT i, ln(1 + (%s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM hits GROUP BY i
+), lexemes AS MATERIALIZED (
+    SELECT k.id, u.lexeme, u.positions
+    FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
+), tf AS (
+    SELECT q.i, l.id, cardinality(l.positions) AS tf FROM q JOIN lexemes l ON l.lexeme = q.t1 WHERE q.t2 IS NULL
+    UNION ALL
+    SELECT i, id, tf FROM (
+        SELECT q.i, a.id, (SELECT count(*) FROM unnest(a.positions) AS p WHERE p + 1 = ANY (b.positions)) AS tf
+        FROM q JOIN lexemes a ON a.lexeme = q.t1 JOIN lexemes b ON b.id = a.id AND b.lexeme = q.t2
+    ) pairs WHERE tf > 0
+), idf AS (
+    SELECT i, ln(1 + (%s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM tf GROUP BY i
 ), scored AS (
-    SELECT h.id, sum(df.idf * h.tf * (%s + 1) / (h.tf + %s * (1 - %s + %s * h.fts_length / %s::float8))) AS score
-    FROM hits h JOIN df USING (i) GROUP BY h.id
+    SELECT t.id, sum(idf.idf * t.tf * (%s + 1) / (t.tf + %s * (1 - %s + %s * k.fts_length / %s::float8))) AS score
+    FROM tf t JOIN idf USING (i) JOIN candidates k ON k.id = t.id GROUP BY t.id
 )
 SELECT s.id, s.score FROM scored s JOIN bunko.chunks c ON c.id = s.id
 WHERE c.tenant_id = %s{restrict}

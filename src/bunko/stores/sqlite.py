@@ -41,7 +41,7 @@ from ..errors import (
     VectorStoreError,
 )
 from ..types import Collection, DocumentInfo, EmbedderInfo, IngestResult, SearchHit, VectorRecord, new_id
-from .base import DocumentWrite, check_query_vector, make_hit
+from .base import DocumentWrite, check_analyzer, check_query_vector, make_hit
 
 logger = logging.getLogger(__name__)
 
@@ -898,15 +898,6 @@ _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, "
     "document_count, chunk_count, config, analyzer FROM collections"
 )
-
-
-def check_analyzer(collection: Collection, analyzer: str | None) -> None:
-    """Refuse a named analyzer that is not the one ``collection`` was created with."""
-    if analyzer is not None and get_analyzer(analyzer).name != collection.analyzer:
-        raise AnalyzerMismatchError(
-            f"collection {collection.name!r} was created with the {collection.analyzer!r} analyzer; it cannot "
-            f"be searched or extended with {analyzer!r}. Use the same analyzer, or another collection"
-        )
 
 
 def _same_analyzer(recorded: str, analyzer: Analyzer, collection: str) -> None:
