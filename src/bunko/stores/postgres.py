@@ -848,8 +848,9 @@ class PostgresVectorStore:
 #   two-token phrase the positions p of the first with p + 1 among the second's; a phrase's
 #   document frequency is its number of chunks, counted
 #   before any restriction so that a restricted search scores like an unrestricted one;
-# * idf = ln(1 + (N - df + 0.5) / (df + 0.5)) (always positive); N and the average length come from
-#   the collection's counters (chunk_count, keyword_tokens).
+# * idf = ln((N - df + 0.5) / (df + 0.5)), at least 1e-6, as SQLite's FTS5 computes it, so a phrase in
+#   half the chunks or more counts for (almost) nothing; N and the average length come from the
+#   collection's counters (chunk_count, keyword_tokens).
 _BM25_SQL = """
 WITH q AS (
     SELECT i, t1, nullif(t2, '') AS t2 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(t1, t2, i)
@@ -867,7 +868,8 @@ WITH q AS (
         FROM q JOIN lexemes a ON a.lexeme = q.t1 JOIN lexemes b ON b.id = a.id AND b.lexeme = q.t2
     ) pairs WHERE tf > 0
 ), idf AS (
-    SELECT i, ln(1 + (%s - count(*) + 0.5) / (count(*) + 0.5)) AS idf FROM tf GROUP BY i
+    SELECT i, greatest(ln((greatest(%s, count(*)) - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf
+    FROM tf GROUP BY i
 ), scored AS (
     SELECT t.id, sum(idf.idf * t.tf * (%s + 1) / (t.tf + %s * (1 - %s + %s * k.fts_length / %s::float8))) AS score
     FROM tf t JOIN idf USING (i) JOIN candidates k ON k.id = t.id GROUP BY t.id
