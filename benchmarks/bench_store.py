@@ -225,6 +225,7 @@ def _file_size(path: Path) -> int:
 
 
 PER_DOCUMENT = False
+ANALYZER = "bigram"  # the keyword analyzer of the benchmark collection (--analyzer)
 
 
 def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
@@ -247,7 +248,7 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         # ---- ingest -------------------------------------------------------------
         backend = SQLiteBackend(db)
         store = backend.for_tenant("bench")
-        store.ensure_collection(COLLECTION, info)
+        store.ensure_collection(COLLECTION, info, analyzer=ANALYZER)
         batches: list[list[DocumentWrite]] = [[]]
         for doc in documents:
             current = batches[-1]
@@ -471,7 +472,8 @@ def _env() -> dict[str, Any]:
 
 def _run_child(n: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(n), "--dim", str(args.dim),
-           "--queries", str(args.queries), "--seed", str(args.seed)] + (["--per-document"] if args.per_document else [])
+           "--queries", str(args.queries), "--seed", str(args.seed), "--analyzer", args.analyzer]
+    cmd += ["--per-document"] if args.per_document else []
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark for N={n} failed (exit {proc.returncode})")
@@ -487,12 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="JSON to stdout (the table goes to stderr)")
     parser.add_argument("--in-process", action="store_true", help="run every size in this process")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--analyzer", default="bigram",
+                        help="keyword analyzer of the collection (the figures in README were taken with bigram)")
     parser.add_argument("--per-document", action="store_true",
                         help="one transaction per document instead of bunko ingest's batches")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global PER_DOCUMENT
+    global PER_DOCUMENT, ANALYZER
     PER_DOCUMENT = args.per_document
+    ANALYZER = args.analyzer
 
     if args.worker is not None:
         print(json.dumps(run_size(args.worker, args.dim, args.queries, args.seed)))

@@ -140,3 +140,22 @@ def test_console_script_runs_in_a_fresh_process(tmp_path: Path) -> None:
     assert ask.returncode == 0, ask.stderr
     assert "Extractive answer" in ask.stdout and re.search(r"\[1\]", ask.stdout)
     assert "Sources" in ask.stdout
+
+
+def test_the_analyzer_is_chosen_at_ingest_and_fixed(db: str) -> None:
+    code, data = run_json(db, "ingest", str(EXAMPLES / "bichiku.txt"), "-c", "kw", "--analyzer", "sudachi")
+    assert code == 0 and data["errors"] == []
+    code, data = run_json(db, "collections")
+    assert [(c["name"], c["analyzer"]) for c in data["collections"]] == [("kw", "sudachi")]
+    code, data = run_json(db, "search", "備蓄", "-c", "kw", "--mode", "keyword")
+    assert code == 0 and data["results"]
+
+    code, out, err = run(db, "ingest", str(EXAMPLES), "-c", "kw", "--analyzer", "bigram")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "'sudachi' analyzer" in err and "'bigram'" in err
+    code, data = run_json(db, "ingest", str(EXAMPLES), "-c", "kw", "--analyzer", "bigram")
+    assert code == 1 and data["error"]["type"] == "AnalyzerMismatchError"
+    code, data = run_json(db, "ingest", str(EXAMPLES), "-c", "other", "--analyzer", "kuromoji")
+    assert code == 1 and data["error"]["type"] == "ConfigError" and "unknown analyzer" in data["error"]["message"]
+    code, data = run_json(db, "documents", "list", "-c", "kw")
+    assert code == 0 and len(data["documents"]) == 1  # the refused ingests wrote nothing

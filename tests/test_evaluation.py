@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bunko import Bunko
+from bunko.analysis import DEFAULT_ANALYZER_NAME
 from bunko.cli import cli
 from bunko.errors import ConfigError
 from bunko.evaluation import (
@@ -237,8 +238,8 @@ def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["eval", str(tiny), "--mode", "all", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"dataset", "queries", "results"}
-    assert data["dataset"] == "tiny-beir" and data["queries"] == 4
+    assert set(data) == {"dataset", "analyzer", "queries", "results"}
+    assert data["dataset"] == "tiny-beir" and data["queries"] == 4 and data["analyzer"] == DEFAULT_ANALYZER_NAME
     assert list(data["results"]) == list(MODES)
     for values in data["results"].values():
         assert {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50"} <= set(values)
@@ -250,10 +251,10 @@ def test_cli_eval_explicit_db_and_limit(tiny: Path, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'mine.db'}"
     runner = CliRunner()
     result = runner.invoke(cli, ["--db", db, "eval", str(tiny), "--mode", "keyword", "--limit-queries", "2",
-                                 "--json"], catch_exceptions=False)
+                                 "--analyzer", "whitespace", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["queries"] == 2 and list(data["results"]) == ["keyword"]
+    assert data["queries"] == 2 and list(data["results"]) == ["keyword"] and data["analyzer"] == "whitespace"
     assert (tmp_path / "mine.db").exists()
     collections = json.loads(runner.invoke(cli, ["--db", db, "collections", "--json"]).stdout)
     assert collections == {"collections": []}

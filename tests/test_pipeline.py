@@ -16,6 +16,7 @@ from bunko import (
     EmbeddingError,
     RetrievalError,
 )
+from bunko.analysis import DEFAULT_ANALYZER_NAME
 from bunko.embedders import BaseEmbedder, get_embedder, register_embedder, unregister_embedder
 from bunko.errors import UnknownProviderError
 from bunko.generation import parse_citations, split_passages
@@ -191,3 +192,16 @@ def test_hybrid_search_fuses_both_legs_in_the_same_scope(demo, engine: Bunko) ->
     assert [h.chunk_id for h in fused] == ["b", "a", "c"]  # b is in both lists
     assert fused[0].metadata["legs"] == {"vector": {"rank": 2, "score": 0.0}, "keyword": {"rank": 1, "score": 0.0}}
     assert fused[0].score == pytest.approx(0.7 / 62 + 0.3 / 61)
+
+
+def test_chunks_record_their_language_and_the_collection_its_analyzer(engine: Bunko) -> None:
+    scope = engine.tenant("lang")
+    scope.add_document(Document("付属の説明書を読んでください。非常用の水は3日分を備蓄します。", {"source": "ja.txt"}),
+                       "mixed")
+    scope.add_document(Document("Keep three days of drinking water for every person in the house.",
+                                {"source": "en.txt"}), "mixed")
+    assert scope.store.get_collection("mixed").analyzer == DEFAULT_ANALYZER_NAME == "combined"
+    hits = scope.search("附属の説明書", "mixed", mode="keyword").results  # 附属 and 付属 share a normal form
+    assert hits and hits[0].source == "ja.txt" and hits[0].metadata["language"] == "ja"
+    hits = scope.search("drinking water", "mixed", mode="keyword").results
+    assert [h.source for h in hits] == ["en.txt"] and hits[0].metadata["language"] == "en"

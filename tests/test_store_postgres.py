@@ -8,6 +8,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from bunko.errors import ConfigError
 from bunko.stores import pg_migrations
 from bunko.stores.postgres import PostgresBackend, PostgresSettings, schema_status
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
@@ -104,6 +105,9 @@ def test_upgrading_keeps_the_keyword_index_of_existing_rows(pg_server) -> None:
         try:
             hits = backend.for_tenant("acme").keyword_search("docs", "飲料水")
             assert [h.chunk_id for h in hits] == ["c1"]
+            with _admin(url) as conn:  # m003 counted the old rows' tokens for BM25
+                assert conn.execute("SELECT fts_length FROM bunko.chunks").fetchone()[0] == 12
+                assert conn.execute("SELECT keyword_tokens FROM bunko.collections").fetchone()[0] == 12
         finally:
             backend.close()
     finally:
@@ -362,3 +366,80 @@ def test_rls_confines_usage_search_logs_and_conversations(backend: PostgresBacke
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("INSERT INTO bunko.conversation_turns (tenant_id, conversation_id, role, content) "
                          "VALUES (%s, 'chat', 'user', 'planted')", (a_pk + 1,))
+
+
+def _keyword_totals(url: str) -> tuple[int, int]:
+    with _admin(url) as conn:
+        stored = conn.execute("SELECT keyword_tokens FROM bunko.collections").fetchone()[0]
+        actual = conn.execute("SELECT coalesce(sum(fts_length), 0) FROM bunko.chunks").fetchone()[0]
+    return stored, actual
+
+
+def test_keyword_token_counter_follows_every_write(backend: PostgresBackend, pg_url: str) -> None:
+    from bunko.types import VectorRecord
+
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO, analyzer="bigram")
+    doc = make_document("a.txt", ["水の備蓄", "three words here"], unit_vectors(2, 1))
+    store.write_document("c", doc)
+    assert _keyword_totals(pg_url) == (7, 7)
+    store.write_document("c", make_document("a.txt", ["家具"], unit_vectors(1, 2), content_hash="v2"))  # replaced
+    assert _keyword_totals(pg_url) == (2, 2)
+    ids = store.upsert("c", [VectorRecord("one two", vector=unit_vectors(1, 3)[0].tolist())])
+    store.upsert("c", [VectorRecord("one two three", id=ids[0], vector=unit_vectors(1, 3)[0].tolist())])
+    assert _keyword_totals(pg_url) == (5, 5)
+    store.delete("c", ids)
+    assert _keyword_totals(pg_url) == (2, 2)
+    store.delete_documents([doc.id])
+    assert _keyword_totals(pg_url) == (0, 0)
+
+
+def test_bm25_scores_match_the_formula(backend: PostgresBackend) -> None:
+    """The SQL scores equal BM25 computed here from the analyzer's tokens (phrases included)."""
+    import math
+
+    from bunko.analysis import get_analyzer
+
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO, analyzer="bigram")
+    texts = ["水の備蓄は水の量が大切", "備蓄する水", "水道の点検", "water storage", "storage of water and water",
+             "地震の備え"]
+    store.write_document("c", make_document("f.txt", texts, unit_vectors(len(texts), 4)))
+    analyzer, k1, b = get_analyzer("bigram"), 1.2, 0.75
+    docs = [analyzer.index_tokens(t) for t in texts]
+    avgdl = sum(map(len, docs)) / len(docs)
+
+    def tf(tokens: list[str], phrase: tuple[str, ...]) -> int:
+        n = len(phrase)
+        return sum(1 for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n]) == phrase)
+
+    for query in ["水の備蓄", "water storage", "水 water"]:
+        phrases = analyzer.query_phrases(query)
+        expected = {}
+        for text, tokens in zip(texts, docs, strict=True):
+            score = 0.0
+            for phrase in phrases:
+                df = sum(1 for d in docs if tf(d, phrase))
+                f = tf(tokens, phrase)
+                if f:
+                    idf = max(math.log((len(docs) - df + 0.5) / (df + 0.5)), 1e-6)
+                    score += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * len(tokens) / avgdl))
+            if score:
+                expected[text] = score
+        got = {h.content: h.score for h in store.keyword_search("c", query, 10)}
+        assert got == pytest.approx(expected, rel=1e-6), query
+
+
+def test_ts_rank_is_available_as_the_other_ranking(pg_url: str) -> None:
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(keyword_ranking="ts_rank"))
+    try:
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO, analyzer="combined")
+        store.write_document("c", make_document("t.txt", ["家具の固定は地震対策の基本です。", "水の備蓄"],
+                                                unit_vectors(2, 5)))
+        hits = store.keyword_search("c", "地震対策", 5)
+        assert [h.content for h in hits] == ["家具の固定は地震対策の基本です。"] and 0 < hits[0].score < 1
+    finally:
+        backend.close()
+    with pytest.raises(ConfigError, match="keyword_ranking"):
+        PostgresSettings(keyword_ranking="tf-idf")

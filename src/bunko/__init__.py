@@ -14,6 +14,7 @@ from .embedders import (
 )
 from .engine import Bunko, IngestReport, SearchResponse, Tenant
 from .errors import (
+    AnalyzerMismatchError,
     BunkoError,
     CollectionNotFoundError,
     ConfigError,
@@ -60,6 +61,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnalyzerMismatchError",
     "BaseEmbedder",
     "Bunko",
     "BunkoError",

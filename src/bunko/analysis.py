@@ -1,99 +1,327 @@
-"""Text analysis for the keyword index: the same analyzer at index and query time.
+"""Text analysis for the keyword index: one analyzer per collection, the same at index and query time.
 
-The default analyzer is language-neutral: words for alphabetic scripts (case-folded),
-and overlapping character bigrams for CJK runs, which is what makes keyword search
-match Japanese text at all (Japanese has no spaces between words). A morphological
-analyzer can replace it behind the same ``Analyzer`` protocol.
+An :class:`Analyzer` turns text into *tokens* and a query into *phrases*:
 
-For SQLite FTS5 the bigrams are not materialised: the index stores every CJK
-character as its own token (one C-level regex substitution per chunk), and a query
-asks for each CJK bigram as a two-token *phrase*. FTS5 ranks phrases with BM25 just
-as it ranks terms, so this is bigram BM25 at a fraction of the indexing cost.
+* ``index_tokens(text)`` is the token stream of a chunk (its order gives the positions);
+* ``query_phrases(text)`` lists the distinct units of a query, each a token sequence
+  that must occur at consecutive positions.
+
+Both stores render exactly this analysis and nothing else, so a collection ranks the same
+on either backend: SQLite stores the space-joined tokens in FTS5 and asks for the quoted
+phrases ORed; PostgreSQL stores a ``tsvector`` built from the tokens and their positions
+and asks ``'a' <-> 'b' | 'c'``. Neither ever parses user text as FTS5 or tsquery syntax.
+Tokens are runs of letters and digits (plus CJK marks such as ``ー`` and ``々``), lower-cased
+after NFKC, so FTS5's ``unicode61`` tokenizer keeps each one whole.
+
+Built-in analyzers (``get_analyzer(name)``):
+
+* ``bigram`` -- words for alphabetic scripts; each CJK character is a token and a query asks
+  for every CJK bigram as a two-token phrase (bigram BM25 without materialising bigrams).
+* ``sudachi`` -- Japanese morphemes from SudachiPy (split mode A, dictionary normal forms, so
+  ``附属`` finds ``付属``); words for alphabetic scripts. Extra ``ja``.
+* ``whitespace`` -- the Unicode word tokenizer alone: runs of letters and digits, no
+  segmentation of CJK runs. The baseline to measure the others against.
+
+The analyzer is recorded per collection when it is created (``DEFAULT_ANALYZER_NAME`` when
+none is named) and is used for that collection from then on.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
-# CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul.
+from .errors import ConfigError
+
+# CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul --
+# letters only: the combining and spacing (semi-)voiced marks and the punctuation inside the kana
+# blocks (゛゜゠・) are not, because FTS5's unicode61 tokenizer would drop them from a token.
 _CJK = (
-    r"\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    r"\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af\u3005\u3006\u30fc"
+    r"\u3041-\u3098\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uf900-\ufaff\uff66-\uff9d\uac00-\ud7af\u3005\u3006"
 )
+# A CJK run, or a word: letters and digits of any other script (no underscore, no punctuation).
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}_]+)")
+_WORD_RE = re.compile(r"[^\W_]+")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
-_CJK_RANGES = [
-    (0x3040, 0x309F), (0x30A0, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
-    (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0xAC00, 0xD7AF), (0x3005, 0x3006),
-]
-# str.translate with a plain dict runs in C; re.sub with a template calls back into Python per match.
-_SPACE_OUT_CJK = {cp: f" {chr(cp)} " for lo, hi in _CJK_RANGES for cp in range(lo, hi + 1)}
+
+Phrase = tuple[str, ...]
 
 
 @runtime_checkable
 class Analyzer(Protocol):
-    """Turns text into index terms and queries; must be deterministic."""
+    """Turns text into index tokens and query phrases; must be deterministic."""
 
     name: str
 
-    def terms(self, text: str) -> list[str]:
-        """The index terms of ``text``, in order."""
+    def index_tokens(self, text: str) -> list[str]:
+        """The tokens of ``text`` in order (position = index in the list)."""
         ...
 
-    def index_text(self, text: str) -> str:
-        """The text stored in the FTS5 column (tokenised there by ``unicode61``)."""
-        ...
-
-    def match_query(self, text: str) -> str | None:
-        """An FTS5 MATCH expression for a user query, or None when it has no terms."""
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """The distinct units of a query, in order; each is a token sequence matched at consecutive positions."""
         ...
 
 
-def _quote(phrase: str) -> str:
-    # Every term is a double-quoted FTS5 string, so user input is never parsed as FTS5 syntax.
-    return '"' + phrase.replace('"', '""') + '"'
+def _normalize(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def _distinct(phrases: Iterable[Phrase]) -> list[Phrase]:
+    return list(dict.fromkeys(p for p in phrases if p))
 
 
 class BigramAnalyzer:
-    """Words for alphabetic scripts, overlapping character bigrams for CJK runs."""
+    """Words for alphabetic scripts; CJK characters as tokens, queried as overlapping bigram phrases."""
 
     name = "bigram"
 
-    def terms(self, text: str) -> list[str]:
-        """The index terms of ``text``, in order."""
+    def index_tokens(self, text: str) -> list[str]:
+        """Words, and every CJK character on its own."""
         out: list[str] = []
-        for match in _TOKEN_RE.finditer(unicodedata.normalize("NFKC", text).lower()):
-            cjk, word = match.group(1), match.group(2)
+        for cjk, word in _TOKEN_RE.findall(_normalize(text)):
             if word:
                 out.append(word)
-            elif len(cjk) == 1:
-                out.append(cjk)
             else:
-                out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+                out.extend(cjk)
         return out
 
-    def index_text(self, text: str) -> str:
-        """Text with every CJK character spaced out, so FTS5 indexes it as one token."""
-        return unicodedata.normalize("NFKC", text).translate(_SPACE_OUT_CJK)
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """Distinct words and CJK bigrams (a lone CJK character is a one-token phrase)."""
+        out: list[Phrase] = []
+        for cjk, word in _TOKEN_RE.findall(_normalize(text)):
+            if word:
+                out.append((word,))
+            elif len(cjk) == 1:
+                out.append((cjk,))
+            else:
+                out.extend((cjk[i], cjk[i + 1]) for i in range(len(cjk) - 1))
+        return _distinct(out)
 
-    def match_query(self, text: str) -> str | None:
-        """OR of the query's distinct words and CJK bigrams (each bigram a two-token phrase)."""
-        seen: dict[str, None] = {}
-        for term in self.terms(text):
-            seen.setdefault(" ".join(term) if _CJK_CHAR_RE.match(term) else term, None)
-        return " OR ".join(_quote(t) for t in seen) if seen else None
+    def terms(self, text: str) -> list[str]:
+        """Words and CJK bigrams as strings (for term-overlap scoring outside the index)."""
+        return ["".join(p) for p in self.query_phrases(text)]
 
 
-def fts_document(analyzer: Analyzer, text: str) -> str:
-    """The analyzed text as stored in the FTS5 column."""
-    return analyzer.index_text(text)
+class WhitespaceAnalyzer:
+    """The Unicode word tokenizer alone: runs of letters and digits, lower-cased; CJK runs are not split."""
+
+    name = "whitespace"
+
+    def index_tokens(self, text: str) -> list[str]:
+        """Runs of letters and digits."""
+        return _WORD_RE.findall(_normalize(text))
+
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """Each distinct word is a one-token phrase."""
+        return _distinct((w,) for w in self.index_tokens(text))
 
 
-def fts_query(analyzer: Analyzer, text: str) -> str | None:
-    """An FTS5 MATCH expression for ``text``, or None if it has no terms."""
-    return analyzer.match_query(text)
+# Sudachi refuses inputs over about 49k bytes; chunks are far smaller, long texts are cut at newlines.
+_SUDACHI_MAX_CHARS = 4000
+# Parts of speech left out of the index and queries: particles, auxiliary verbs, symbols, blanks.
+_SKIP_POS = frozenset({"助詞", "助動詞", "補助記号", "空白", "記号"})
+
+
+def _pieces(text: str, limit: int) -> Iterable[tuple[int, str]]:
+    """``text`` cut into pieces of at most ``limit`` characters (at newlines when possible), with offsets."""
+    start = 0
+    while len(text) - start > limit:
+        cut = text.rfind("\n", start, start + limit)
+        cut = cut if cut > start else start + limit
+        yield start, text[start:cut]
+        start = cut
+    if start < len(text):
+        yield start, text[start:]
+
+
+class SudachiAnalyzer:
+    """Japanese morphemes from SudachiPy with the core dictionary for CJK text; words for the rest.
+
+    Each morpheme that contains CJK characters becomes a token: its dictionary normal form
+    (``附属`` → ``付属``, ``読んだ`` → ``読む``) unless ``normalized=False``. Particles,
+    auxiliary verbs and symbols are left out. Other text is cut into words exactly as by the
+    other analyzers, so Latin text is tokenized identically by every analyzer here. The
+    text goes to Sudachi in one call (per-call overhead dominates short runs), and tokens
+    are put back in text order by their offsets.
+    """
+
+    name = "sudachi"
+
+    def __init__(self, *, mode: str = "A", normalized: bool = True, skip_function_words: bool = True) -> None:
+        try:
+            import sudachipy
+        except ImportError as exc:
+            raise ConfigError('the "sudachi" analyzer needs SudachiPy: pip install "bunko[ja]"') from exc
+        try:
+            self._dictionary = sudachipy.Dictionary(dict="core")
+        except Exception as exc:  # sudachipy raises its own error types for a missing dictionary
+            raise ConfigError(f'the "sudachi" analyzer cannot load sudachidict_core ({exc}): '
+                              'pip install "bunko[ja]"') from exc
+        self._mode = getattr(sudachipy.SplitMode, mode)
+        self.normalized = normalized
+        self._skip = _SKIP_POS if skip_function_words else frozenset()
+        self._local = threading.local()  # a Sudachi tokenizer must not be shared between threads
+
+    def _tokenizer(self) -> Any:
+        tokenizer = getattr(self._local, "tokenizer", None)
+        if tokenizer is None:
+            tokenizer = self._local.tokenizer = self._dictionary.tokenizer(mode=self._mode)
+        return tokenizer
+
+    def morphemes(self, text: str) -> list[tuple[int, str]]:
+        """(offset, token) of each CJK morpheme of already normalised ``text``."""
+        out: list[tuple[int, str]] = []
+        tokenizer = self._tokenizer()
+        for base, piece in _pieces(text, _SUDACHI_MAX_CHARS):
+            for m in tokenizer.tokenize(piece):
+                surface = m.surface()
+                if not _CJK_CHAR_RE.search(surface) or m.part_of_speech()[0] in self._skip:
+                    continue
+                form = m.normalized_form().lower() if self.normalized else surface
+                out.extend((base + m.begin(), t) for t in _WORD_RE.findall(form) if _CJK_CHAR_RE.search(t))
+        return out
+
+    def index_tokens(self, text: str) -> list[str]:
+        """CJK morphemes and words of other scripts, in text order."""
+        norm = _normalize(text)
+        items = [(m.start(), m.group(2)) for m in _TOKEN_RE.finditer(norm) if m.group(2)]
+        if _CJK_CHAR_RE.search(norm):
+            items.extend(self.morphemes(norm))
+            items.sort(key=lambda item: item[0])  # stable: a morpheme's tokens keep their order
+        return [token for _, token in items]
+
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """Each distinct token is a one-token phrase."""
+        return _distinct((t,) for t in self.index_tokens(text))
+
+
+class CombinedAnalyzer:
+    """The ``bigram`` analysis plus Sudachi's multi-character CJK morphemes (split mode C).
+
+    Bigrams find any substring, whatever the dictionary knows; whole morphemes (normal
+    forms) add evidence for the words the query shares with a chunk. The morphemes follow
+    the character tokens, so they never sit between two characters of a bigram phrase, and
+    one-character morphemes are left out: they would only repeat the character tokens.
+    Text without CJK is analyzed exactly as by ``bigram``.
+    """
+
+    name = "combined"
+
+    def __init__(self) -> None:
+        self._bigram = BigramAnalyzer()
+        self._morphemes = SudachiAnalyzer(mode="C")
+
+    def _words(self, text: str) -> list[str]:
+        norm = _normalize(text)
+        if not _CJK_CHAR_RE.search(norm):
+            return []
+        return [t for _, t in self._morphemes.morphemes(norm) if len(t) > 1]
+
+    def index_tokens(self, text: str) -> list[str]:
+        """Words and CJK characters (as ``bigram``), then the CJK morphemes."""
+        return self._bigram.index_tokens(text) + self._words(text)
+
+    def query_phrases(self, text: str) -> list[Phrase]:
+        """Words and CJK bigrams (as ``bigram``), then each distinct CJK morpheme."""
+        return _distinct([*self._bigram.query_phrases(text), *((t,) for t in self._words(text))])
+
+
+def _sudachi_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("sudachipy", "sudachidict_core"))
+
+
+# -- registry -------------------------------------------------------------------------------
+# New collections get ``combined`` when the "ja" extra is installed (it ranks best on JSQuAD),
+# and ``bigram`` otherwise; a collection keeps the analyzer it was created with.
+DEFAULT_ANALYZER_NAME = "combined" if _sudachi_installed() else "bigram"
+_FACTORIES: dict[str, Callable[[], Analyzer]] = {}
+_INSTANCES: dict[str, Analyzer] = {}
+_LOCK = threading.Lock()
+
+
+def register_analyzer(name: str, factory: Callable[[], Analyzer]) -> None:
+    """Make an analyzer available by name (built on first use, then shared)."""
+    with _LOCK:
+        _FACTORIES[name] = factory
+        _INSTANCES.pop(name, None)
+
+
+def analyzer_names() -> list[str]:
+    """The registered analyzer names."""
+    return sorted(_FACTORIES)
+
+
+def get_analyzer(name: str | None = None) -> Analyzer:
+    """The analyzer registered as ``name`` (the default when None); ``ConfigError`` if unknown."""
+    name = name or DEFAULT_ANALYZER_NAME
+    with _LOCK:
+        analyzer = _INSTANCES.get(name)
+        if analyzer is not None:
+            return analyzer
+        factory = _FACTORIES.get(name)
+        if factory is None:
+            raise ConfigError(f"unknown analyzer {name!r}; use one of: {', '.join(sorted(_FACTORIES))}")
+        analyzer = _INSTANCES[name] = factory()
+        return analyzer
+
+
+register_analyzer("bigram", BigramAnalyzer)
+register_analyzer("whitespace", WhitespaceAnalyzer)
+register_analyzer("sudachi", SudachiAnalyzer)
+register_analyzer("combined", CombinedAnalyzer)
+
+
+# -- rendering for the stores ---------------------------------------------------------------
+def fts5_document(tokens: list[str]) -> str:
+    """The text stored in the FTS5 column: the tokens joined by spaces (``unicode61`` splits there)."""
+    return " ".join(tokens)
+
+
+def _fts5_quote(token: str) -> str:
+    return '"' + token.replace('"', '""') + '"'
+
+
+def fts5_query(phrases: list[Phrase]) -> str | None:
+    """An FTS5 MATCH expression: the phrases, each a double-quoted string, ORed (None if there are none).
+
+    Every phrase is quoted, so user text is never parsed as FTS5 syntax.
+    """
+    if not phrases:
+        return None
+    return " OR ".join(_fts5_quote(" ".join(p)) for p in phrases)
+
+
+def _ts_quote(token: str) -> str:
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+# tsvector positions run from 1 to 16383; later positions are clamped to the last one.
+_TS_MAX_POSITION = 16383
+
+
+def tsvector_literal(tokens: list[str]) -> str:
+    """A ``tsvector`` input literal holding each token with its positions (``'a':1,3 'b':2``).
+
+    Cast in SQL (``::tsvector``): PostgreSQL's text-search parser never sees the text, so the
+    stored lexemes are exactly the analyzer's tokens.
+    """
+    positions: dict[str, list[str]] = {}
+    for i, token in enumerate(tokens, start=1):
+        positions.setdefault(token, []).append(str(min(i, _TS_MAX_POSITION)))
+    return " ".join(f"{_ts_quote(t)}:{','.join(p)}" for t, p in positions.items())
+
+
+def tsquery_literal(phrases: list[Phrase]) -> str | None:
+    """A ``tsquery`` input literal: each phrase's tokens joined by ``<->``, the phrases ORed."""
+    if not phrases:
+        return None
+    return " | ".join("(" + " <-> ".join(_ts_quote(t) for t in p) + ")" for p in phrases)
 
 
 DEFAULT_ANALYZER = BigramAnalyzer()

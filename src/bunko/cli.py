@@ -154,6 +154,9 @@ def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None
 @click.option("--splitter", type=click.Choice(["recursive", "token"]), default=None,
               help="Chunking for a new collection: recursive (512 characters, R7) or token (1000 tokens, R8). "
                    "An existing collection keeps its own.")
+@click.option("--analyzer", default=None, metavar="NAME",
+              help="Keyword analyzer for a new collection: combined (default with the ja extra), bigram, "
+                   "sudachi or whitespace. An existing collection keeps its own.")
 @click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
@@ -162,7 +165,8 @@ def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None
 @click.pass_context
 @handle_errors
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
-           password: str | None, content_path: str | None, embedder: str | None, as_json: bool) -> None:
+           analyzer: str | None, password: str | None, content_path: str | None, embedder: str | None,
+           as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
@@ -194,7 +198,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
                 bar.advance(task)
 
         report = asyncio.run(scope.aingest(paths, collection, progress=progress, splitter=splitter,
-                                           options=load_options))
+                                           analyzer=analyzer, options=load_options))
 
     ok = report.documents
     statuses = {s: sum(1 for d in ok if d.status == s) for s in ("created", "replaced", "unchanged")}
@@ -517,7 +521,7 @@ def collections(ctx: click.Context, tenant: str, as_json: bool) -> None:
         stderr.print(f"tenant '{escape(tenant)}' has no collections yet; run: bunko ingest PATH")
     for c in items:
         stdout.print(f"{escape(c.name)}  {c.document_count} documents, {c.chunk_count} chunks  "
-                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d)[/]")
+                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d), analyzer {c.analyzer}[/]")
 
 
 @cli.group()
@@ -788,12 +792,14 @@ def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
               help="Documents ranked per query (the metrics look at the top 5 and 10).")
 @click.option("--limit-queries", type=click.IntRange(1), default=None, metavar="N",
               help="Only the first N queries that have relevance judgments.")
+@click.option("--analyzer", default=None, metavar="NAME",
+              help="Keyword analyzer of the temporary collection (combined, bigram, sudachi, whitespace).")
 @tenant_option
 @json_option
 @click.pass_context
 @handle_errors
 def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, limit_queries: int | None,
-                 tenant: str, as_json: bool) -> None:
+                 analyzer: str | None, tenant: str, as_json: bool) -> None:
     """Measure retrieval quality on a BEIR-style dataset (corpus.jsonl, queries.jsonl, qrels.tsv).
 
     The corpus is ingested into a temporary collection, every judged query is run in each
@@ -839,12 +845,14 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
                     tasks[phase] = bar.add_task(escape(label), total=total)
                 bar.update(tasks[phase], completed=done, total=total)
 
-            report = asyncio.run(evaluate(scope, dataset, modes, top_k, progress, limit_queries=limit_queries))
+            report = asyncio.run(evaluate(scope, dataset, modes, top_k, progress, limit_queries=limit_queries,
+                                          analyzer=analyzer))
 
     if as_json:
-        _emit_json({key: report[key] for key in ("dataset", "queries", "results")})
+        _emit_json({key: report[key] for key in ("dataset", "analyzer", "queries", "results")})
         return
-    table = Table(title=f"{escape(report['dataset'])}: {report['queries']} queries, top-k {top_k}",
+    table = Table(title=f"{escape(report['dataset'])}: {report['queries']} queries, top-k {top_k}, "
+                        f"analyzer {escape(report['analyzer'])}",
                   title_justify="left")
     table.add_column("mode")
     columns = [key for key in next(iter(report["results"].values())) if key not in ("queries", "latency_ms_p95")]

@@ -166,6 +166,7 @@ class Bunko:
         embedder: Any = None,
         splitter: Splitter | str | dict[str, Any] | None = None,
         llm: LLMProvider | str | None = None,
+        analyzer: str | None = None,
         config: str | os.PathLike[str] | None = None,
         **settings: Any,
     ) -> None:
@@ -189,6 +190,9 @@ class Bunko:
         self._llm: LLMProvider | None = None if isinstance(llm, str) else llm
         metering.install(self._llm)
         self._rerankers: dict[str, Any] = {}
+        # The keyword analyzer of new collections (None: bunko.analysis.DEFAULT_ANALYZER_NAME);
+        # existing collections keep the one they were created with.
+        self.analyzer = analyzer
 
     @property
     def embedder(self) -> Any:
@@ -281,12 +285,17 @@ class Tenant:
         """The tenant-bound store (for low-level upsert/query/delete, R14)."""
         return self._store
 
-    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None) -> RAGPipeline:
-        """A ``RAGPipeline`` over one collection of this tenant (``splitter`` names one for a new collection)."""
+    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                 analyzer: str | None = None) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection of this tenant.
+
+        ``splitter`` and ``analyzer`` name the splitter and keyword analyzer of a new collection;
+        an existing collection must have been created with the ones named.
+        """
         engine = self._engine
         spec = splitter_spec(splitter) if splitter else engine.splitter_spec
         index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
-                                     splitter=spec)
+                                     splitter=spec, analyzer=analyzer or engine.analyzer)
         retriever = Retriever(engine.embedder, self._store, collection)
         return RAGPipeline(index_manager, retriever, self.generator())
 
@@ -323,6 +332,7 @@ class Tenant:
         *,
         progress: IngestProgress | None = None,
         splitter: str | None = None,
+        analyzer: str | None = None,
         options: LoadOptions | None = None,
         workers: int = LOAD_WORKERS,
     ) -> IngestReport:
@@ -336,20 +346,21 @@ class Tenant:
         recorder = self._recorder()
         try:
             with metering.recording(recorder):
-                return await self._ingest(paths, collection, progress=progress, splitter=splitter, options=options,
-                                          workers=workers)
+                return await self._ingest(paths, collection, progress=progress, splitter=splitter,
+                                          analyzer=analyzer, options=options, workers=workers)
         finally:
             await recorder.aflush()
 
     async def _ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str, *,
-                      progress: IngestProgress | None, splitter: str | None, options: LoadOptions | None,
-                      workers: int) -> IngestReport:
+                      progress: IngestProgress | None, splitter: str | None, analyzer: str | None,
+                      options: LoadOptions | None, workers: int) -> IngestReport:
         started = time.perf_counter()
         files, skipped = discover(paths)
         report = IngestReport(skipped=skipped)
         if progress:
             progress("total", "", len(files))
-        manager = self.pipeline(collection, splitter=splitter).index_manager
+        manager = self.pipeline(collection, splitter=splitter, analyzer=analyzer).index_manager
+        await asyncio.to_thread(manager.check_collection)  # another analyzer or splitter: fail before loading
         options = options or LoadOptions()
         semaphore = asyncio.Semaphore(max(1, workers))
 

@@ -186,6 +186,12 @@ class EmbedderMismatchError(VectorStoreError):
     code = "EMBEDDER_MISMATCH"
 
 
+class AnalyzerMismatchError(VectorStoreError):
+    """The keyword analyzer named differs from the one a collection was created with."""
+
+    code = "ANALYZER_MISMATCH"
+
+
 class NotFoundError(VectorStoreError):
     """A collection, document or chunk does not exist in this tenant."""
 
@@ -313,6 +319,7 @@ class RAGPipelineError(BunkoError):
 
 
 __all__ = [
+    "AnalyzerMismatchError",
     "BlockedURLError",
     "BunkoError",
     "CollectionNotFoundError",

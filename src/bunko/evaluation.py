@@ -217,10 +217,10 @@ def _temporary_collection(dataset_name: str) -> str:
     return f"eval-{slug}-{uuid.uuid4().hex[:12]}"
 
 
-async def _ingest(tenant: Tenant, collection: str, dataset: Dataset,
-                  progress: EvalProgress | None) -> tuple[dict[str, str], dict[str, Any]]:
+async def _ingest(tenant: Tenant, collection: str, dataset: Dataset, progress: EvalProgress | None,
+                  analyzer: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Store the corpus in ``collection``, batch by batch; returns source -> corpus id and counts."""
-    manager = tenant.pipeline(collection).index_manager
+    manager = tenant.pipeline(collection, analyzer=analyzer).index_manager
     entries = list(dataset.corpus.items())
     total = len(entries)
     corpus_ids: dict[str, str] = {}
@@ -304,12 +304,14 @@ async def evaluate(
     progress: EvalProgress | None = None,
     *,
     limit_queries: int | None = None,
+    analyzer: str | None = None,
 ) -> dict[str, Any]:
     """Ingest ``dataset`` into a temporary collection of ``tenant``, run its queries, score each mode.
 
     ``top_k`` documents are ranked per query (at least 10, so the @10 metrics see ten ranks).
     Queries without a relevant judgment (or with empty text) are skipped and counted;
-    ``limit_queries`` keeps only the first N of the others. The temporary collection is
+    ``limit_queries`` keeps only the first N of the others; ``analyzer`` names the keyword
+    analyzer of the temporary collection (default: the engine's). The temporary collection is
     deleted at the end, also when something fails. Returns ``{"dataset", "queries", "results":
     {mode: {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50", ...}}, ...}``.
     """
@@ -332,7 +334,8 @@ async def evaluate(
     collection = _temporary_collection(dataset.name)
     started = time.perf_counter()
     try:
-        corpus_ids, stats = await _ingest(tenant, collection, dataset, progress)
+        corpus_ids, stats = await _ingest(tenant, collection, dataset, progress, analyzer)
+        stats["analyzer"] = tenant.store.get_collection(collection).analyzer
         results = {}
         for mode in modes:
             results[mode] = await _run_mode(tenant, collection, mode, queries, dataset.qrels, corpus_ids, top_k,

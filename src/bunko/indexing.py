@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from .analysis import detect_language, get_analyzer
 from .embedders import BaseEmbedder, embedder_info
-from .errors import BunkoError, ConfigError, EmbeddingError, PreprocessingError
+from .errors import BunkoError, CollectionNotFoundError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
-from .stores.base import ChunkWrite, DocumentWrite, VectorStore
+from .stores.base import ChunkWrite, DocumentWrite, VectorStore, check_analyzer
 from .types import Document, IngestResult, UsageEvent, new_id
 from .usage import route, store_kind
 
@@ -48,11 +49,15 @@ class IndexManager:
         collection: str = "default",
         *,
         splitter: dict[str, Any] | None = None,
+        analyzer: str | None = None,
     ) -> None:
         """``chunker`` is used as given; without one, the collection's recorded splitter is.
 
         ``splitter`` (a spec from ``splitters.splitter_spec``) picks the splitter of a new
         collection; for an existing collection it must match what the collection records.
+        ``analyzer`` (a name from ``bunko.analysis``) likewise picks the keyword analyzer of a
+        new collection; naming another one for an existing collection raises
+        ``AnalyzerMismatchError``.
         """
         self.preprocessor = preprocessor
         self.chunker = chunker
@@ -60,6 +65,7 @@ class IndexManager:
         self.vector_store = vector_store
         self.collection = collection
         self.splitter = splitter
+        self.analyzer = analyzer
         self._info_cache: Any = None
         self._ready = False
 
@@ -78,7 +84,8 @@ class IndexManager:
     def _ensure_collection(self) -> None:
         """Create the collection if needed and settle which splitter it uses."""
         spec = self.splitter or DEFAULT_SPLITTER
-        collection = self.vector_store.ensure_collection(self.collection, self._info, config={"splitter": spec})
+        collection = self.vector_store.ensure_collection(self.collection, self._info, config={"splitter": spec},
+                                                         analyzer=self.analyzer)
         if self.chunker is None:
             stored = collection.config.get("splitter") or DEFAULT_SPLITTER
             if self.splitter is not None and self.splitter != stored:
@@ -88,6 +95,21 @@ class IndexManager:
                 )
             self.chunker = build_splitter(stored, self.embedder)
         self._ready = True
+
+    def check_collection(self) -> None:
+        """Fail early on an unknown analyzer, or a collection created with another analyzer or splitter."""
+        get_analyzer(self.analyzer)
+        try:
+            collection = self.vector_store.get_collection(self.collection)
+        except CollectionNotFoundError:
+            return
+        check_analyzer(collection, self.analyzer)
+        stored = collection.config.get("splitter") or DEFAULT_SPLITTER
+        if self.chunker is None and self.splitter is not None and self.splitter != stored:
+            raise ConfigError(
+                f"collection {self.collection!r} splits documents with {stored}; it cannot switch to "
+                f"{self.splitter}. Use a new collection for another splitter"
+            )
 
     def content_hash(self, normalized: str) -> str:
         """A key that changes when the text, the splitter or the embedder changes."""
@@ -140,7 +162,7 @@ class IndexManager:
                 token_count=int(counter(p.content)) if counter else 0,
                 # index, offsets and chunk_total live in columns; metadata holds only what is
                 # specific to the chunk (section, page number, ...), which keeps bulk writes cheap.
-                metadata=_part_metadata(spans, p.start, p.end),
+                metadata={**_part_metadata(spans, p.start, p.end), "language": detect_language(p.content)},
             )
             for p in pieces
         ]

@@ -126,6 +126,7 @@ class Collection:
     chunk_count: int = 0
     created_at: str = ""
     config: dict[str, Any] = field(default_factory=dict)  # e.g. {"splitter": {"name": "token", ...}}
+    analyzer: str = "bigram"  # the keyword analyzer, fixed at creation (bunko.analysis)
 
     @property
     def embedder(self) -> EmbedderInfo:

@@ -17,7 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import VectorStoreError
+from ..analysis import get_analyzer
+from ..errors import AnalyzerMismatchError, VectorStoreError
 from ..filters import FilterLike
 from ..types import (
     Collection,
@@ -55,6 +56,15 @@ class DocumentWrite:
     metadata: dict[str, Any]
     chunks: list[ChunkWrite]
     vectors: Any  # 2-D array-like, one row per chunk
+
+
+def check_analyzer(collection: Collection, analyzer: str | None) -> None:
+    """Refuse a named analyzer that is not the one ``collection`` was created with."""
+    if analyzer is not None and get_analyzer(analyzer).name != collection.analyzer:
+        raise AnalyzerMismatchError(
+            f"collection {collection.name!r} was created with the {collection.analyzer!r} analyzer; it cannot "
+            f"be searched or extended with {analyzer!r}. Use the same analyzer, or another collection"
+        )
 
 
 def check_query_vector(vector: Sequence[float]) -> np.ndarray:

@@ -284,11 +284,33 @@ _M004 = [
     *_rls("jobs"),
 ]
 
+# BM25 in SQL needs each chunk's token count and, per collection, the total (average length =
+# keyword_tokens / chunk_count); the analyzer's tokens arrive as a tsvector literal with positions.
+_M005 = [
+    "ALTER TABLE bunko.chunks ADD COLUMN fts_length integer NOT NULL DEFAULT 0",
+    "UPDATE bunko.chunks SET fts_length = (SELECT coalesce(sum(cardinality(positions)), 0) FROM unnest(fts))",
+    "ALTER TABLE bunko.collections ADD COLUMN keyword_tokens bigint NOT NULL DEFAULT 0",
+    "UPDATE bunko.collections c SET keyword_tokens = (SELECT coalesce(sum(fts_length), 0) FROM bunko.chunks k "
+    "WHERE k.tenant_id = c.tenant_id AND k.collection_id = c.id)",
+    # How often a phrase (lexemes at consecutive positions) occurs in a tsvector: BM25's tf.
+    # setweight + ts_filter cut the vector down to the phrase's lexemes in C before SQL looks at it.
+    """CREATE FUNCTION bunko.phrase_tf(v tsvector, toks text[]) RETURNS integer
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+        WITH p AS (SELECT lexeme, positions FROM unnest(ts_filter(setweight(v, 'A', toks), '{a}')))
+        SELECT CASE WHEN cardinality(toks) = 1 THEN coalesce((SELECT cardinality(positions) FROM p), 0)
+        ELSE (SELECT count(*)::integer FROM unnest((SELECT positions FROM p WHERE lexeme = toks[1])) AS s(pos)
+              WHERE NOT EXISTS (SELECT 1 FROM generate_series(2, cardinality(toks)) AS k WHERE NOT EXISTS (
+                  SELECT 1 FROM p WHERE p.lexeme = toks[k] AND (pos + k - 1)::smallint = ANY (p.positions))))
+        END
+    $fn$""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
     ("m003_usage_items_conversations", _M003),
     ("m004_api_keys_rate_windows_jobs", _M004),
+    ("m005_keyword_lengths_and_bm25", _M005),
 ]
 
 BOOTSTRAP = [

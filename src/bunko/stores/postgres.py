@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import DEFAULT_ANALYZER, Analyzer
+from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
 from ..errors import (
     CollectionNotFoundError,
     ConfigError,
@@ -61,13 +61,14 @@ from . import pg_migrations
 from .base import (
     DocumentWrite,
     add_usage,
+    check_analyzer,
     check_conversation_id,
     check_query_vector,
     check_turns,
     make_hit,
     utc,
 )
-from .sqlite import _check_name, _check_top_k
+from .sqlite import _check_name, _check_top_k, _same_analyzer
 
 try:  # optional dependencies: the "postgres" extra
     import psycopg
@@ -101,6 +102,10 @@ class PostgresSettings:
     # Iterative HNSW scans: None = use them when pgvector supports them (0.8+); False = never.
     iterative_scan: bool | None = None
     max_scan_tuples: int = 100_000
+    # Keyword ranking: "bm25" (computed in SQL over the analyzer's tokens) or "ts_rank".
+    keyword_ranking: str = "bm25"
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
 
     def __post_init__(self) -> None:
         if not 2 <= self.hnsw_m <= 100:
@@ -110,6 +115,8 @@ class PostgresSettings:
                               f"got {self.hnsw_ef_construction}")
         if not 1 <= self.ef_search <= 1000:
             raise ConfigError(f"ef_search must be from 1 to 1000; got {self.ef_search}")
+        if self.keyword_ranking not in ("bm25", "ts_rank"):
+            raise ConfigError(f"keyword_ranking must be 'bm25' or 'ts_rank'; got {self.keyword_ranking!r}")
 
     @classmethod
     def from_env(cls) -> PostgresSettings:
@@ -124,6 +131,8 @@ class PostgresSettings:
                     values[name] = {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
                 elif isinstance(current, int):
                     values[name] = int(raw)
+                elif isinstance(current, float):
+                    values[name] = float(raw)
                 else:
                     values[name] = raw
             except ValueError as exc:
@@ -147,13 +156,11 @@ class PostgresBackend:
 
     scheme = "postgresql"
 
-    def __init__(self, url: str, *, settings: PostgresSettings | None = None, migrate: bool = True,
-                 analyzer: Analyzer = DEFAULT_ANALYZER) -> None:
+    def __init__(self, url: str, *, settings: PostgresSettings | None = None, migrate: bool = True) -> None:
         if not HAVE_POSTGRES:
             raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
         self.url = url
         self.settings = settings or PostgresSettings.from_env()
-        self.analyzer = analyzer
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
         if migrate:
@@ -195,7 +202,8 @@ class PostgresBackend:
         conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
             "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
-            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text) ON COMMIT DELETE ROWS"
+            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text, fts_length int4) "
+            "ON COMMIT DELETE ROWS"
         )
         conn.commit()
 
@@ -370,21 +378,36 @@ class PostgresVectorStore:
     def _collection(row: tuple) -> Collection:
         return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
                           dimension=int(row[5]), created_at=row[6].isoformat(), document_count=int(row[7]),
-                          chunk_count=int(row[8]), config=dict(row[9]))
+                          chunk_count=int(row[8]), config=dict(row[9]), analyzer=row[10])
 
     @staticmethod
-    def _count(conn: Any, tenant_pk: int, collection_pk: int, documents: int, chunks: int) -> None:
+    def _count(conn: Any, tenant_pk: int, collection_pk: int, documents: int, chunks: int, tokens: int = 0) -> None:
         conn.execute(
-            "UPDATE bunko.collections SET document_count = document_count + %s, chunk_count = chunk_count + %s "
-            "WHERE tenant_id = %s AND id = %s",
-            (documents, chunks, tenant_pk, collection_pk),
+            "UPDATE bunko.collections SET document_count = document_count + %s, chunk_count = chunk_count + %s, "
+            "keyword_tokens = keyword_tokens + %s WHERE tenant_id = %s AND id = %s",
+            (documents, chunks, tokens, tenant_pk, collection_pk),
         )
+
+    @staticmethod
+    def _delete_chunks(conn: Any, where: str, params: Sequence[Any]) -> tuple[int, int]:
+        """Delete chunks matching ``where``; returns (chunks, keyword tokens) removed."""
+        row = conn.execute(
+            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts_length) "
+            "SELECT count(*), coalesce(sum(fts_length), 0) FROM gone",
+            params,
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def _analyzer(self, collection: str) -> Analyzer:
+        """The analyzer a collection records (fixed at creation)."""
+        return get_analyzer(self.get_collection(collection).analyzer)
 
     # -- collections ----------------------------------------------------------------------
     def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
-                          config: dict[str, Any] | None = None) -> Collection:
-        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+                          config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
+        """Return the collection, creating it for this embedder and analyzer if missing; refuse others."""
         _check_name("collection", name)
+        analyzer_name = get_analyzer(analyzer).name  # an unknown name fails before anything is written
         settings = self._backend.settings
         with self._tx(create=True) as (conn, tenant_pk):
             conn.execute(
@@ -392,7 +415,7 @@ class PostgresVectorStore:
                 "dimension, analyzer, hnsw_m, hnsw_ef_construction, config) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING",
                 (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                 self._backend.analyzer.name, settings.hnsw_m, settings.hnsw_ef_construction, Jsonb(config or {})),
+                 analyzer_name, settings.hnsw_m, settings.hnsw_ef_construction, Jsonb(config or {})),
             )
             collection = self._collection(self._collection_row(conn, tenant_pk, name))
         if collection.embedder != embedder:
@@ -401,6 +424,7 @@ class PostgresVectorStore:
                 f"({collection.dimension} dimensions); the embedder in use is {embedder.provider}:{embedder.model} "
                 f"({embedder.dimension} dimensions). Use the same embedder, or another collection"
             )
+        check_analyzer(collection, analyzer)
         return collection
 
     def get_collection(self, name: str) -> Collection:
@@ -438,9 +462,12 @@ class PostgresVectorStore:
         document). Per-document round trips used to dominate small-document loads.
         """
         started = time.perf_counter()
-        analyzer = self._backend.analyzer
+        analyzer = self._analyzer(collection)
+        # Analysis (possibly morphological, so slow) runs before the transaction opens.
+        keywords = [[_keyword_columns(analyzer, c.content) for c in d.chunks] for d in documents]
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            _same_analyzer(row[10], analyzer, collection)
             collection_pk, dim = int(row[0]), int(row[5])
             assert tenant_pk is not None
             prepared = [(document, self._checked_vectors(collection, dim, document)) for document in documents]
@@ -459,7 +486,7 @@ class PostgresVectorStore:
             new: list[int] = []  # positions of documents to create
             doc_pks: dict[int, int] = {}  # position -> documents.id
             versions: dict[int, int] = {}  # position -> version number
-            removed = 0
+            removed = removed_tokens = 0
             for position, (document, _) in enumerate(prepared):
                 old = existing.get(document.source)
                 if old is None:
@@ -476,10 +503,8 @@ class PostgresVectorStore:
                                                  version=versions[position])
             replaced = list(doc_pks)
             if replaced:
-                removed = conn.execute(
-                    "DELETE FROM bunko.chunks WHERE tenant_id = %s AND document_id = ANY(%s)",
-                    (tenant_pk, [doc_pks[p] for p in replaced]),
-                ).rowcount
+                removed, removed_tokens = self._delete_chunks(
+                    conn, "tenant_id = %s AND document_id = ANY(%s)", (tenant_pk, [doc_pks[p] for p in replaced]))
                 with conn.cursor() as cur:
                     cur.executemany(
                         "UPDATE bunko.documents SET content_hash = %s, metadata = %s, chunk_count = %s, "
@@ -528,10 +553,11 @@ class PostgresVectorStore:
                 for i, chunk in enumerate(document.chunks):
                     copy_rows.append((chunk.id, tenant_pk, collection_pk, doc_pks[p], version_pks[p], chunk.index,
                                       chunk.start, chunk.end, chunk.token_count, chunk.content,
-                                      Jsonb(chunk.metadata), vectors[i], analyzer.index_text(chunk.content)))
+                                      Jsonb(chunk.metadata), vectors[i], *keywords[p][i]))
             self._copy_chunks(conn, copy_rows)
             added = len(copy_rows) - removed
-            self._count(conn, tenant_pk, collection_pk, len(new), added)
+            tokens = sum(r[-1] for r in copy_rows) - removed_tokens
+            self._count(conn, tenant_pk, collection_pk, len(new), added, tokens)
             total = int(row[8]) + added
         self._maybe_build_index(collection_pk, total)
         elapsed = (time.perf_counter() - started) * 1000
@@ -567,13 +593,16 @@ class PostgresVectorStore:
             return
         columns = cls._CHUNK_COLUMNS
         with conn.cursor() as cur:
-            with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text) FROM STDIN (FORMAT BINARY)") as copy:
+            with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text, fts_length) FROM STDIN (FORMAT BINARY)"
+                          ) as copy:
                 copy.set_types(["text", "int8", "int8", "int8", "int8", "int4", "int4", "int4", "int4", "text",
-                                "jsonb", "vector", "text"])
+                                "jsonb", "vector", "text", "int4"])
                 for r in rows:
                     copy.write_row(r)
-            cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts) SELECT {columns}, "
-                        "to_tsvector('simple'::regconfig, fts_text) FROM bunko_chunk_stage")
+            # The analyzer's tokens arrive as a tsvector literal: the cast only parses it, no text-search
+            # parser or dictionary runs, so the lexemes are exactly the tokens the queries ask for.
+            cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts, fts_length) SELECT {columns}, "
+                        "fts_text::tsvector, fts_length FROM bunko_chunk_stage")
             cur.execute("TRUNCATE bunko_chunk_stage")
 
     def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
@@ -678,10 +707,9 @@ class PostgresVectorStore:
                 params.append(self._collection_row(conn, tenant_pk, collection)[0])
             rows = conn.execute(query + " FOR UPDATE", params).fetchall()
             for doc_pk, collection_pk, _ in rows:
-                removed = conn.execute("DELETE FROM bunko.chunks WHERE tenant_id = %s AND document_id = %s",
-                                       (tenant_pk, doc_pk)).rowcount
+                removed, tokens = self._delete_chunks(conn, "tenant_id = %s AND document_id = %s", (tenant_pk, doc_pk))
                 conn.execute("DELETE FROM bunko.documents WHERE tenant_id = %s AND id = %s", (tenant_pk, doc_pk))
-                self._count(conn, tenant_pk, collection_pk, -1, -removed)
+                self._count(conn, tenant_pk, collection_pk, -1, -removed, -tokens)
         return len(rows)
 
     # -- chunks and vectors -----------------------------------------------------------------
@@ -696,8 +724,11 @@ class PostgresVectorStore:
         if len(set(ids)) != len(ids):
             raise VectorStoreError("upsert got the same id twice in one call")
         vectors = np.asarray([r.vector for r in records], dtype=np.float32)
+        analyzer = self._analyzer(collection)
+        keywords = [_keyword_columns(analyzer, r.content) for r in records]
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            _same_analyzer(row[10], analyzer, collection)
             collection_pk, dim = int(row[0]), int(row[5])
             if vectors.ndim != 2 or vectors.shape[1] != dim:
                 raise DimensionMismatchError(
@@ -717,15 +748,14 @@ class PostgresVectorStore:
                             f"document {record.document_id!r} does not exist in collection {collection!r}"
                         )
                     doc_pks[record.document_id] = int(found[0])
-            removed = conn.execute(
-                "DELETE FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
-                (tenant_pk, collection_pk, ids),
-            ).rowcount
+            removed, removed_tokens = self._delete_chunks(
+                conn, "tenant_id = %s AND collection_id = %s AND uid = ANY(%s)", (tenant_pk, collection_pk, ids))
             rows = [(ids[i], tenant_pk, collection_pk, doc_pks.get(r.document_id or ""), None,
                      int(r.metadata.get("chunk_index", 0)), 0, len(r.content), 0, r.content, Jsonb(r.metadata),
-                     vectors[i], self._backend.analyzer.index_text(r.content)) for i, r in enumerate(records)]
+                     vectors[i], *keywords[i]) for i, r in enumerate(records)]
             self._copy_chunks(conn, rows)
-            self._count(conn, tenant_pk, collection_pk, 0, len(records) - removed)
+            self._count(conn, tenant_pk, collection_pk, 0, len(records) - removed,
+                        sum(k[1] for k in keywords) - removed_tokens)
         return ids
 
     def delete(self, collection: str, ids: Sequence[str]) -> int:
@@ -734,11 +764,9 @@ class PostgresVectorStore:
             return 0
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
-            removed = conn.execute(
-                "DELETE FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
-                (tenant_pk, row[0], [str(i) for i in ids]),
-            ).rowcount
-            self._count(conn, tenant_pk, row[0], 0, -removed)
+            removed, tokens = self._delete_chunks(conn, "tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                                                  (tenant_pk, row[0], [str(i) for i in ids]))
+            self._count(conn, tenant_pk, row[0], 0, -removed, -tokens)
         return int(removed)
 
     def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -850,32 +878,53 @@ class PostgresVectorStore:
         document_ids: Sequence[str] | None = None,
         filter: FilterLike = None,
     ) -> list[SearchHit]:
-        """Top-k by full-text rank over the analyzed text, best first; ``document_ids`` and ``filter`` restrict it."""
+        """Top-k by BM25 (or ``ts_rank``, see ``PostgresSettings.keyword_ranking``) over the analyzed text.
+
+        ``document_ids`` and ``filter`` restrict the matches; BM25's document frequencies are the
+        collection's.
+        """
         top_k = _check_top_k(top_k)
         flt = as_filter(filter)
-        tsquery = _tsquery(self._backend.analyzer, query)
-        if tsquery is None:
-            return []
         with self._tx() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
-            params: list[Any] = [tsquery, tenant_pk, row[0], tsquery]
-            restrict = ""
+            # The query is analyzed as the collection's chunks were, and sent as a tsquery literal:
+            # user text is never parsed as tsquery syntax.
+            phrases = get_analyzer(row[10]).query_phrases(query)
+            tsquery = tsquery_literal(phrases)
+            if tsquery is None:
+                return []
+            restrict, restrict_params = "", []
             if document_ids is not None:
                 restrict = (" AND c.document_id IN (SELECT id FROM bunko.documents WHERE tenant_id = %s "
                             "AND uid = ANY(%s))")
-                params += [tenant_pk, [str(d) for d in document_ids]]
+                restrict_params = [tenant_pk, [str(d) for d in document_ids]]
             join = ""
             if flt is not None:
                 where, where_params = compile_postgres(flt)
                 join = _DOC_JOIN
                 restrict += f" AND {where}"
-                params += where_params
-            ranked = conn.execute(
-                "SELECT c.id, ts_rank(c.fts, to_tsquery('simple', %s)) AS score FROM bunko.chunks c" + join +
-                " WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ to_tsquery('simple', %s)"
-                + restrict + " ORDER BY score DESC, c.id LIMIT %s",
-                [*params, top_k],
-            ).fetchall()
+                restrict_params += where_params
+            settings = self._backend.settings
+            if settings.keyword_ranking == "ts_rank":
+                ranked = conn.execute(
+                    "SELECT c.id, ts_rank(c.fts, %s::tsquery) AS score FROM bunko.chunks c" + join +
+                    " WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery"
+                    + restrict + " ORDER BY score DESC, c.id LIMIT %s",
+                    [tsquery, tenant_pk, row[0], tsquery, *restrict_params, top_k],
+                ).fetchall()
+            else:
+                if any(len(p) > 2 for p in phrases):
+                    raise VectorStoreError(f"BM25 on PostgreSQL scores phrases of one or two tokens; the "
+                                           f"{row[10]!r} analyzer made a longer one. Set keyword_ranking='ts_rank'")
+                chunks, tokens = int(row[8]), int(row[11])
+                ranked = conn.execute(
+                    _BM25_SQL.format(join=join, restrict=restrict),
+                    [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
+                     tenant_pk, row[0], tsquery, sorted({t for p in phrases for t in p}), chunks, settings.bm25_k1,
+                     settings.bm25_k1,
+                     settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
+                     tenant_pk, *restrict_params, top_k],
+                ).fetchall()
             return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
 
     # -- usage records, search logs and conversations --------------------------------------
@@ -971,6 +1020,46 @@ class PostgresVectorStore:
                 "DELETE FROM bunko.conversation_turns WHERE tenant_id = %s AND conversation_id = %s",
                 (tenant_pk, conversation_id),
             ).rowcount
+
+
+# BM25 over the analyzer's phrases (of one or two tokens), in one statement:
+# * ``candidates``: chunks matching any phrase, through the GIN index;
+# * ``lexemes``: each query token's positions in each candidate, cut out of the tsvector in C
+#   (setweight marks the query's lexemes, ts_filter keeps only them);
+# * ``tf``: per (phrase, chunk), how often the phrase occurs: the token's positions, or for a
+#   two-token phrase the positions p of the first with p + 1 among the second's; a phrase's
+#   document frequency is its number of chunks, counted
+#   before any restriction so that a restricted search scores like an unrestricted one;
+# * idf = ln((N - df + 0.5) / (df + 0.5)), at least 1e-6, as SQLite's FTS5 computes it, so a phrase in
+#   half the chunks or more counts for (almost) nothing; N and the average length come from the
+#   collection's counters (chunk_count, keyword_tokens).
+_BM25_SQL = """
+WITH q AS (
+    SELECT i, t1, nullif(t2, '') AS t2 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(t1, t2, i)
+), candidates AS MATERIALIZED (
+    SELECT c.id, c.fts, c.fts_length FROM bunko.chunks c
+    WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery
+), lexemes AS MATERIALIZED (
+    SELECT k.id, u.lexeme, u.positions
+    FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
+), tf AS (
+    SELECT q.i, l.id, cardinality(l.positions) AS tf FROM q JOIN lexemes l ON l.lexeme = q.t1 WHERE q.t2 IS NULL
+    UNION ALL
+    SELECT i, id, tf FROM (
+        SELECT q.i, a.id, (SELECT count(*) FROM unnest(a.positions) AS p WHERE p + 1 = ANY (b.positions)) AS tf
+        FROM q JOIN lexemes a ON a.lexeme = q.t1 JOIN lexemes b ON b.id = a.id AND b.lexeme = q.t2
+    ) pairs WHERE tf > 0
+), idf AS (
+    SELECT i, greatest(ln((greatest(%s, count(*)) - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf
+    FROM tf GROUP BY i
+), scored AS (
+    SELECT t.id, sum(idf.idf * t.tf * (%s + 1) / (t.tf + %s * (1 - %s + %s * k.fts_length / %s::float8))) AS score
+    FROM tf t JOIN idf USING (i) JOIN candidates k ON k.id = t.id GROUP BY t.id
+)
+SELECT s.id, s.score FROM scored s JOIN bunko.chunks c ON c.id = s.id{join}
+WHERE c.tenant_id = %s{restrict}
+ORDER BY s.score DESC, s.id LIMIT %s
+"""
 
 
 @dataclass(slots=True)
@@ -1076,19 +1165,6 @@ class _Plan:
             fetch = min(self.total, fetch * 4)
 
 
-def _tsquery(analyzer: Analyzer, text: str) -> str | None:
-    """A to_tsquery() string: the analyzer's terms ORed, CJK bigrams as two-lexeme phrases."""
-    parts = []
-    seen: set[str] = set()
-    for term in analyzer.terms(text):
-        if term in seen:
-            continue
-        seen.add(term)
-        lexemes = list(term) if re.match(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af]", term) else [term]
-        parts.append(" <-> ".join("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes))
-    return " | ".join(f"({p})" for p in parts) if parts else None
-
-
 def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], include_content: bool) -> list[SearchHit]:
     if not ranked:
         return []
@@ -1114,8 +1190,14 @@ _DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id 
 
 _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, document_count, "
-    "chunk_count, config FROM bunko.collections"
+    "chunk_count, config, analyzer, keyword_tokens FROM bunko.collections"
 )
+
+
+def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int]:
+    """The staged keyword columns of a chunk: its tsvector literal and its token count."""
+    tokens = analyzer.index_tokens(content)
+    return tsvector_literal(tokens), len(tokens)
 
 _DOC_SELECT = (
     "SELECT d.uid, d.source, d.chunk_count, d.metadata, d.content_hash, d.created_at, d.version "

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import DEFAULT_ANALYZER, Analyzer, fts_document, fts_query
+from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
 from ..errors import (
+    AnalyzerMismatchError,
     CollectionNotFoundError,
     ConfigError,
     DimensionMismatchError,
@@ -56,6 +57,7 @@ from ..types import (
 from .base import (
     DocumentWrite,
     add_usage,
+    check_analyzer,
     check_conversation_id,
     check_query_vector,
     check_turns,
@@ -308,10 +310,9 @@ class SQLiteBackend:
 
     scheme = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, analyzer: Analyzer = DEFAULT_ANALYZER) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
-        self.analyzer = analyzer
         if self.path != ":memory:":
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -477,6 +478,7 @@ class SQLiteVectorStore:
             document_count=int(row[7]),
             chunk_count=int(row[8]),
             config=json.loads(row[9]),
+            analyzer=row[10],
         )
 
     @staticmethod
@@ -491,9 +493,10 @@ class SQLiteVectorStore:
 
     # -- collections ---------------------------------------------------------------
     def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
-                          config: dict[str, Any] | None = None) -> Collection:
-        """Return the collection, creating it for this embedder if missing; refuse another embedder."""
+                          config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
+        """Return the collection, creating it for this embedder and analyzer if missing; refuse others."""
         _check_name("collection", name)
+        analyzer_name = get_analyzer(analyzer).name  # an unknown name fails before anything is written
         with self._backend._write_translated() as conn:
             tenant_pk = self._tenant_pk(conn, create=True)
             row = conn.execute(_COLLECTION_SELECT + " WHERE tenant_id = ? AND name = ?", (tenant_pk, name)).fetchone()
@@ -502,7 +505,7 @@ class SQLiteVectorStore:
                     "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
                     "embedding_model, dimension, analyzer, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                     self._backend.analyzer.name, json.dumps(config or {}, ensure_ascii=False)),
+                     analyzer_name, json.dumps(config or {}, ensure_ascii=False)),
                 )
                 row = conn.execute(
                     _COLLECTION_SELECT + " WHERE tenant_id = ? AND name = ?", (tenant_pk, name)
@@ -515,7 +518,12 @@ class SQLiteVectorStore:
                 f"is {embedder.provider}:{embedder.model} ({embedder.dimension} dimensions). Use the "
                 "same embedder, or another collection"
             )
+        check_analyzer(collection, analyzer)
         return collection
+
+    def _analyzer(self, collection: str) -> Analyzer:
+        """The analyzer a collection records (fixed at creation)."""
+        return get_analyzer(self.get_collection(collection).analyzer)
 
     def get_collection(self, name: str) -> Collection:
         """The collection, or ``CollectionNotFoundError``."""
@@ -558,6 +566,8 @@ class SQLiteVectorStore:
         commit writes a new FTS5 segment and rewrites the same B-tree index pages.
         """
         started = time.perf_counter()
+        # Analysis (possibly morphological, so slow) runs before the write lock is taken.
+        analyzer = self._analyzer(collection)
         prepared = []
         for document in documents:
             vectors = np.asarray(document.vectors, dtype=np.float32)
@@ -566,11 +576,12 @@ class SQLiteVectorStore:
                     f"document {document.source!r}: {len(document.chunks)} chunks but vectors of shape "
                     f"{vectors.shape}"
                 )
-            prepared.append((document, vectors, [fts_document(self._backend.analyzer, c.content)
+            prepared.append((document, vectors, [fts5_document(analyzer.index_tokens(c.content))
                                                  for c in document.chunks]))
         results: list[IngestResult] = []
         with self._backend._write_translated() as conn:
             tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            _same_analyzer(row[10], analyzer, collection)
             for document, vectors, terms in prepared:
                 if document.chunks:
                     self._check_dimension(int(row[5]), vectors.shape[1], collection)
@@ -755,9 +766,11 @@ class SQLiteVectorStore:
         ids = [r.id or new_id() for r in records]
         if len(set(ids)) != len(ids):
             raise VectorStoreError("upsert got the same id twice in one call")
-        analyzer = self._backend.analyzer
+        analyzer = self._analyzer(collection)
+        terms = [fts5_document(analyzer.index_tokens(r.content)) for r in records]
         with self._backend._write_translated() as conn:
             tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            _same_analyzer(row[10], analyzer, collection)
             self._check_dimension(int(row[5]), vectors.shape[1] if vectors.ndim == 2 else -1, collection)
             doc_pks: dict[str, int] = {}
             for record in records:
@@ -783,7 +796,7 @@ class SQLiteVectorStore:
                     [(ids[i], int(records[i].metadata.get("chunk_index", 0)), 0, len(records[i].content), 0,
                       records[i].content, records[i].metadata) for i in positions],
                     vectors[positions],
-                    [fts_document(analyzer, records[i].content) for i in positions],
+                    [terms[i] for i in positions],
                 )
             self._count(conn, tenant_pk, collection_pk, 0, len(records), mutated=False)
         return ids
@@ -1012,11 +1025,12 @@ class SQLiteVectorStore:
         """
         top_k = _check_top_k(top_k)
         flt = as_filter(filter)
-        match = fts_query(self._backend.analyzer, query)
-        if match is None:
-            return []
         with self._backend._read() as conn:
-            tenant_pk, collection_pk, _ = self._collection_row(conn, collection)
+            tenant_pk, collection_pk, row = self._collection_row(conn, collection)
+            # The query is analyzed as the collection's chunks were; every phrase is quoted.
+            match = fts5_query(get_analyzer(row[10]).query_phrases(query))
+            if match is None:
+                return []
             # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
             # check from the index alone, without reading each matching chunk row.
             sql = ("SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts CROSS JOIN chunks c INDEXED BY chunks_scan "
@@ -1151,8 +1165,13 @@ class SQLiteVectorStore:
 
 _COLLECTION_SELECT = (
     "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, "
-    "document_count, chunk_count, config FROM collections"
+    "document_count, chunk_count, config, analyzer FROM collections"
 )
+
+
+def _same_analyzer(recorded: str, analyzer: Analyzer, collection: str) -> None:
+    if recorded != analyzer.name:  # the collection was dropped and re-created while we analyzed
+        raise AnalyzerMismatchError(f"collection {collection!r} now uses the {recorded!r} analyzer; write again")
 
 _DOC_SELECT = (
     "SELECT d.uid, d.source, (SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "

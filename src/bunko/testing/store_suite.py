@@ -17,8 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ..analysis import DEFAULT_ANALYZER_NAME
 from ..errors import (
+    AnalyzerMismatchError,
     CollectionNotFoundError,
+    ConfigError,
     DimensionMismatchError,
     DocumentNotFoundError,
     EmbedderMismatchError,
@@ -502,6 +505,71 @@ class StoreConformance:
         assert b.count("shared", filter={"year": 1999}) == 1
         assert {_label(h) for h in a.query("shared", vectors["a1"], 100, filter={"kind": "pdf"})} == {
             "a1", "a2", "a3", "e1", "r1"}
+
+    @pytest.mark.parametrize(("analyzer", "query", "first"), [
+        ("bigram", "備蓄", "水の備蓄"),
+        ("combined", "備蓄の目安", "水の備蓄"),
+        ("sudachi", "地震の対策", "家具"),
+        ("sudachi", "附属", "付属"),  # dictionary normal forms: 附属 finds 付属
+        ("whitespace", "家具の固定は地震対策の基本です", "家具"),  # whole runs only
+    ])
+    def test_keyword_search_uses_the_collection_analyzer(self, backend: StoreBackend, analyzer: str, query: str,
+                                                         first: str) -> None:
+        store = backend.for_tenant("acme")
+        created = store.ensure_collection("c", INFO, analyzer=analyzer)
+        assert created.analyzer == analyzer == store.get_collection("c").analyzer
+        assert [c.analyzer for c in store.list_collections()] == [analyzer]
+        texts = ["水の備蓄は1人1日3リットルが目安です。", "家具の固定は地震対策の基本です。",
+                 "付属の説明書を読んでください。", "Drop, cover and hold on during an earthquake."]
+        store.write_document("c", make_document("k.txt", texts, unit_vectors(4, 16)))
+        hits = store.keyword_search("c", query, 4)
+        assert hits and hits[0].content.startswith(first)
+        assert store.keyword_search("c", "EARTHQUAKE", 4)[0].content.startswith("Drop")
+        assert store.keyword_search("c", "存在しない語彙", 4) == []
+        if analyzer == "whitespace":  # no segmentation: a word inside a run is not found
+            assert store.keyword_search("c", "家具", 4) == []
+
+    def test_the_analyzer_is_fixed_when_the_collection_is_created(self, backend: StoreBackend) -> None:
+        store = backend.for_tenant("acme")
+        assert store.ensure_collection("default", INFO).analyzer == DEFAULT_ANALYZER_NAME
+        store.ensure_collection("c", INFO, analyzer="bigram")
+        assert store.ensure_collection("c", INFO).analyzer == "bigram"  # not named: the recorded one
+        assert store.ensure_collection("c", INFO, analyzer="bigram").analyzer == "bigram"
+        with pytest.raises(AnalyzerMismatchError, match=r"'bigram' analyzer.*'sudachi'"):
+            store.ensure_collection("c", INFO, analyzer="sudachi")
+        with pytest.raises(ConfigError, match="unknown analyzer"):
+            store.ensure_collection("new", INFO, analyzer="no-such-analyzer")
+        assert [c.name for c in store.list_collections()] == ["c", "default"]  # nothing created
+
+    @pytest.mark.parametrize("analyzer", ["bigram", "combined"])
+    def test_query_syntax_in_user_text_is_inert(self, backend: StoreBackend, analyzer: str) -> None:
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO, analyzer=analyzer)
+        texts = ["水の備蓄 \"quoted\" it's a & b | c ! d : e * (f) NEAR g \\ h", "家具の固定"]
+        store.write_document("c", make_document("s.txt", texts, unit_vectors(2, 17)))
+        for query in ['"', "'", "&", "|", "!", ":", "*", "(", ")", "\\", "-", '" * (', "'':*", "!(&|)"]:
+            assert store.keyword_search("c", query, 3) == [], query
+            hits = store.keyword_search("c", f"備蓄{query}", 3)  # next to a real word: still found
+            assert hits and hits[0].content.startswith("水の備蓄"), query
+        for query in ["it's", "NEAR(", '"quoted"', "a & b", "(f)", "NEAR g", "d:*", "!h"]:  # operators are words
+            assert store.keyword_search("c", query, 3)[0].content.startswith("水の備蓄"), query
+
+    def test_keyword_ranking_is_bm25(self, backend: StoreBackend) -> None:
+        """Rarer terms weigh more, repeated terms count, and shorter chunks win ties (both stores)."""
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO, analyzer="bigram")
+        texts = ["common words here", "common words there", "common rare", "common rare rare",
+                 "common rare plus many more words that make this chunk much longer than the others",
+                 *(f"filler text number {i}" for i in range(7))]
+        store.write_document("c", make_document("r.txt", texts, unit_vectors(len(texts), 18)))
+        ranked = [h.content for h in store.keyword_search("c", "common rare", 10)]
+        assert len(ranked) == 5
+        assert ranked[0] == "common rare rare"
+        assert ranked[1] == "common rare"
+        assert ranked[2].startswith("common rare plus")
+        assert set(ranked[3:]) == {"common words here", "common words there"}
+        scores = [h.score for h in store.keyword_search("c", "common rare", 10)]
+        assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1] > 0
 
     # -- tenant isolation (R15) -----------------------------------------------------------
     def test_tenants_never_see_each_others_data(self, backend: StoreBackend) -> None:
