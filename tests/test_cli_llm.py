@@ -124,7 +124,7 @@ def test_stream_prints_tokens_before_the_stream_ends(db: str, fake: OpenAIFake, 
                 seen += os.read(proc.stdout.fileno(), 4096)
         # The first tokens are on the terminal while the server still holds the rest of the answer.
         assert seen.decode() == "水は最低3日分", proc.stderr.read().decode() if proc.poll() is not None else seen
-        assert fake.holding.is_set() and proc.poll() is None
+        assert fake.holding.wait(5) and proc.poll() is None
     finally:
         fake.release.set()
     out, err = proc.communicate(timeout=60)

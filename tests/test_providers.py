@@ -133,7 +133,9 @@ def test_stream_delivers_each_event_as_it_is_flushed(server: OpenAIFake) -> None
         first = await stream.__anext__()
         while not first.text:
             first = await stream.__anext__()
-        held = server.holding.is_set()  # the server is still holding the rest of the stream
+        # The server reaches its gate right after writing the first piece (the wait covers that
+        # race); the rest stays unsent until released, so the client had the first piece early.
+        held = server.holding.wait(5)
         server.release.set()
         rest = [d.text async for d in stream]
         return first.text, held, rest
