@@ -443,3 +443,19 @@ def test_ts_rank_is_available_as_the_other_ranking(pg_url: str) -> None:
         backend.close()
     with pytest.raises(ConfigError, match="keyword_ranking"):
         PostgresSettings(keyword_ranking="tf-idf")
+
+
+def test_tsvector_literals_keep_any_token_exactly(pg_url: str) -> None:
+    from bunko.analysis import tsquery_literal, tsvector_literal
+
+    tokens = ["it's", "a:b", "c d", "x\\y", "水", "x\\y", "&|!"]
+    with _admin(pg_url) as conn:
+        vector = conn.execute("SELECT %s::tsvector", (tsvector_literal(tokens),)).fetchone()[0]
+        lexemes = conn.execute("SELECT lexeme, positions FROM unnest(%s::tsvector) ORDER BY lexeme",
+                               (tsvector_literal(tokens),)).fetchall()
+        assert sorted(lexemes) == sorted([("it's", [1]), ("a:b", [2]), ("c d", [3]), ("x\\y", [4, 6]), ("水", [5]),
+                                          ("&|!", [7])])
+        for phrase in [("it's",), ("c d",), ("x\\y", "水"), ("&|!",)]:
+            assert conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, tsquery_literal([phrase]))).fetchone()[0]
+        assert not conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, tsquery_literal([("水", "x\\y", "a:b")]))
+                                ).fetchone()[0]

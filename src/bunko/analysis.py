@@ -306,15 +306,20 @@ _TS_MAX_POSITION = 16383
 
 
 def tsvector_literal(tokens: list[str]) -> str:
-    """A ``tsvector`` input literal holding each token with its positions (``'a':1,3 'b':2``).
+    """A ``tsvector`` input literal: each token quoted, with its position (``'水':1 'の':2 '水':3``).
 
-    Cast in SQL (``::tsvector``): PostgreSQL's text-search parser never sees the text, so the
-    stored lexemes are exactly the analyzer's tokens.
+    Cast in SQL (``::tsvector``), which merges a repeated token's positions. PostgreSQL's text-search
+    parser never sees the text, so the stored lexemes are exactly the analyzer's tokens. Measured per
+    250-character chunk against ``to_tsvector('simple', ' '.join(tokens))``: 20 µs here + 43 µs for the
+    cast, against 4 + 85 µs.
     """
-    positions: dict[str, list[str]] = {}
-    for i, token in enumerate(tokens, start=1):
-        positions.setdefault(token, []).append(str(min(i, _TS_MAX_POSITION)))
-    return " ".join(f"{_ts_quote(t)}:{','.join(p)}" for t, p in positions.items())
+    if len(tokens) > _TS_MAX_POSITION:
+        positions: Iterable[int] = (min(i, _TS_MAX_POSITION) for i in range(1, len(tokens) + 1))
+    else:
+        positions = range(1, len(tokens) + 1)
+    if any("'" in t or "\\" in t for t in tokens):
+        return " ".join([f"{_ts_quote(t)}:{i}" for t, i in zip(tokens, positions, strict=True)])
+    return " ".join([f"'{t}':{i}" for t, i in zip(tokens, positions, strict=True)])
 
 
 def tsquery_literal(phrases: list[Phrase]) -> str | None:
