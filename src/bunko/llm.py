@@ -12,15 +12,11 @@ last carries a piece of text (``text``), and the last one carries the completed
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import UnknownProviderError
-
-logger = logging.getLogger(__name__)
+from .registry import Registry
 
 
 @dataclass(slots=True)
@@ -75,44 +71,19 @@ class LLMProvider(Protocol):
 
 
 LLMFactory = Callable[..., LLMProvider]
-_REGISTRY: dict[str, LLMFactory] = {}
-_PLUGINS_LOADED = False
+_REGISTRY: Registry[LLMProvider] = Registry("LLM provider", "bunko.llms", builtins="bunko.providers")
 
 
 def register_llm(name: str, factory: LLMFactory) -> None:
     """Register an LLM factory; it is called as ``factory(model, **options)``."""
-    _REGISTRY[name] = factory
-
-
-def _load_plugins() -> None:
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    try:  # the built-in providers register themselves on import
-        from . import providers  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - an optional dependency missing
-        logger.debug("built-in LLM providers unavailable: %s", exc)
-    for ep in entry_points(group="bunko.llms"):
-        try:
-            register_llm(ep.name, ep.load())
-        except Exception as exc:  # a broken plugin must not break the built-ins
-            logger.warning("could not load LLM plugin %s: %s", ep.name, exc)
+    _REGISTRY.register(name, factory)
 
 
 def available_llms() -> list[str]:
     """Names of the registered LLM providers."""
-    _load_plugins()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_llm(spec: str, **options: Any) -> LLMProvider:
     """Build an LLM from ``"provider:model"``; ``options`` (base_url, api_key, timeout, …) go to the factory."""
-    _load_plugins()
-    name, _, model = spec.strip().partition(":")
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        raise UnknownProviderError(
-            f"unknown LLM provider {name!r}; available: {', '.join(available_llms()) or '(none)'}"
-        )
-    return factory(model or None, **options)
+    return _REGISTRY.build(spec, **options)

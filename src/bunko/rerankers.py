@@ -19,21 +19,18 @@ Plugins come from the ``bunko.rerankers`` entry-point group.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from .errors import BunkoError, ConfigError, RerankError, UnknownProviderError
+from .errors import BunkoError, ConfigError, RerankError
 from .providers._http import RERANK_ERRORS, HTTPCore, RetryPolicy, resolve_api_key
+from .registry import Registry
 from .types import SearchHit, UsageEvent
-
-logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -267,46 +264,25 @@ class CrossEncoderReranker(BaseReranker):
 
 
 RerankerFactory = Callable[..., Reranker]
-_REGISTRY: dict[str, RerankerFactory] = {
-    "cohere": CohereReranker,
-    "voyage": VoyageReranker,
-    "jina": JinaReranker,
-    "cross-encoder": CrossEncoderReranker,
-}
-_PLUGINS_LOADED = False
+_REGISTRY: Registry[Reranker] = Registry("reranker", "bunko.rerankers")
+for _name, _factory in (("cohere", CohereReranker), ("voyage", VoyageReranker), ("jina", JinaReranker),
+                        ("cross-encoder", CrossEncoderReranker)):
+    _REGISTRY.register(_name, _factory)
 
 
 def register_reranker(name: str, factory: RerankerFactory) -> None:
     """Register a reranker factory; it is called as ``factory(model, **options)``."""
-    _REGISTRY[name] = factory
-
-
-def _load_plugins() -> None:
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for ep in entry_points(group="bunko.rerankers"):
-        try:
-            register_reranker(ep.name, ep.load())
-        except Exception as exc:  # a broken plugin must not break the built-ins
-            logger.warning("could not load reranker plugin %s: %s", ep.name, exc)
+    _REGISTRY.register(name, factory)
 
 
 def available_rerankers() -> list[str]:
     """Names of the registered rerankers."""
-    _load_plugins()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_reranker(spec: str, **options: Any) -> Reranker:
     """Build a reranker from ``"provider:model"``; ``options`` (api_key, base_url, timeout, …) go to the factory."""
-    _load_plugins()
-    name, _, model = spec.strip().partition(":")
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        raise UnknownProviderError(f"unknown reranker {name!r}; available: {', '.join(available_rerankers())}")
-    return factory(model or None, **options)
+    return _REGISTRY.build(spec, **options)
 
 
 __all__ = [
