@@ -54,13 +54,22 @@ class Registry(Generic[T]):
         self._load()
         return sorted(self._factories)
 
-    def build(self, spec: str, **options: Any) -> T:
-        """Build from ``"name:model"`` (or ``"name"``); ``options`` go to the factory."""
+    def get(self, name: str) -> Callable[..., T]:
+        """The factory registered as ``name``, or ``UnknownProviderError`` naming the ones there are."""
         self._load()
-        name, _, model = spec.strip().partition(":")
         factory = self._factories.get(name)
         if factory is None:
             raise UnknownProviderError(
                 f"unknown {self.kind} {name!r}; available: {', '.join(self.names()) or '(none)'}"
             )
-        return factory(model or None, **options)
+        return factory
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return name in self._factories
+
+    def build(self, spec: str, **options: Any) -> T:
+        """Build from ``"name:model"`` (or ``"name"``); ``options`` go to the factory."""
+        self._load()
+        name, _, model = spec.strip().partition(":")
+        return self.get(name)(model or None, **options)
