@@ -22,7 +22,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 class AnthropicChat(HostedLLM):
     """Claude models through the Messages API (``ANTHROPIC_API_KEY``)."""
 
-    name = "anthropic"
+    provider = "anthropic"
     default_base_url = ANTHROPIC_BASE_URL
     env_vars = ("ANTHROPIC_API_KEY",)
     default_model = "claude-sonnet-4-5"
