@@ -247,7 +247,7 @@ _REGISTRY: Registry[Analyzer] = Registry(
      "combined": CombinedAnalyzer},
     unknown=ConfigError,
 )
-_INSTANCES: dict[str, Analyzer] = {}
+_INSTANCES: dict[Callable[[], Analyzer], Analyzer] = {}  # one shared instance per factory
 _LOCK = threading.Lock()
 
 
@@ -256,9 +256,7 @@ def register_analyzer(name: str, factory: Callable[[], Analyzer]) -> None:
 
     Plugins can also name analyzers in the ``bunko.analyzers`` entry-point group.
     """
-    with _LOCK:
-        _REGISTRY.register(name, factory)
-        _INSTANCES.pop(name, None)
+    _REGISTRY.register(name, factory)
 
 
 def analyzer_names() -> list[str]:
@@ -268,11 +266,11 @@ def analyzer_names() -> list[str]:
 
 def get_analyzer(name: str | None = None) -> Analyzer:
     """The analyzer registered as ``name`` (the default when None); ``ConfigError`` if unknown."""
-    name = name or DEFAULT_ANALYZER_NAME
+    factory = _REGISTRY.get(name or DEFAULT_ANALYZER_NAME)
     with _LOCK:
-        analyzer = _INSTANCES.get(name)
+        analyzer = _INSTANCES.get(factory)
         if analyzer is None:
-            analyzer = _INSTANCES[name] = _REGISTRY.create(name)
+            analyzer = _INSTANCES[factory] = factory()
         return analyzer
 
 

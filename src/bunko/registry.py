@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import threading
 from collections import ChainMap
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
@@ -56,6 +57,7 @@ class Registry(Generic[T]):
         self._layers: ChainMap[str, Callable[..., T] | str] = ChainMap(self._registered, self._plugins,
                                                                         self._builtins)
         self._plugins_loaded = False
+        self._lock = threading.RLock()  # re-entrant: a plugin's import may look its own seam up
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, group={self.group!r})"
@@ -74,20 +76,31 @@ class Registry(Generic[T]):
         """Remove what ``register`` put under ``name`` (nothing happens if there is none)."""
         self._registered.pop(name, None)
 
+    def reload(self) -> None:
+        """Forget the plugins read so far; the next lookup reads the entry points again."""
+        with self._lock:
+            self._plugins.clear()
+            self._plugins_loaded = False
+
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
-        self._plugins_loaded = True
-        for ep in entry_points(group=self.group):
-            try:
-                factory = ep.load()
-            except Exception as exc:  # a broken plugin must not break the built-ins
-                logger.warning("could not load %s plugin %s: %s", self.kind, ep.name, exc)
-                continue
-            if not callable(factory):
-                logger.warning("%s plugin %s is not callable (%r); skipped", self.kind, ep.name, factory)
-                continue
-            self._plugins[ep.name] = factory
+        with self._lock:
+            if self._plugins_loaded:
+                return
+            plugins: dict[str, Callable[..., T]] = {}
+            for ep in entry_points(group=self.group):
+                try:
+                    factory = ep.load()
+                except Exception as exc:  # a broken plugin must not break the built-ins
+                    logger.warning("could not load %s plugin %s: %s", self.kind, ep.name, exc)
+                    continue
+                if not callable(factory):
+                    logger.warning("%s plugin %s is not callable (%r); skipped", self.kind, ep.name, factory)
+                    continue
+                plugins[ep.name] = factory
+            self._plugins.update(plugins)
+            self._plugins_loaded = True
 
     # -- lookups ---------------------------------------------------------------------------------
 
