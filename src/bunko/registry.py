@@ -20,7 +20,6 @@ import importlib
 import inspect
 import logging
 import threading
-from collections import ChainMap
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
@@ -54,8 +53,6 @@ class Registry(Generic[T]):
         self._registered: dict[str, Callable[..., T]] = {}
         self._plugins: dict[str, Callable[..., T]] = {}
         self._builtins: dict[str, Callable[..., T] | str] = dict(builtins or {})
-        self._layers: ChainMap[str, Callable[..., T] | str] = ChainMap(self._registered, self._plugins,
-                                                                        self._builtins)
         self._plugins_loaded = False
         self._lock = threading.RLock()  # re-entrant: a plugin's import may look its own seam up
 
@@ -107,16 +104,17 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         """Every name there is, sorted."""
         self._load_plugins()
-        return sorted(self._layers)
+        return sorted({*self._registered, *self._plugins, *self._builtins})
 
     def __contains__(self, name: object) -> bool:
         self._load_plugins()
-        return name in self._layers
+        return name in self._registered or name in self._plugins or name in self._builtins
 
     def get(self, name: str) -> Callable[..., T]:
         """The factory called ``name``; the registry's typed error naming those there are, if none."""
         self._load_plugins()
-        entry = self._layers.get(name)
+        entry = next((layer[name] for layer in (self._registered, self._plugins, self._builtins) if name in layer),
+                     None)
         if entry is None:
             raise self.unknown(f"unknown {self.kind} {name!r}; available: {', '.join(self.names()) or '(none)'}")
         if isinstance(entry, str):  # a built-in named by its import path

@@ -168,7 +168,7 @@ class JinaReranker(HostedReranker):
 
     provider = "jina"
     default_base_url = "https://api.jina.ai"
-    env_vars = ("JINA_API_KEY",)
+    env_vars: tuple[str, ...] = ("JINA_API_KEY",)
     default_model = "jina-reranker-v2-base-multilingual"
 
     def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:

@@ -461,7 +461,9 @@ class TokenSplitter:
 
     @staticmethod
     def _pack_plain(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
-        spans, current, total = [], [], 0
+        spans: list[tuple[int, int]] = []
+        current: list[_Unit] = []
+        total = 0
         for unit in units:
             if current and total + unit.tokens > budget:
                 spans.append((current[0].start, current[-1].end))
@@ -541,7 +543,7 @@ def build_splitter(spec: dict[str, object], embedder: object = None) -> Splitter
             options["counter"] = counter
         limit = getattr(embedder, "max_input_tokens", None)
         if isinstance(limit, int) and limit > 0:
-            options["max_tokens"] = min(int(options.get("max_tokens", 1000)), limit)  # type: ignore[arg-type]
+            options["max_tokens"] = min(int(options.get("max_tokens", 1000)), limit)  # type: ignore[call-overload]
     return get_splitter(name, **options)
 
 

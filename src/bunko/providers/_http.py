@@ -27,7 +27,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -319,7 +319,7 @@ class HTTPCore:
             await asyncio.sleep(wait)
 
     async def stream_events(self, path: str, body: Any, *,
-                            params: Mapping[str, str] | None = None) -> AsyncIterator[tuple[str, str]]:
+                            params: Mapping[str, str] | None = None) -> AsyncGenerator[tuple[str, str], None]:
         """POST ``body`` and yield Server-Sent Events as ``(event, data)``; retried only before the first event."""
         url = self._url(path)
         attempt = 0
@@ -360,7 +360,7 @@ class HTTPCore:
 
 async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """Server-Sent Events of a response: ``(event name or "message", data)``, comments skipped."""
-    event, data = "", []
+    event, data = "", list[str]()
     async for line in response.aiter_lines():
         if not line:
             if data:

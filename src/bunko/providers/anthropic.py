@@ -24,7 +24,7 @@ class AnthropicChat(HostedLLM):
 
     provider = "anthropic"
     default_base_url = ANTHROPIC_BASE_URL
-    env_vars = ("ANTHROPIC_API_KEY",)
+    env_vars: tuple[str, ...] = ("ANTHROPIC_API_KEY",)
     default_model = "claude-sonnet-4-5"
 
     def _headers(self, api_key: str | None) -> dict[str, str]:

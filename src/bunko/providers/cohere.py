@@ -21,7 +21,7 @@ class CohereAPI(HostedClient):
 
     provider = "cohere"
     default_base_url = COHERE_BASE_URL
-    env_vars = COHERE_ENV
+    env_vars: tuple[str, ...] = COHERE_ENV
 
 
 class CohereEmbedder(CohereAPI, HostedEmbedder):

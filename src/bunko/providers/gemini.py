@@ -37,7 +37,7 @@ class GeminiAPI(HostedClient):
 
     provider = "gemini"
     default_base_url = GEMINI_BASE_URL
-    env_vars = GEMINI_ENV
+    env_vars: tuple[str, ...] = GEMINI_ENV
 
     def _headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key or ""}

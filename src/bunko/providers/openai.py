@@ -26,7 +26,7 @@ class OpenAIAPI(HostedClient):
 
     provider = "openai"
     default_base_url = OPENAI_BASE_URL
-    env_vars = ("OPENAI_API_KEY",)
+    env_vars: tuple[str, ...] = ("OPENAI_API_KEY",)
     key_required = True  # stated: OpenAIChat also inherits the compatible chat, which needs none
 
 
@@ -35,7 +35,7 @@ class OpenAICompatibleAPI(HostedClient):
 
     provider = "openai-compatible"
     default_base_url = ""
-    env_vars = ()
+    env_vars: tuple[str, ...] = ()
     key_required = False
 
 

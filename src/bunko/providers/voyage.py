@@ -20,7 +20,7 @@ class VoyageAPI(HostedClient):
 
     provider = "voyage"
     default_base_url = VOYAGE_BASE_URL
-    env_vars = ("VOYAGE_API_KEY",)
+    env_vars: tuple[str, ...] = ("VOYAGE_API_KEY",)
 
 
 class VoyageEmbedder(VoyageAPI, HostedEmbedder):
