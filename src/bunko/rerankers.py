@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .errors import BunkoError, ConfigError, RerankError
 from .providers._base import HostedClient
@@ -116,25 +116,26 @@ class BaseReranker:
 
 
 class HostedReranker(HostedClient, BaseReranker):
-    """A rerank API on the shared client base."""
+    """A rerank API on the shared client base: the query and documents in, indexed scores out."""
 
     errors = RERANK_ERRORS
     path = "v1/rerank"
     #: The body field that limits how many results come back.
     top_field = "top_n"
+    #: Fields every request carries besides model, query, documents and the limit.
+    extra_body: ClassVar[Mapping[str, Any]] = {}
+    #: The response field that lists ``{"index", "relevance_score"}`` items.
+    results_field = "results"
 
     def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents}
+        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents, **self.extra_body}
         if top_k is not None:
             body[self.top_field] = min(top_k, len(documents))
         return body
 
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["results"], 0
-
     def _scores(self, data: Any) -> tuple[dict[int, float], int]:
-        items, tokens = self._results(data)
-        return {int(item["index"]): float(item["relevance_score"]) for item in items}, tokens
+        scores = {int(item["index"]): float(item["relevance_score"]) for item in data[self.results_field]}
+        return scores, int((data.get("usage") or {}).get("total_tokens") or 0)
 
     async def _score(self, query: str, documents: list[str], top_k: int | None) -> tuple[dict[int, float], int]:
         result = await self.core.post_json(self.path, self._body(query, documents, top_k))
@@ -153,14 +154,8 @@ class VoyageReranker(VoyageAPI, HostedReranker):
 
     default_model = "rerank-2.5"
     top_field = "top_k"
-
-    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body = super()._body(query, documents, top_k)
-        body["truncation"] = True
-        return body
-
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["data"], int((data.get("usage") or {}).get("total_tokens") or 0)
+    extra_body: ClassVar[Mapping[str, Any]] = {"truncation": True}
+    results_field = "data"
 
 
 class JinaReranker(HostedReranker):
@@ -170,14 +165,7 @@ class JinaReranker(HostedReranker):
     default_base_url = "https://api.jina.ai"
     env_vars: tuple[str, ...] = ("JINA_API_KEY",)
     default_model = "jina-reranker-v2-base-multilingual"
-
-    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body = super()._body(query, documents, top_k)
-        body["return_documents"] = False
-        return body
-
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["results"], int((data.get("usage") or {}).get("total_tokens") or 0)
+    extra_body: ClassVar[Mapping[str, Any]] = {"return_documents": False}
 
 
 class CrossEncoderReranker(BaseReranker):
