@@ -351,6 +351,13 @@ def test_every_hosted_client_resolves_model_url_key_timeout_and_retries_alike(
     assert "key-from-the-environment" in str(cls("m", **where).core._headers)
 
 
+@pytest.mark.parametrize("option", [{"timeout": 0}, {"timeout": -1.5}, {"timeout": "soon"}, {"max_retries": -1},
+                                    {"max_retries": 1.5}, {"max_retries": True}])
+def test_bad_timeout_or_retries_is_a_config_error(option: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(option))):
+        OpenAICompatibleChat("m", base_url="http://127.0.0.1:9/v1", **option)  # type: ignore[arg-type]
+
+
 def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
     now = datetime(2025, 10, 21, 7, 28, 0, tzinfo=UTC)
     assert parse_retry_after("7") == 7.0

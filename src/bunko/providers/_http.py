@@ -36,6 +36,7 @@ import httpx
 
 from ..errors import (
     BunkoError,
+    ConfigError,
     EmbeddingAuthError,
     EmbeddingProviderError,
     EmbeddingRateLimitError,
@@ -187,14 +188,17 @@ class HTTPCore:
         self.errors = errors
         self._headers = dict(headers or {})
         self._secret = api_key or ""  # only to mask it if a provider echoes it back
-        self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
+        try:
+            self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+        except (TypeError, ValueError):
+            self.timeout = -1.0
+        if not self.timeout > 0:
+            raise ConfigError(f"{provider}: timeout must be a positive number of seconds; got {timeout!r}")
         policy = retry or RetryPolicy()
         if max_retries is not None:
-            if int(max_retries) < 0:
-                raise ValueError("max_retries must be 0 or more")
-            policy = RetryPolicy(int(max_retries), policy.backoff_base, policy.backoff_max, policy.max_retry_after)
+            if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+                raise ConfigError(f"{provider}: max_retries must be a whole number, 0 or more; got {max_retries!r}")
+            policy = RetryPolicy(max_retries, policy.backoff_base, policy.backoff_max, policy.max_retry_after)
         self.retry = policy
         self._transport = transport
         self._clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
