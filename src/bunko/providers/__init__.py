@@ -7,15 +7,17 @@ seams' registries (``bunko.embedders``, ``bunko.llm``, ``bunko.rerankers``) name
 classes and import them on first use. Optional libraries (sentence-transformers) are
 imported only when a local model is built, so this import never fails for want of an extra.
 
-| name | embeddings | chat |
-|---|---|---|
-| ``openai`` | ``OpenAIEmbedder`` | ``OpenAIChat`` |
-| ``openai-compatible`` | ``OpenAICompatibleEmbedder`` | ``OpenAICompatibleChat`` |
-| ``gemini`` | ``GeminiEmbedder`` | ``GeminiChat`` |
-| ``anthropic`` | — | ``AnthropicChat`` |
-| ``cohere`` | ``CohereEmbedder`` | — |
-| ``voyage`` | ``VoyageEmbedder`` | — |
-| ``sentence-transformers`` | ``SentenceTransformerEmbedder`` (extra ``local``) | — |
+| name | embeddings | chat | rerank (``bunko.rerankers``) |
+|---|---|---|---|
+| ``openai`` | ``OpenAIEmbedder`` | ``OpenAIChat`` | — |
+| ``openai-compatible`` | ``OpenAICompatibleEmbedder`` | ``OpenAICompatibleChat`` | — |
+| ``gemini`` | ``GeminiEmbedder`` | ``GeminiChat`` | — |
+| ``anthropic`` | — | ``AnthropicChat`` | — |
+| ``cohere`` | ``CohereEmbedder`` | — | ``CohereReranker`` |
+| ``voyage`` | ``VoyageEmbedder`` | — | ``VoyageReranker`` |
+| ``jina`` | — | — | ``JinaReranker`` |
+| ``sentence-transformers`` | ``SentenceTransformerEmbedder`` (extra ``local``) | — | — |
+| ``cross-encoder`` | — | — | ``CrossEncoderReranker`` (extra ``local``) |
 """
 
 from __future__ import annotations
