@@ -320,6 +320,22 @@ def test_built_ins_named_by_import_path_are_imported_on_first_use(tmp_path: Path
         sys.modules.pop("bunko_lazy_builtin", None)
 
 
+SETUP: Registry[str] = Registry("setup thing", "bunko.test-setup", "bunko_setup_module")
+
+
+def test_a_module_that_registers_the_built_ins_is_imported_on_first_use(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bunko_setup_module.py").write_text(
+        f"from {__name__} import SETUP\nSETUP.register('made', lambda model=None: f'made {{model}}')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "bunko_setup_module" not in sys.modules
+        assert SETUP.names() == ["made"]
+        assert SETUP.build("made:x") == "made x"
+    finally:
+        sys.modules.pop("bunko_setup_module", None)
+
+
 def test_registry_layers_and_checks() -> None:
     registry: Registry[str] = Registry("thing", "bunko.test-things", {"a": json.dumps}, unknown=ConfigError)
     assert registry.create("a", [1]) == "[1]"

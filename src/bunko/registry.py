@@ -10,6 +10,8 @@ A name is found in three layers, the first that has it wins:
    breaks the built-ins;
 3. the built-ins, given when the registry is made, either as factories or as
    ``"module:attribute"`` paths imported on first use (so naming a provider costs no import).
+   A registry may instead be given the name of a module that registers its built-ins when
+   imported; it is imported on first use, before the plugins are read.
 
 ``unregister`` removes a registration; a plugin or built-in of the same name shows again.
 """
@@ -43,7 +45,7 @@ class Registry(Generic[T]):
         self,
         kind: str,
         group: str,
-        builtins: Mapping[str, Callable[..., T] | str] | None = None,
+        builtins: Mapping[str, Callable[..., T] | str] | str | None = None,
         *,
         unknown: type[ConfigError] = UnknownProviderError,
     ) -> None:
@@ -52,7 +54,8 @@ class Registry(Generic[T]):
         self.unknown = unknown  # the error an unknown name raises
         self._registered: dict[str, Callable[..., T]] = {}
         self._plugins: dict[str, Callable[..., T]] = {}
-        self._builtins: dict[str, Callable[..., T] | str] = dict(builtins or {})
+        self._builtins: dict[str, Callable[..., T] | str] = {} if isinstance(builtins, str) else dict(builtins or {})
+        self._setup_module = builtins if isinstance(builtins, str) else None
         self._plugins_loaded = False
         self._lock = threading.RLock()  # re-entrant: a plugin's import may look its own seam up
 
@@ -85,6 +88,8 @@ class Registry(Generic[T]):
         with self._lock:
             if self._plugins_loaded:
                 return
+            if self._setup_module:
+                importlib.import_module(self._setup_module)  # it calls ``register`` for its built-ins
             plugins: dict[str, Callable[..., T]] = {}
             for ep in entry_points(group=self.group):
                 try:
@@ -124,10 +129,6 @@ class Registry(Generic[T]):
                 raise ConfigError(f"the built-in {self.kind} {name!r} could not be imported: {exc}") from exc
             self._builtins[name] = entry
         return entry  # type: ignore[return-value]
-
-    def values(self) -> list[Callable[..., T]]:
-        """Every factory, in the order of ``names()`` (built-ins given as paths are imported)."""
-        return [self.get(name) for name in self.names()]
 
     # -- building --------------------------------------------------------------------------------
 
