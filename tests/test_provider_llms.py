@@ -6,11 +6,20 @@ import asyncio
 
 import pytest
 
+from bunko.config import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 from bunko.errors import LLMAuthError, LLMProviderError, LLMRateLimitError, MissingAPIKeyError
 from bunko.llm import LLMMessage, LLMProvider, available_llms, get_llm
 from bunko.providers import AnthropicChat, GeminiChat, RetryPolicy
 from bunko.types import UsageEvent
-from tests.provider_fakes import AnthropicFake, GeminiFake, Reply, anthropic_error, gemini_error, sse_frame
+from tests.provider_fakes import (
+    AnthropicFake,
+    GeminiFake,
+    OpenAIFake,
+    Reply,
+    anthropic_error,
+    gemini_error,
+    sse_frame,
+)
 
 KEY = "test-key-SECRET-77"
 FAST = RetryPolicy(backoff_base=0.001, backoff_max=0.01)
@@ -31,6 +40,27 @@ def test_every_llm_is_registered_and_implements_the_protocol() -> None:
     assert {"openai", "openai-compatible", "anthropic", "gemini"} <= set(available_llms())
     for llm in (AnthropicChat("claude-sonnet-4-5", api_key=KEY), GeminiChat("gemini-2.5-flash", api_key=KEY)):
         assert isinstance(llm, LLMProvider)
+
+
+@pytest.mark.parametrize(("spec", "fake", "path", "read"), [
+    ("openai-compatible:qwen3-8b", OpenAIFake, "/v1", lambda body: (body["temperature"], body["max_tokens"])),
+    ("anthropic", AnthropicFake, "", lambda body: (body["temperature"], body["max_tokens"])),
+    ("gemini", GeminiFake, "/v1beta",
+     lambda body: (body["generationConfig"]["temperature"], body["generationConfig"]["maxOutputTokens"])),
+])
+def test_a_call_without_options_sends_the_settings_defaults(spec, fake, path, read) -> None:
+    assert (DEFAULT_TEMPERATURE, DEFAULT_MAX_TOKENS) == (0.1, 1000)  # one place: bunko.config
+    with fake(api_key=KEY) as server:
+        llm = get_llm(spec, base_url=server.url + path, api_key=KEY, retry=FAST)
+        assert asyncio.run(llm.complete(MESSAGES)).text
+        deltas = asyncio.run(_collect_defaults(llm))
+        assert deltas[-1].response is not None
+        complete_body, stream_body = server.requests[0].json, server.requests[-1].json
+    assert read(complete_body) == read(stream_body) == (DEFAULT_TEMPERATURE, DEFAULT_MAX_TOKENS)
+
+
+async def _collect_defaults(llm):
+    return [d async for d in llm.stream(MESSAGES)]
 
 
 # -- Anthropic -----------------------------------------------------------------------------------

@@ -21,7 +21,22 @@ from bunko.errors import (
     RateLimited,
 )
 from bunko.llm import LLMMessage, get_llm
-from bunko.providers import OpenAIChat, OpenAICompatibleChat, RetryPolicy, parse_retry_after
+from bunko.providers import (
+    AnthropicChat,
+    CohereEmbedder,
+    GeminiChat,
+    GeminiEmbedder,
+    HostedClient,
+    HostedLLM,
+    OpenAIChat,
+    OpenAICompatibleChat,
+    OpenAICompatibleEmbedder,
+    OpenAIEmbedder,
+    RetryPolicy,
+    VoyageEmbedder,
+    parse_retry_after,
+)
+from bunko.rerankers import CohereReranker, JinaReranker, VoyageReranker
 from bunko.types import UsageEvent
 from tests.provider_fakes import OpenAIFake, Reply, openai_error, sse_frame
 
@@ -293,6 +308,54 @@ def test_bad_messages_are_rejected_before_any_call(server: OpenAIFake) -> None:
 
 
 # -- Retry-After parsing -------------------------------------------------------------------------
+
+
+# -- the client base every hosted provider builds on ------------------------------------------------
+
+HOSTED = [OpenAIEmbedder, OpenAICompatibleEmbedder, GeminiEmbedder, CohereEmbedder, VoyageEmbedder, OpenAIChat,
+          OpenAICompatibleChat, AnthropicChat, GeminiChat, CohereReranker, VoyageReranker, JinaReranker]
+
+
+@pytest.mark.parametrize("cls", HOSTED, ids=lambda cls: cls.__name__)
+def test_every_hosted_client_resolves_model_url_key_timeout_and_retries_alike(
+        cls: type[HostedClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY", "COHERE_API_KEY",
+                "CO_API_KEY", "VOYAGE_API_KEY", "JINA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    where = {} if cls.default_base_url else {"base_url": "http://127.0.0.1:9/v1/"}
+    client = cls(api_key=KEY, timeout=7, max_retries=2, **where) if cls.default_model else None
+    if client is None:  # servers of any model: the model must be named
+        with pytest.raises(ConfigError, match="a model name is required"):
+            cls(api_key=KEY, **where)
+        client = cls("m", api_key=KEY, timeout=7, max_retries=2, **where)
+    assert isinstance(client, HostedClient)
+    assert client.model == (cls.default_model or "m")
+    assert client.core.base_url == (cls.default_base_url or "http://127.0.0.1:9/v1")
+    assert (client.core.timeout, client.core.retry.max_retries) == (7, 2)
+    assert KEY not in repr(client) and KEY in str(client.core._headers)
+    default_timeout = cls("m", api_key=KEY, **where).core.timeout
+    assert default_timeout == (120.0 if isinstance(client, HostedLLM) else 60.0)
+    with pytest.raises(ConfigError, match=r"does not take the option\(s\) colour"):
+        cls("m", api_key=KEY, colour="red", **where)  # type: ignore[call-arg]
+    if not cls.default_base_url:
+        with pytest.raises(ConfigError, match="base_url is required"):
+            cls("m", api_key=KEY)
+    if not cls.key_required:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-other-servers")
+        assert "sk-not" not in str(cls("m", **where).core._headers)  # no key: none is read or sent
+        return
+    with pytest.raises(MissingAPIKeyError, match=" or ".join(cls.env_vars)) as missing:
+        cls("m", **where)
+    assert missing.value.code == "MISSING_API_KEY"
+    monkeypatch.setenv(cls.env_vars[-1], "key-from-the-environment")
+    assert "key-from-the-environment" in str(cls("m", **where).core._headers)
+
+
+@pytest.mark.parametrize("option", [{"timeout": 0}, {"timeout": -1.5}, {"timeout": "soon"}, {"max_retries": -1},
+                                    {"max_retries": 1.5}, {"max_retries": True}])
+def test_bad_timeout_or_retries_is_a_config_error(option: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(option))):
+        OpenAICompatibleChat("m", base_url="http://127.0.0.1:9/v1", **option)  # type: ignore[arg-type]
 
 
 def test_parse_retry_after_reads_seconds_and_http_dates() -> None:

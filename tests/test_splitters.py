@@ -522,9 +522,8 @@ def test_get_splitter_bad_options() -> None:
         get_splitter("recursive", chunk_sise=10)
 
 
-def test_register_splitter(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_splitter() -> None:
     """A registered factory is found by name and receives the options."""
-    monkeypatch.setattr(splitters, "_REGISTRY", dict(splitters._REGISTRY))
 
     class Whole:
         def __init__(self, tag: str = "") -> None:
@@ -534,11 +533,15 @@ def test_register_splitter(monkeypatch: pytest.MonkeyPatch) -> None:
             return [TextChunk(text, 0, 0, len(text))]
 
     register_splitter("whole", Whole)
-    s = get_splitter("whole", tag="x")
-    assert isinstance(s, Whole) and s.tag == "x"
-    assert isinstance(s, Splitter)
-    assert s.split("abc") == [TextChunk("abc", 0, 0, 3)]
-    assert available_splitters() == ["recursive", "token", "whole"]
+    try:
+        s = get_splitter("whole", tag="x")
+        assert isinstance(s, Whole) and s.tag == "x"
+        assert isinstance(s, Splitter)
+        assert s.split("abc") == [TextChunk("abc", 0, 0, 3)]
+        assert available_splitters() == ["recursive", "token", "whole"]
+    finally:
+        splitters._REGISTRY.unregister("whole")
+    assert available_splitters() == ["recursive", "token"]
     with pytest.raises(SplitterError):
         register_splitter("", Whole)
     with pytest.raises(SplitterError):

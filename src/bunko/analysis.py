@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
+from .registry import Registry
 
 # CJK ideographs, hiragana, katakana (incl. prolonged sound mark), halfwidth katakana, hangul --
 # letters only: the combining and spacing (semi-)voiced marks and the punctuation inside the kana
@@ -240,41 +241,37 @@ def _sudachi_installed() -> bool:
 # New collections get ``combined`` when the "ja" extra is installed (it ranks best on JSQuAD),
 # and ``bigram`` otherwise; a collection keeps the analyzer it was created with.
 DEFAULT_ANALYZER_NAME = "combined" if _sudachi_installed() else "bigram"
-_FACTORIES: dict[str, Callable[[], Analyzer]] = {}
-_INSTANCES: dict[str, Analyzer] = {}
+_REGISTRY: Registry[Analyzer] = Registry(
+    "analyzer", "bunko.analyzers",
+    {"bigram": BigramAnalyzer, "whitespace": WhitespaceAnalyzer, "sudachi": SudachiAnalyzer,
+     "combined": CombinedAnalyzer},
+    unknown=ConfigError,
+)
+_INSTANCES: dict[Callable[[], Analyzer], Analyzer] = {}  # one shared instance per factory
 _LOCK = threading.Lock()
 
 
 def register_analyzer(name: str, factory: Callable[[], Analyzer]) -> None:
-    """Make an analyzer available by name (built on first use, then shared)."""
-    with _LOCK:
-        _FACTORIES[name] = factory
-        _INSTANCES.pop(name, None)
+    """Make an analyzer available by name (built on first use, then shared).
+
+    Plugins can also name analyzers in the ``bunko.analyzers`` entry-point group.
+    """
+    _REGISTRY.register(name, factory)
 
 
 def analyzer_names() -> list[str]:
     """The registered analyzer names."""
-    return sorted(_FACTORIES)
+    return _REGISTRY.names()
 
 
 def get_analyzer(name: str | None = None) -> Analyzer:
     """The analyzer registered as ``name`` (the default when None); ``ConfigError`` if unknown."""
-    name = name or DEFAULT_ANALYZER_NAME
+    factory = _REGISTRY.get(name or DEFAULT_ANALYZER_NAME)
     with _LOCK:
-        analyzer = _INSTANCES.get(name)
-        if analyzer is not None:
-            return analyzer
-        factory = _FACTORIES.get(name)
-        if factory is None:
-            raise ConfigError(f"unknown analyzer {name!r}; use one of: {', '.join(sorted(_FACTORIES))}")
-        analyzer = _INSTANCES[name] = factory()
+        analyzer = _INSTANCES.get(factory)
+        if analyzer is None:
+            analyzer = _INSTANCES[factory] = factory()
         return analyzer
-
-
-register_analyzer("bigram", BigramAnalyzer)
-register_analyzer("whitespace", WhitespaceAnalyzer)
-register_analyzer("sudachi", SudachiAnalyzer)
-register_analyzer("combined", CombinedAnalyzer)
 
 
 # -- rendering for the stores ---------------------------------------------------------------

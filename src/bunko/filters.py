@@ -436,8 +436,9 @@ def file_type_filter(file_types: Iterable[str]) -> dict[str, Any]:
 
     Loaders record the kind as ``kind`` and the MIME type as ``mime_type`` in document metadata.
     """
-    from .loaders import _BY_SUFFIX, _KINDS
+    from .loaders import file_kinds, suffix_kinds
 
+    known_kinds, by_suffix = file_kinds(), suffix_kinds()
     kinds: list[str] = []
     mimes: list[str] = []
     unknown: list[str] = []
@@ -447,13 +448,13 @@ def file_type_filter(file_types: Iterable[str]) -> dict[str, Any]:
             mimes.append(item)
             continue
         name = item.lstrip(".")
-        kind = name if name in _KINDS else _BY_SUFFIX.get("." + name)
+        kind = name if name in known_kinds else by_suffix.get("." + name)
         if kind is None:
             unknown.append(str(raw))
         elif kind not in kinds:
             kinds.append(kind)
     if unknown or not (kinds or mimes):
-        known = sorted(set(_KINDS) | {s.lstrip(".") for s in _BY_SUFFIX})
+        known = sorted(set(known_kinds) | {s.lstrip(".") for s in by_suffix})
         raise FilterError([FilterProblem("file_types", f"unknown file type {u!r}; use one of {', '.join(known)} "
                                                        "or a MIME type such as application/pdf") for u in unknown]
                           or [FilterProblem("file_types", "no file type given")])

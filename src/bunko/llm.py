@@ -1,8 +1,8 @@
 """The LLM seam (R26): chat message types, the ``LLMProvider`` protocol and a registry by name.
 
 Providers (OpenAI-compatible, Anthropic, Gemini, …) live in ``bunko.providers``
-and register here through ``register_llm``; plugins come from the
-``bunko.llms`` entry-point group. ``get_llm("provider:model", base_url=...)``
+and are named in this seam's ``Registry``; plugins come from the ``bunko.llms``
+entry-point group, and ``register_llm`` adds (or replaces) one. ``get_llm("provider:model", base_url=...)``
 builds one.
 
 Streaming contract: ``stream()`` yields ``LLMDelta`` items; every item but the
@@ -71,7 +71,12 @@ class LLMProvider(Protocol):
 
 
 LLMFactory = Callable[..., LLMProvider]
-_REGISTRY: Registry[LLMProvider] = Registry("LLM provider", "bunko.llms", builtins="bunko.providers")
+_REGISTRY: Registry[LLMProvider] = Registry("LLM provider", "bunko.llms", {
+    "openai": "bunko.providers.openai:OpenAIChat",
+    "openai-compatible": "bunko.providers.openai:OpenAICompatibleChat",
+    "anthropic": "bunko.providers.anthropic:AnthropicChat",
+    "gemini": "bunko.providers.gemini:GeminiChat",
+})
 
 
 def register_llm(name: str, factory: LLMFactory) -> None:

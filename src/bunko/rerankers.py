@@ -23,12 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
-
-import httpx
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .errors import BunkoError, ConfigError, RerankError
-from .providers._http import RERANK_ERRORS, HTTPCore, RetryPolicy, resolve_api_key
+from .providers._base import HostedClient
+from .providers._http import RERANK_ERRORS
+from .providers.cohere import CohereAPI
+from .providers.local import import_sentence_transformers, load_error
+from .providers.voyage import VoyageAPI
 from .registry import Registry
 from .types import SearchHit, UsageEvent
 
@@ -113,87 +115,47 @@ class BaseReranker:
         return None
 
 
-class HostedReranker(BaseReranker):
-    """A rerank API on the shared HTTP core."""
+class HostedReranker(HostedClient, BaseReranker):
+    """A rerank API on the shared client base: the query and documents in, indexed scores out."""
 
-    default_base_url = ""
-    env_vars: tuple[str, ...] = ()
-    default_model = ""
+    errors = RERANK_ERRORS
     path = "v1/rerank"
     #: The body field that limits how many results come back.
     top_field = "top_n"
-
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        usage_sink: Callable[[UsageEvent], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self.model = model or self.default_model
-        self.usage_sink = usage_sink
-        key = resolve_api_key(self.provider, api_key, self.env_vars)
-        self.core = HTTPCore(provider=self.provider, model=self.model, base_url=base_url or self.default_base_url,
-                             errors=RERANK_ERRORS, headers={"authorization": f"Bearer {key}"}, api_key=key,
-                             timeout=timeout, max_retries=max_retries, retry=retry, transport=transport)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.provider}:{self.model})"
+    #: Fields every request carries besides model, query, documents and the limit.
+    extra_body: ClassVar[Mapping[str, Any]] = {}
+    #: The response field that lists ``{"index", "relevance_score"}`` items.
+    results_field = "results"
 
     def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents}
+        body: dict[str, Any] = {"model": self.model, "query": query, "documents": documents, **self.extra_body}
         if top_k is not None:
             body[self.top_field] = min(top_k, len(documents))
         return body
 
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["results"], 0
+    def _scores(self, data: Any) -> tuple[dict[int, float], int]:
+        scores = {int(item["index"]): float(item["relevance_score"]) for item in data[self.results_field]}
+        return scores, int((data.get("usage") or {}).get("total_tokens") or 0)
 
     async def _score(self, query: str, documents: list[str], top_k: int | None) -> tuple[dict[int, float], int]:
         result = await self.core.post_json(self.path, self._body(query, documents, top_k))
-        try:
-            items, tokens = self._results(result.data)
-            scores = {int(item["index"]): float(item["relevance_score"]) for item in items}
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise self.core.error(f"unexpected response shape ({type(exc).__name__}: {exc})") from exc
-        return scores, tokens
-
-    async def close(self) -> None:
-        """Close the HTTP client."""
-        await self.core.aclose()
+        return self._read(self._scores, result.data)
 
 
-class CohereReranker(HostedReranker):
+class CohereReranker(CohereAPI, HostedReranker):
     """Cohere Rerank v2 (``rerank-v3.5``, multilingual)."""
 
-    provider = "cohere"
-    default_base_url = "https://api.cohere.com"
-    env_vars = ("COHERE_API_KEY", "CO_API_KEY")
     default_model = "rerank-v3.5"
     path = "v2/rerank"
 
 
-class VoyageReranker(HostedReranker):
+class VoyageReranker(VoyageAPI, HostedReranker):
     """Voyage rerankers (``rerank-2.5``, ``rerank-2.5-lite``)."""
 
-    provider = "voyage"
-    default_base_url = "https://api.voyageai.com"
-    env_vars = ("VOYAGE_API_KEY",)
     default_model = "rerank-2.5"
     top_field = "top_k"
-
-    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body = super()._body(query, documents, top_k)
-        body["truncation"] = True
-        return body
-
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["data"], int((data.get("usage") or {}).get("total_tokens") or 0)
+    extra_body: ClassVar[Mapping[str, Any]] = {"truncation": True}
+    results_field = "data"
 
 
 class JinaReranker(HostedReranker):
@@ -201,16 +163,9 @@ class JinaReranker(HostedReranker):
 
     provider = "jina"
     default_base_url = "https://api.jina.ai"
-    env_vars = ("JINA_API_KEY",)
+    env_vars: tuple[str, ...] = ("JINA_API_KEY",)
     default_model = "jina-reranker-v2-base-multilingual"
-
-    def _body(self, query: str, documents: list[str], top_k: int | None) -> dict[str, Any]:
-        body = super()._body(query, documents, top_k)
-        body["return_documents"] = False
-        return body
-
-    def _results(self, data: Any) -> tuple[list[Any], int]:
-        return data["results"], int((data.get("usage") or {}).get("total_tokens") or 0)
+    extra_body: ClassVar[Mapping[str, Any]] = {"return_documents": False}
 
 
 class CrossEncoderReranker(BaseReranker):
@@ -221,12 +176,9 @@ class CrossEncoderReranker(BaseReranker):
     def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 32,
                  max_length: int | None = None, allow_download: bool = False, trust_remote_code: bool = False,
                  usage_sink: Callable[[UsageEvent], None] | None = None) -> None:
-        from .providers.local import _load_error, import_sentence_transformers
-
         if not model:
             raise ConfigError("cross-encoder: give a model folder or name, e.g. 'cross-encoder:/models/bge-reranker'")
         self._module = import_sentence_transformers()
-        self._load_error = _load_error
         self.model = model
         self.device = device
         self.batch_size = batch_size
@@ -246,7 +198,7 @@ class CrossEncoderReranker(BaseReranker):
                         local_files_only=not self.allow_download, trust_remote_code=self.trust_remote_code,
                     )
                 except Exception as exc:
-                    raise self._load_error("cross-encoder", self.model, exc, self.allow_download) from exc
+                    raise load_error("cross-encoder", self.model, exc, self.allow_download) from exc
             return self._encoder
 
     def warm_up(self) -> None:
@@ -264,10 +216,9 @@ class CrossEncoderReranker(BaseReranker):
 
 
 RerankerFactory = Callable[..., Reranker]
-_REGISTRY: Registry[Reranker] = Registry("reranker", "bunko.rerankers")
-for _name, _factory in (("cohere", CohereReranker), ("voyage", VoyageReranker), ("jina", JinaReranker),
-                        ("cross-encoder", CrossEncoderReranker)):
-    _REGISTRY.register(_name, _factory)
+_REGISTRY: Registry[Reranker] = Registry("reranker", "bunko.rerankers", {
+    "cohere": CohereReranker, "voyage": VoyageReranker, "jina": JinaReranker, "cross-encoder": CrossEncoderReranker,
+})
 
 
 def register_reranker(name: str, factory: RerankerFactory) -> None:

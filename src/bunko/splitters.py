@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from bunko.errors import SplitterError, UnknownProviderError
+from bunko.errors import SplitterError
+from bunko.registry import Registry
 from bunko.types import TextChunk
 
 DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", "。", ". ", " ", "")
@@ -460,7 +461,9 @@ class TokenSplitter:
 
     @staticmethod
     def _pack_plain(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
-        spans, current, total = [], [], 0
+        spans: list[tuple[int, int]] = []
+        current: list[_Unit] = []
+        total = 0
         for unit in units:
             if current and total + unit.tokens > budget:
                 spans.append((current[0].start, current[-1].end))
@@ -482,38 +485,36 @@ def _lstrip(text: str, start: int, end: int) -> int:
 
 SplitterFactory = Callable[..., Splitter]
 
-_REGISTRY: dict[str, SplitterFactory] = {}
+_REGISTRY: Registry[Splitter] = Registry("splitter", "bunko.splitters",
+                                         {"recursive": RecursiveCharacterSplitter, "token": TokenSplitter})
 
 
 def register_splitter(name: str, factory: SplitterFactory) -> None:
-    """Register ``factory`` (called with the collection's options) under ``name``."""
+    """Register ``factory`` (called with the collection's options) under ``name``.
+
+    Plugins can also name splitters in the ``bunko.splitters`` entry-point group.
+    """
     if not isinstance(name, str) or not name:
         raise SplitterError("a splitter name must be a non-empty string")
     if not callable(factory):
         raise SplitterError(f"splitter factory for {name!r} is not callable")
-    _REGISTRY[name] = factory
+    _REGISTRY.register(name, factory)
 
 
 def available_splitters() -> list[str]:
     """The registered splitter names, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_splitter(name: str = "recursive", **options: object) -> Splitter:
     """A new splitter registered under ``name``, built with ``options``."""
     factory = _REGISTRY.get(name)
-    if factory is None:
-        known = ", ".join(available_splitters()) or "(none)"
-        raise UnknownProviderError(f"unknown splitter {name!r}; known splitters: {known}")
     try:
         return factory(**options)
     except TypeError as exc:
         # A misspelt option is a configuration error the user should see as such.
         raise SplitterError(f"invalid options for splitter {name!r}: {exc}") from exc
 
-
-register_splitter("recursive", RecursiveCharacterSplitter)
-register_splitter("token", TokenSplitter)
 
 DEFAULT_SPLITTER: dict[str, object] = {"name": "recursive", "chunk_size": 512, "chunk_overlap": 64}
 _DEFAULT_OPTIONS: dict[str, dict[str, object]] = {
@@ -524,8 +525,7 @@ _DEFAULT_OPTIONS: dict[str, dict[str, object]] = {
 
 def splitter_spec(name: str, **options: object) -> dict[str, object]:
     """A complete, JSON-ready description of a splitter (what a collection records)."""
-    if name not in _REGISTRY:
-        raise UnknownProviderError(f"unknown splitter {name!r}; known splitters: {', '.join(available_splitters())}")
+    _REGISTRY.get(name)  # an unknown name raises, listing the known ones
     return {"name": name, **_DEFAULT_OPTIONS.get(name, {}), **options}
 
 
@@ -543,7 +543,7 @@ def build_splitter(spec: dict[str, object], embedder: object = None) -> Splitter
             options["counter"] = counter
         limit = getattr(embedder, "max_input_tokens", None)
         if isinstance(limit, int) and limit > 0:
-            options["max_tokens"] = min(int(options.get("max_tokens", 1000)), limit)  # type: ignore[arg-type]
+            options["max_tokens"] = min(int(options.get("max_tokens", 1000)), limit)  # type: ignore[call-overload]
     return get_splitter(name, **options)
 
 

@@ -11,6 +11,10 @@ knows (``page_count``, ``author``, ``title``). Structured formats return
 
 Loaders for heavy formats live in submodules that import their libraries only when
 used; a missing library raises a ``LoaderError`` that names the extra to install.
+
+File kinds live in the shared ``Registry``: the built-ins below, plugins whose entry point
+in the ``bunko.loaders`` group names a ``FileKind``, and ``register_loader``. Where two
+kinds claim one suffix, a registered or plugin kind wins over a built-in.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from ..analysis import detect_language
 from ..errors import CorruptDocumentError, LoaderError, UnsupportedFormatError
+from ..registry import Registry
 from ..types import Document
 
 MAX_FILE_BYTES = 100 * 1024 * 1024
@@ -45,34 +50,83 @@ Loader = Callable[[Path, LoadOptions], list[Document]]
 
 @dataclass(slots=True, frozen=True)
 class FileKind:
-    """A registered file type: its loader, suffixes and MIME type."""
+    """A file type: its loader, suffixes and MIME type. Calling it gives the load function."""
 
     name: str
     loader: Callable[[], Loader]  # imported on first use
     suffixes: tuple[str, ...]
     mime_type: str
 
+    def __call__(self) -> Loader:
+        """The load function (its module is imported now)."""
+        return self.loader()
 
-_KINDS: dict[str, FileKind] = {}
-_BY_SUFFIX: dict[str, str] = {}
+
+def _lazy(module: str, name: str) -> Callable[[], Loader]:
+    def get() -> Loader:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{module}"), name)  # type: ignore[no-any-return]
+
+    return get
+
+
+_BUILTINS = {kind.name: kind for kind in (
+    FileKind("text", _lazy("text", "load_text"), (".txt", ".text"), "text/plain"),
+    FileKind("markdown", _lazy("text", "load_markdown"), (".md", ".markdown"), "text/markdown"),
+    FileKind("json", _lazy("text", "load_json"), (".json", ".jsonl"), "application/json"),
+    FileKind("pdf", _lazy("pdf", "load_pdf"), (".pdf",), "application/pdf"),
+    FileKind("docx", _lazy("office", "load_docx"), (".docx",),
+             "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+    FileKind("pptx", _lazy("office", "load_pptx"), (".pptx",),
+             "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+    FileKind("html", _lazy("html", "load_html"), (".html", ".htm", ".xhtml"), "text/html"),
+)}
+_REGISTRY: Registry[Loader] = Registry("file kind", "bunko.loaders", _BUILTINS)
 
 
 def register_loader(kind: str, loader: Callable[[], Loader], suffixes: Iterable[str], mime_type: str) -> None:
     """Register a file kind; ``loader`` is a zero-argument callable returning the load function."""
-    entry = FileKind(kind, loader, tuple(s.lower() for s in suffixes), mime_type)
-    _KINDS[kind] = entry
-    for suffix in entry.suffixes:
-        _BY_SUFFIX[suffix] = kind
+    _REGISTRY.register(kind, FileKind(kind, loader, tuple(s.lower() for s in suffixes), mime_type))
+
+
+def file_kinds() -> dict[str, FileKind]:
+    """Every file kind by name (an entry point that names no ``FileKind`` is left out)."""
+    kinds = {}
+    for name in _REGISTRY.names():
+        entry = _REGISTRY.get(name)
+        if isinstance(entry, FileKind):
+            kinds[name] = entry
+    return kinds
+
+
+def file_kind(kind: str) -> FileKind:
+    """The file kind called ``kind``; ``UnknownProviderError`` naming the kinds there are, if none."""
+    entry = _REGISTRY.get(kind)
+    if not isinstance(entry, FileKind):
+        raise LoaderError(f"the file kind {kind!r} is not a FileKind ({entry!r})")
+    return entry
+
+
+def suffix_kinds() -> dict[str, str]:
+    """The kind each known suffix (``.pdf``) is loaded as."""
+    kinds = file_kinds()
+    by_suffix: dict[str, str] = {}
+    # Built-ins first, so that a registered or plugin kind claiming the same suffix wins.
+    for entry in sorted(kinds.values(), key=lambda k: _BUILTINS.get(k.name) is not k):
+        for suffix in entry.suffixes:
+            by_suffix[suffix] = entry.name
+    return by_suffix
 
 
 def supported_suffixes() -> list[str]:
     """The file suffixes that have a loader."""
-    return sorted(_BY_SUFFIX)
+    return sorted(suffix_kinds())
 
 
 def mime_type(kind: str) -> str:
     """The MIME type of a registered kind."""
-    return _KINDS[kind].mime_type
+    return file_kind(kind).mime_type
 
 
 def sniff(path: Path) -> str | None:
@@ -104,8 +158,8 @@ def sniff(path: Path) -> str | None:
 def detect_kind(path: Path) -> str:
     """The kind to load ``path`` as: content first, then suffix; raises for unsupported files."""
     sniffed = sniff(path)
-    by_suffix = _BY_SUFFIX.get(path.suffix.lower())
-    if sniffed in _KINDS and (by_suffix is None or by_suffix in ("text", "markdown", sniffed)
+    by_suffix = suffix_kinds().get(path.suffix.lower())
+    if sniffed in file_kinds() and (by_suffix is None or by_suffix in ("text", "markdown", sniffed)
                               or sniffed != "html"):
         if by_suffix not in (None, sniffed) and by_suffix not in ("text", "markdown"):
             raise CorruptDocumentError(
@@ -131,7 +185,7 @@ def file_metadata(path: Path, kind: str, text: str = "") -> dict[str, Any]:
         "source_type": "file",
         "filename": path.name,
         "filesize": stat.st_size,
-        "mime_type": _KINDS[kind].mime_type if kind in _KINDS else "application/octet-stream",
+        "mime_type": kinds[kind].mime_type if kind in (kinds := file_kinds()) else "application/octet-stream",
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stat.st_mtime)),
         "language": detect_language(text) if text else "und",
     }
@@ -156,7 +210,7 @@ def load_path(path: str | os.PathLike[str], options: LoadOptions | None = None) 
     if not p.is_file():
         raise LoaderError(f"{path}: not a regular file")
     kind = detect_kind(p)
-    documents = _KINDS[kind].loader()(p, options or LoadOptions())
+    documents = file_kind(kind)()(p, options or LoadOptions())
     for document in documents:
         document.metadata.setdefault("kind", kind)
     return documents
@@ -185,6 +239,7 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path | str],
     found: list[Path | str] = []
     skipped: list[Skipped] = []
     seen: set[Path | str] = set()
+    by_suffix, kinds = suffix_kinds(), file_kinds()
 
     def add(item: Path | str) -> None:
         if item not in seen:
@@ -200,7 +255,7 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path | str],
             raise LoaderError(f"{raw}: no such file or folder")
         if p.is_dir():
             for child in _walk(p):
-                if child.suffix.lower() in _BY_SUFFIX or (not child.suffix and sniff(child) in _KINDS):
+                if child.suffix.lower() in by_suffix or (not child.suffix and sniff(child) in kinds):
                     add(child.resolve())
                 else:
                     skipped.append(Skipped(str(child), f"unsupported file type {child.suffix or '(none)'!r}"))
@@ -215,23 +270,3 @@ def _walk(root: Path) -> Iterator[Path]:
         for name in sorted(filenames):
             if not name.startswith("."):
                 yield Path(dirpath) / name
-
-
-def _lazy(module: str, name: str) -> Callable[[], Loader]:
-    def get() -> Loader:
-        from importlib import import_module
-
-        return getattr(import_module(f"{__name__}.{module}"), name)  # type: ignore[no-any-return]
-
-    return get
-
-
-register_loader("text", _lazy("text", "load_text"), [".txt", ".text"], "text/plain")
-register_loader("markdown", _lazy("text", "load_markdown"), [".md", ".markdown"], "text/markdown")
-register_loader("json", _lazy("text", "load_json"), [".json", ".jsonl"], "application/json")
-register_loader("pdf", _lazy("pdf", "load_pdf"), [".pdf"], "application/pdf")
-register_loader("docx", _lazy("office", "load_docx"), [".docx"],
-                "application/vnd.openxmlformats-officedocument.wordprocessingml.document")
-register_loader("pptx", _lazy("office", "load_pptx"), [".pptx"],
-                "application/vnd.openxmlformats-officedocument.presentationml.presentation")
-register_loader("html", _lazy("html", "load_html"), [".html", ".htm", ".xhtml"], "text/html")

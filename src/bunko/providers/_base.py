@@ -1,4 +1,10 @@
-"""Base classes of the hosted providers: an embedder and an LLM client on the shared HTTP core."""
+"""The base of every hosted provider client, and the hosted embedder and LLM built on it.
+
+``HostedClient`` resolves, once for all hosted embedders, LLMs and rerankers, what a client
+needs: the model (argument, else the provider's default), the base URL, the API key (argument,
+else the provider's environment variables; masked in every message), timeout and retries; and
+it owns the HTTP core. A provider subclass sets class attributes and speaks its wire format.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +14,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 import httpx
 import numpy as np
 
+from ..config import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 from ..embedders import BaseEmbedder, EmbeddingBatch
 from ..errors import BunkoError, ConfigError, GenerationError
 from ..llm import LLMDelta, LLMMessage, LLMResponse
 from ..types import UsageEvent
-from ._http import EMBEDDING_ERRORS, LLM_ERRORS, HTTPCore, JSONResult, RetryPolicy, resolve_api_key
+from ._http import EMBEDDING_ERRORS, LLM_ERRORS, ErrorFamily, HTTPCore, RetryPolicy, resolve_api_key
 
-DEFAULT_TEMPERATURE = 0.2
-DEFAULT_MAX_TOKENS = 1024
+R = TypeVar("R")
 
 
 def _positive_int(name: str, value: Any, default: int) -> int:
@@ -35,54 +41,105 @@ def _positive_int(name: str, value: Any, default: int) -> int:
     return number
 
 
-class HostedEmbedder(BaseEmbedder):
-    """An embedder behind an HTTP API: batches of ``batch_size``, ``concurrency`` calls in flight.
+class ClientOptions(TypedDict, total=False):
+    """The keyword arguments every hosted client's constructor takes."""
 
-    Subclasses set the class attributes and implement ``_request(texts, query)`` and
-    ``_parse(data, count)``; the base sends, retries, checks shapes and reports usage.
+    base_url: str | None
+    api_key: str | None
+    timeout: float | None
+    max_retries: int | None
+    retry: RetryPolicy | None
+    usage_sink: Callable[[UsageEvent], None] | None
+    transport: httpx.AsyncBaseTransport | None
+
+
+class HostedClient:
+    """A client of one hosted API and model, on the shared HTTP core.
+
+    Subclasses set ``provider``, ``default_base_url``, ``env_vars`` (the key's environment
+    variables, first set wins), ``key_required``, ``default_model`` and ``errors`` (the
+    seam's error family). A missing key raises ``MissingAPIKeyError`` here, when the
+    client is built; a missing model or base URL raises ``ConfigError``.
     """
 
     provider = ""
     default_base_url = ""
     env_vars: tuple[str, ...] = ()
     key_required = True
+    default_model = ""
+    #: Seconds to wait for an answer when the caller gives no ``timeout``; None: the HTTP core's default.
+    default_timeout: float | None = None
+    errors: ClassVar[ErrorFamily]
+    usage_sink: Callable[[UsageEvent], None] | None = None
+
+    def __init__(self, model: str | None = None, **options: Unpack[ClientOptions]) -> None:
+        unknown = sorted(set(options) - ClientOptions.__optional_keys__)
+        if unknown:
+            raise ConfigError(f"{self.provider} does not take the option(s) {', '.join(unknown)}")
+        self.model = model or self.default_model
+        if not self.model:
+            raise ConfigError(f"{self.provider}: a model name is required, e.g. '{self.provider}:<model>'")
+        url = options.get("base_url") or self.default_base_url
+        if not url:
+            raise ConfigError(f"{self.provider}: base_url is required (for example http://127.0.0.1:8000/v1)")
+        self.usage_sink = options.get("usage_sink")
+        key = resolve_api_key(self.provider, options.get("api_key"), self.env_vars, required=self.key_required)
+        timeout = options.get("timeout")
+        self.core = HTTPCore(provider=self.provider, model=self.model, base_url=url, errors=self.errors,
+                             headers=self._headers(key), api_key=key,
+                             timeout=self.default_timeout if timeout is None else timeout,
+                             max_retries=options.get("max_retries"), retry=options.get("retry"),
+                             transport=options.get("transport"))
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}({self.provider}:{self.model})"
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        """The headers that carry the key (``Authorization: Bearer`` unless the provider differs)."""
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def _read(self, parse: Callable[..., R], *args: Any) -> R:
+        """``parse(*args)`` over an answer; a malformed answer becomes the family's typed error."""
+        try:
+            return parse(*args)
+        except BunkoError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise self.core.error(f"unexpected response shape ({type(exc).__name__}: {exc})") from exc
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self.core.aclose()
+
+
+class HostedEmbedder(HostedClient, BaseEmbedder):
+    """An embedder behind an HTTP API: batches of ``batch_size``, ``concurrency`` calls in flight.
+
+    Subclasses set the class attributes and implement ``_request(texts, query)`` and
+    ``_parse(data)``; the base sends, retries, checks shapes and reports usage.
+    """
+
+    errors = EMBEDDING_ERRORS
     batch_size = 100
     max_batch_size = 100
     concurrency = 4
     #: Known models and their native dimensions; others need ``dimensions`` or learn it from the response.
     known_dimensions: ClassVar[Mapping[str, int]] = {}
-    default_model = ""
 
     def __init__(
         self,
         model: str | None = None,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
         dimensions: int | None = None,
         batch_size: int | None = None,
         concurrency: int | None = None,
-        timeout: float | None = None,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        usage_sink: Callable[[UsageEvent], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        self.model = model or self.default_model
-        if not self.model:
-            raise ConfigError(f"{self.provider}: a model name is required, e.g. '{self.provider}:<model>'")
+        super().__init__(model, **options)
         self.requested_dimensions = _positive_int("dimensions", dimensions, 0) if dimensions is not None else None
         self.dimension = self.requested_dimensions or int(self.known_dimensions.get(self.model, 0))
         self.batch_size = min(_positive_int("batch_size", batch_size, type(self).batch_size), self.max_batch_size)
         self.concurrency = _positive_int("concurrency", concurrency, type(self).concurrency)
-        self.usage_sink = usage_sink
-        url = base_url or self.default_base_url
-        if not url:
-            raise ConfigError(f"{self.provider}: base_url is required (for example http://127.0.0.1:8000/v1)")
-        key = resolve_api_key(self.provider, api_key, self.env_vars, required=self.key_required)
-        self.core = HTTPCore(provider=self.provider, model=self.model, base_url=url, errors=EMBEDDING_ERRORS,
-                             headers=self._headers(key), api_key=key, timeout=timeout, max_retries=max_retries,
-                             retry=retry, transport=transport)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.provider}:{self.model}, dimension={self._dimension or 'unknown'})"
@@ -143,9 +200,6 @@ class HostedEmbedder(BaseEmbedder):
         """Learn the dimension now if it is not known (one short API call)."""
         _ = self.dimension
 
-    def _headers(self, api_key: str | None) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
-
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         """The path and JSON body of one call."""
         raise NotImplementedError
@@ -172,13 +226,8 @@ class HostedEmbedder(BaseEmbedder):
 
     async def _call(self, texts: list[str], query: bool) -> EmbeddingBatch:
         path, body = self._request(texts, query)
-        result: JSONResult = await self.core.post_json(path, body)
-        try:
-            vectors, tokens = self._parse(result.data)
-        except BunkoError:
-            raise
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise self.core.error(f"unexpected response shape ({type(exc).__name__}: {exc})") from exc
+        result = await self.core.post_json(path, body)
+        vectors, tokens = self._read(self._parse, result.data)
         return EmbeddingBatch(self._matrix(vectors, len(texts)), int(tokens or 0), {"attempts": result.attempts})
 
     async def _embed_many(self, texts: list[str]) -> EmbeddingBatch:
@@ -186,10 +235,6 @@ class HostedEmbedder(BaseEmbedder):
 
     async def _embed_query_many(self, texts: list[str]) -> EmbeddingBatch:
         return await self._call(texts, True)
-
-    async def close(self) -> None:
-        """Close the HTTP client."""
-        await self.core.aclose()
 
 
 @dataclass(slots=True)
@@ -223,55 +268,32 @@ def normalise_messages(provider: str, messages: Sequence[LLMMessage | Mapping[st
     return result
 
 
-class HostedLLM:
+class HostedLLM(HostedClient):
     """An ``LLMProvider`` behind an HTTP API.
 
     Subclasses implement ``_complete_request``/``_parse_complete`` for one-shot calls and
     ``_stream_request``/``_on_event`` for streaming; the base retries, times and reports
     one ``UsageEvent("llm", ...)`` per call, failed calls included (with ``metadata["error"]``).
+    Without ``temperature`` and ``max_tokens`` a call uses ``bunko.config``'s defaults.
     """
 
-    name = ""
-    default_base_url = ""
-    env_vars: tuple[str, ...] = ()
-    key_required = True
-    default_model = ""
+    errors = LLM_ERRORS
+    default_timeout = 120.0
 
     def __init__(
         self,
         model: str | None = None,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float | None = None,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        usage_sink: Callable[[UsageEvent], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        self.model = model or self.default_model
-        if not self.model:
-            raise ConfigError(f"{self.name}: a model name is required, e.g. '{self.name}:<model>'")
-        url = base_url or self.default_base_url
-        if not url:
-            raise ConfigError(f"{self.name}: base_url is required (for example http://127.0.0.1:8000/v1)")
-        self.usage_sink = usage_sink
+        super().__init__(model, **options)
+        self.name = self.provider  # the LLMProvider protocol's word for it
         self.default_temperature = DEFAULT_TEMPERATURE if temperature is None else float(temperature)
         self.default_max_tokens = _positive_int("max_tokens", max_tokens, DEFAULT_MAX_TOKENS)
-        key = resolve_api_key(self.name, api_key, self.env_vars, required=self.key_required)
-        self.core = HTTPCore(provider=self.name, model=self.model, base_url=url, errors=LLM_ERRORS,
-                             headers=self._headers(key), api_key=key, timeout=timeout or 120.0,
-                             max_retries=max_retries, retry=retry, transport=transport)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name}:{self.model})"
 
     # -- provider specifics ----------------------------------------------------------------------
-
-    def _headers(self, api_key: str | None) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     def _complete_request(self, messages: list[LLMMessage], temperature: float,
                           max_tokens: int) -> tuple[str, dict[str, Any], dict[str, str] | None]:
@@ -294,7 +316,7 @@ class HostedLLM:
                 **metadata: Any) -> None:
         if self.usage_sink is None:
             return
-        self.usage_sink(UsageEvent("llm", self.name, self.model, input_tokens=input_tokens,
+        self.usage_sink(UsageEvent("llm", self.provider, self.model, input_tokens=input_tokens,
                                    output_tokens=output_tokens, latency_ms=(time.perf_counter() - started) * 1000,
                                    items=1, metadata=metadata))
 
@@ -302,24 +324,16 @@ class HostedLLM:
         t = self.default_temperature if temperature is None else float(temperature)
         return t, _positive_int("max_tokens", max_tokens, self.default_max_tokens)
 
-    def _shape_error(self, exc: Exception) -> BunkoError:
-        return self.core.error(f"unexpected response shape ({type(exc).__name__}: {exc})")
-
     async def complete(self, messages: list[LLMMessage], *, temperature: float | None = None,
                        max_tokens: int | None = None) -> LLMResponse:
         """One non-streaming chat completion."""
-        checked = normalise_messages(self.name, messages)
+        checked = normalise_messages(self.provider, messages)
         temperature, max_tokens = self._settings(temperature, max_tokens)
         started = time.perf_counter()
         try:
             path, body, params = self._complete_request(checked, temperature, max_tokens)
             result = await self.core.post_json(path, body, params=params)
-            try:
-                response = self._parse_complete(result.data)
-            except BunkoError:
-                raise
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-                raise self._shape_error(exc) from exc
+            response = self._read(self._parse_complete, result.data)
         except BunkoError as exc:
             self._report(started, stream=False, error=exc.code)
             raise
@@ -330,7 +344,7 @@ class HostedLLM:
     async def stream(self, messages: list[LLMMessage], *, temperature: float | None = None,
                      max_tokens: int | None = None) -> AsyncIterator[LLMDelta]:
         """Text deltas as they arrive, then one final delta carrying the complete ``LLMResponse``."""
-        checked = normalise_messages(self.name, messages)
+        checked = normalise_messages(self.provider, messages)
         temperature, max_tokens = self._settings(temperature, max_tokens)
         started = time.perf_counter()
         state = StreamState(model=self.model)
@@ -340,13 +354,7 @@ class HostedLLM:
             # aclosing: leaving the loop early (end marker, error, caller gone) closes the HTTP stream now.
             async with aclosing(self.core.stream_events(path, body, params=params)) as events:
                 async for event, data in events:
-                    try:
-                        pieces = self._on_event(event, data, state)
-                    except BunkoError:
-                        raise
-                    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-                        raise self._shape_error(exc) from exc
-                    for piece in pieces:
+                    for piece in self._read(self._on_event, event, data, state):
                         if piece:
                             state.parts.append(piece)
                             yield LLMDelta(text=piece)
@@ -367,7 +375,3 @@ class HostedLLM:
 
     #: Gemini's SSE stream has no end marker; the others end with one.
     _stream_may_end_silently = False
-
-    async def close(self) -> None:
-        """Close the HTTP client."""
-        await self.core.aclose()

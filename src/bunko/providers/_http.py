@@ -27,7 +27,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,7 @@ import httpx
 
 from ..errors import (
     BunkoError,
+    ConfigError,
     EmbeddingAuthError,
     EmbeddingProviderError,
     EmbeddingRateLimitError,
@@ -187,14 +188,17 @@ class HTTPCore:
         self.errors = errors
         self._headers = dict(headers or {})
         self._secret = api_key or ""  # only to mask it if a provider echoes it back
-        self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
+        try:
+            self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+        except (TypeError, ValueError):
+            self.timeout = -1.0
+        if not self.timeout > 0:
+            raise ConfigError(f"{provider}: timeout must be a positive number of seconds; got {timeout!r}")
         policy = retry or RetryPolicy()
         if max_retries is not None:
-            if int(max_retries) < 0:
-                raise ValueError("max_retries must be 0 or more")
-            policy = RetryPolicy(int(max_retries), policy.backoff_base, policy.backoff_max, policy.max_retry_after)
+            if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+                raise ConfigError(f"{provider}: max_retries must be a whole number, 0 or more; got {max_retries!r}")
+            policy = RetryPolicy(max_retries, policy.backoff_base, policy.backoff_max, policy.max_retry_after)
         self.retry = policy
         self._transport = transport
         self._clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
@@ -319,7 +323,7 @@ class HTTPCore:
             await asyncio.sleep(wait)
 
     async def stream_events(self, path: str, body: Any, *,
-                            params: Mapping[str, str] | None = None) -> AsyncIterator[tuple[str, str]]:
+                            params: Mapping[str, str] | None = None) -> AsyncGenerator[tuple[str, str], None]:
         """POST ``body`` and yield Server-Sent Events as ``(event, data)``; retried only before the first event."""
         url = self._url(path)
         attempt = 0
@@ -360,7 +364,7 @@ class HTTPCore:
 
 async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """Server-Sent Events of a response: ``(event name or "message", data)``, comments skipped."""
-    event, data = "", []
+    event, data = "", list[str]()
     async for line in response.aiter_lines():
         if not line:
             if data:

@@ -22,9 +22,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 class AnthropicChat(HostedLLM):
     """Claude models through the Messages API (``ANTHROPIC_API_KEY``)."""
 
-    name = "anthropic"
+    provider = "anthropic"
     default_base_url = ANTHROPIC_BASE_URL
-    env_vars = ("ANTHROPIC_API_KEY",)
+    env_vars: tuple[str, ...] = ("ANTHROPIC_API_KEY",)
     default_model = "claude-sonnet-4-5"
 
     def _headers(self, api_key: str | None) -> dict[str, str]:

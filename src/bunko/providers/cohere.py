@@ -10,18 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._base import HostedEmbedder
+from ._base import HostedClient, HostedEmbedder
 
 COHERE_BASE_URL = "https://api.cohere.com"
 COHERE_ENV = ("COHERE_API_KEY", "CO_API_KEY")
 
 
-class CohereEmbedder(HostedEmbedder):
-    """Cohere embeddings (``embed-multilingual-v3.0`` 1024-d, ``embed-v4.0`` 1536-d by default)."""
+class CohereAPI(HostedClient):
+    """Cohere's API (embed and rerank), with ``COHERE_API_KEY`` or ``CO_API_KEY``."""
 
     provider = "cohere"
     default_base_url = COHERE_BASE_URL
-    env_vars = COHERE_ENV
+    env_vars: tuple[str, ...] = COHERE_ENV
+
+
+class CohereEmbedder(CohereAPI, HostedEmbedder):
+    """Cohere embeddings (``embed-multilingual-v3.0`` 1024-d, ``embed-v4.0`` 1536-d by default)."""
+
     default_model = "embed-multilingual-v3.0"
     batch_size = 96
     max_batch_size = 96

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..llm import LLMMessage, LLMResponse
-from ._base import HostedEmbedder, HostedLLM, StreamState
+from ._base import HostedClient, HostedEmbedder, HostedLLM, StreamState
 from ._http import parse_json_event
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
@@ -32,21 +32,26 @@ def _model_path(model: str) -> str:
     return model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
 
 
-class GeminiEmbedder(HostedEmbedder):
-    """Gemini embeddings (``gemini-embedding-001``) through ``batchEmbedContents``."""
+class GeminiAPI(HostedClient):
+    """Google's Gemini API: the key in ``x-goog-api-key``, from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``."""
 
     provider = "gemini"
     default_base_url = GEMINI_BASE_URL
-    env_vars = GEMINI_ENV
+    env_vars: tuple[str, ...] = GEMINI_ENV
+
+    def _headers(self, api_key: str | None) -> dict[str, str]:
+        return {"x-goog-api-key": api_key or ""}
+
+
+class GeminiEmbedder(GeminiAPI, HostedEmbedder):
+    """Gemini embeddings (``gemini-embedding-001``) through ``batchEmbedContents``."""
+
     default_model = "gemini-embedding-001"
     known_dimensions: ClassVar[Mapping[str, int]] = {}
     native_dimensions: ClassVar[Mapping[str, int]] = {"gemini-embedding-001": 3072, "text-embedding-004": 768}
 
     def __init__(self, model: str | None = None, *, dimensions: int | None = None, **options: Any) -> None:
         super().__init__(model, dimensions=dimensions or GEMINI_DEFAULT_DIMENSION, **options)
-
-    def _headers(self, api_key: str | None) -> dict[str, str]:
-        return {"x-goog-api-key": api_key or ""}
 
     def _request(self, texts: list[str], query: bool) -> tuple[str, dict[str, Any]]:
         model = _model_path(self.model)
@@ -74,17 +79,11 @@ def _gemini_usage(data: Mapping[str, Any]) -> tuple[int, int]:
     return int(usage.get("promptTokenCount") or 0), output
 
 
-class GeminiChat(HostedLLM):
+class GeminiChat(GeminiAPI, HostedLLM):
     """Gemini chat models (``gemini-2.5-flash``, …) with ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``."""
 
-    name = "gemini"
-    default_base_url = GEMINI_BASE_URL
-    env_vars = GEMINI_ENV
     default_model = "gemini-2.5-flash"
     _stream_may_end_silently = True  # the SSE stream just ends; the last chunk has finishReason
-
-    def _headers(self, api_key: str | None) -> dict[str, str]:
-        return {"x-goog-api-key": api_key or ""}
 
     def _body(self, messages: list[LLMMessage], temperature: float, max_tokens: int) -> dict[str, Any]:
         contents: list[dict[str, Any]] = []

@@ -34,7 +34,7 @@ def import_sentence_transformers() -> Any:
     return sentence_transformers
 
 
-def _load_error(kind: str, model: str, exc: Exception, allow_download: bool) -> ConfigError:
+def load_error(kind: str, model: str, exc: Exception, allow_download: bool) -> ConfigError:
     hint = "" if allow_download else " (downloads are off: give a local folder, or pass allow_download=True)"
     return ConfigError(f"could not load the {kind} {model!r}: {type(exc).__name__}: {exc}"[:400] + hint)
 
@@ -86,7 +86,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
                         local_files_only=not self.allow_download, trust_remote_code=self.trust_remote_code,
                     )
                 except Exception as exc:  # OSError, ValueError, HF errors: all mean "not loadable"
-                    raise _load_error("model", self.model, exc, self.allow_download) from exc
+                    raise load_error("model", self.model, exc, self.allow_download) from exc
             return self._st
 
     @property  # type: ignore[override]

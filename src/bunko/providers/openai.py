@@ -15,18 +15,33 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..llm import LLMMessage, LLMResponse
-from ._base import HostedEmbedder, HostedLLM, StreamState
+from ._base import HostedClient, HostedEmbedder, HostedLLM, StreamState
 from ._http import parse_json_event
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIEmbedder(HostedEmbedder):
-    """OpenAI embeddings (``text-embedding-3-small`` 1536-d, ``-large`` 3072-d; ``dimensions`` shortens them)."""
+class OpenAIAPI(HostedClient):
+    """OpenAI's own API, with ``OPENAI_API_KEY``."""
 
     provider = "openai"
     default_base_url = OPENAI_BASE_URL
-    env_vars = ("OPENAI_API_KEY",)
+    env_vars: tuple[str, ...] = ("OPENAI_API_KEY",)
+    key_required = True  # stated: OpenAIChat also inherits the compatible chat, which needs none
+
+
+class OpenAICompatibleAPI(HostedClient):
+    """Another server with OpenAI's API: ``base_url`` is required, a key only if given."""
+
+    provider = "openai-compatible"
+    default_base_url = ""
+    env_vars: tuple[str, ...] = ()
+    key_required = False
+
+
+class OpenAIEmbedder(OpenAIAPI, HostedEmbedder):
+    """OpenAI embeddings (``text-embedding-3-small`` 1536-d, ``-large`` 3072-d; ``dimensions`` shortens them)."""
+
     default_model = "text-embedding-3-small"
     known_dimensions: ClassVar[Mapping[str, int]] = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072,
                                                      "text-embedding-ada-002": 1536}
@@ -44,17 +59,13 @@ class OpenAIEmbedder(HostedEmbedder):
         return [item["embedding"] for item in items], usage.get("prompt_tokens") or usage.get("total_tokens") or 0
 
 
-class OpenAICompatibleEmbedder(OpenAIEmbedder):
+class OpenAICompatibleEmbedder(OpenAICompatibleAPI, OpenAIEmbedder):
     """Any server with an OpenAI ``/embeddings`` endpoint; the dimension is given or learned from the first answer.
 
     ``dimensions`` here states the model's dimension; it is not sent, because many servers
     reject the parameter. Pass ``send_dimensions=True`` for servers that shorten vectors.
     """
 
-    provider = "openai-compatible"
-    default_base_url = ""
-    env_vars = ()
-    key_required = False
     default_model = ""
     known_dimensions: ClassVar[Mapping[str, int]] = {}
 
@@ -73,13 +84,9 @@ def _openai_messages(messages: list[LLMMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-class OpenAICompatibleChat(HostedLLM):
+class OpenAICompatibleChat(OpenAICompatibleAPI, HostedLLM):
     """Chat completions on any OpenAI-compatible server (``base_url`` such as ``http://127.0.0.1:8000/v1``)."""
 
-    name = "openai-compatible"
-    default_base_url = ""
-    env_vars = ()
-    key_required = False
     #: The field that caps output tokens; OpenAI's own reasoning models only take ``max_completion_tokens``.
     max_tokens_field = "max_tokens"
 
@@ -138,12 +145,8 @@ class OpenAICompatibleChat(HostedLLM):
         return pieces
 
 
-class OpenAIChat(OpenAICompatibleChat):
+class OpenAIChat(OpenAIAPI, OpenAICompatibleChat):
     """OpenAI chat completions (``gpt-4o-mini``, ``gpt-4.1``, …) with ``OPENAI_API_KEY``."""
 
-    name = "openai"
-    default_base_url = OPENAI_BASE_URL
-    env_vars = ("OPENAI_API_KEY",)
-    key_required = True
     default_model = "gpt-4o-mini"
     max_tokens_field = "max_completion_tokens"

@@ -10,17 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._base import HostedEmbedder
+from ._base import HostedClient, HostedEmbedder
 
 VOYAGE_BASE_URL = "https://api.voyageai.com"
 
 
-class VoyageEmbedder(HostedEmbedder):
-    """Voyage embeddings (``voyage-3.5``, ``voyage-3-large``, ``voyage-multilingual-2``: 1024-d)."""
+class VoyageAPI(HostedClient):
+    """Voyage AI's API (embeddings and rerank), with ``VOYAGE_API_KEY``."""
 
     provider = "voyage"
     default_base_url = VOYAGE_BASE_URL
-    env_vars = ("VOYAGE_API_KEY",)
+    env_vars: tuple[str, ...] = ("VOYAGE_API_KEY",)
+
+
+class VoyageEmbedder(VoyageAPI, HostedEmbedder):
+    """Voyage embeddings (``voyage-3.5``, ``voyage-3-large``, ``voyage-multilingual-2``: 1024-d)."""
+
     default_model = "voyage-3.5"
     known_dimensions: ClassVar[Mapping[str, int]] = {
         "voyage-3.5": 1024,
