@@ -542,9 +542,9 @@ def _message(error: Any, setting: Setting | None) -> str:
         lo = next((m.ge for m in setting.field.metadata if isinstance(m, annotated_types.Ge)), None)
         hi = next((m.le for m in setting.field.metadata if isinstance(m, annotated_types.Le)), None)
         if lo is not None and hi is not None:
-            return f"must be from {lo:g} to {hi:g}"
+            return f"must be from {lo} to {hi}"
         if lo is not None:
-            return f"must be at least {lo:g}"
+            return f"must be at least {lo}"
     if kind.startswith("int_"):
         return "expected a whole number"
     if kind.startswith("float_"):
