@@ -164,6 +164,10 @@ def test_bad_file_values_and_keys_name_the_key() -> None:
     path = _toml('[server]\nmax_upload_mb = "lots"\n')
     with pytest.raises(ConfigError, match=r"bunko\.toml \[server\] max_upload_mb = 'lots': expected a whole number"):
         Settings.resolve()
+    _toml("[store]\nhome = 5\n", path)
+    with pytest.raises(ConfigError) as info:
+        Settings.resolve()
+    assert info.value.message == f"{path} [store] home = 5: expected a path"  # one problem, not its consequences
     _toml("[server]\nmax_uplaod_mb = 3\n", path)
     with pytest.raises(ConfigError, match=r"unknown setting \[server\] max_uplaod_mb; known in \[server\]"):
         Settings.resolve()

@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -134,22 +134,18 @@ class SectionError(ConfigError):
         self.error = error
 
 
+def _sqlite_under_home(data: dict[str, Any]) -> SecretStr:
+    """The default store: a SQLite file in the (already validated) data folder."""
+    home = data.get("home") or default_home()
+    return SecretStr(f"sqlite:///{Path(home) / 'bunko.db'}")
+
+
 class StoreSettings(Section):
     """``[store]``: where data lives."""
 
-    home: Annotated[Path, Env("BUNKO_HOME"), Field(default_factory=default_home)]
-    database_url: Annotated[SecretStr, Env("BUNKO_DATABASE_URL")]  # default: a SQLite file under home
+    home: Annotated[Path, Env("BUNKO_HOME")] = Field(default_factory=default_home)
+    database_url: Annotated[SecretStr, Env("BUNKO_DATABASE_URL")] = Field(default_factory=_sqlite_under_home)
     anonymize_search_logs: Annotated[bool, Env("BUNKO_ANONYMIZE_SEARCH_LOGS")] = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _sqlite_under_home(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and not data.get("database_url"):
-            home = data.get("home") or default_home()
-            if not isinstance(home, str | os.PathLike):
-                home = default_home()  # the bad home is reported on its own
-            return {**data, "database_url": f"sqlite:///{Path(home).expanduser() / 'bunko.db'}"}
-        return data
 
     @field_validator("home")
     @classmethod
@@ -382,15 +378,15 @@ def load_config_file(config: str | os.PathLike[str] | None = None) -> tuple[Path
 class ConfigFileSource(PydanticBaseSettingsSource):
     """The tables of ``bunko.toml`` (or the file given), and the file's path as ``config_path``."""
 
-    def __init__(self, settings_cls: type[BaseSettings], config: str | os.PathLike[str] | None) -> None:
+    def __init__(self, settings_cls: type[BaseSettings], path: str | os.PathLike[str] | None) -> None:
         super().__init__(settings_cls)
-        self.config = config
+        self.path = path  # None: $BUNKO_CONFIG, else ./bunko.toml
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        path, tables = load_config_file(self.config)
+        path, tables = load_config_file(self.path)
         return {} if path is None else {"config_path": path, **tables}
 
 
@@ -522,6 +518,8 @@ def _explain(exc: ValidationError, source: Callable[[str, str], str], table: str
     """
     lines = []
     for error in exc.errors(include_url=False):
+        if error["type"] == "default_factory_not_called":  # a default that follows from a bad value
+            continue
         loc = [str(part) for part in error["loc"]]
         if table is not None:
             loc = [table, *loc]

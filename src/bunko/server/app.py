@@ -102,7 +102,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
         _limit_blas_threads(limits.blas_threads)
-        bunko = engine or await asyncio.to_thread(_engine_from, tree)
+        bunko = engine if engine is not None else await asyncio.to_thread(_engine_from, tree)
         spool = Path(bunko.settings.home) / "spool"
         spool.mkdir(parents=True, exist_ok=True)
         records = service_records(bunko.backend)
