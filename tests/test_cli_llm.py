@@ -206,7 +206,7 @@ def test_config_file_env_and_flags_in_order(db: str, tmp_path: Path, monkeypatch
         other = tmp_path / "other.toml"
         other.write_text("[llm]\ntemperature = 5\n", encoding="utf-8")
         code, out, err = run(db, "--config", str(other), "ask", "水は？", "-c", "bousai")
-        assert code == 1 and "[llm] temperature = 5.0: must be from 0 to 2" in err
+        assert code == 1 and "other.toml [llm] temperature = 5: must be from 0 to 2" in err
 
 
 def test_settings_resolve_and_hide_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -659,38 +659,38 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="Worker processes; all state is in the store, so any number is safe.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--max-upload-mb", type=int, default=None, metavar="MIB",
+              help="Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
+@click.option("--rate-limit", type=int, default=None, metavar="N",
+              help="Requests per minute per API key, 0 = off (env BUNKO_RATE_LIMIT; default 600).")
+@click.option("--job-concurrency", type=int, default=None, metavar="N",
+              help="Uploads processed at once per worker (env BUNKO_JOB_CONCURRENCY; default 2).")
+@click.option("--blas-threads", type=int, default=None, metavar="N",
+              help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
 @click.pass_context
 @handle_errors
-def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str) -> None:
+def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, **limits: int | None) -> None:
     """Serve the HTTP API (seed 002's REST API; OpenAPI at /docs and /openapi.json).
 
-    Uses the same store, embedder and LLM settings as the other commands. Limits: BUNKO_MAX_UPLOAD_MB
-    (default 50), BUNKO_RATE_LIMIT requests per minute per key (default 600, 0 = off).
+    Uses the same store, embedder and LLM settings as the other commands; every worker gets the
+    settings resolved here.
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
-        import bunko.server.app  # noqa: F401 - fail here, with the extra's name, not in a worker
+        from .server.app import serve as run_server
     except ImportError as exc:
         raise click.ClickException(
             f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"') from None
     from .config import Settings
-    from .server.settings import ServerSettings
 
     obj = ctx.find_root().obj
-    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"))
-    ServerSettings.from_env()  # refuse bad limits before starting workers
-    # Workers are separate processes that build the app from the environment: hand the choices on.
-    os.environ["BUNKO_DATABASE_URL"] = settings.database_url
-    os.environ["BUNKO_HOME"] = str(settings.home)
-    if obj.get("config"):
-        os.environ["BUNKO_CONFIG"] = os.path.abspath(obj["config"])
+    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **limits)
     shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
     stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "
                  f"store {escape(shown)}); OpenAPI at http://{display_host}:{port}/docs")
-    uvicorn.run("bunko.server.app:app_factory", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30)
+    run_server(settings, host=host, port=port, workers=workers, log_level=log_level)
 
 
 @cli.group()

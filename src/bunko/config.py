@@ -1,11 +1,15 @@
-"""Settings: where data lives, which embedder and LLM to use, and how to generate answers.
+"""Settings: one typed tree for the engine, the stores, the providers and the HTTP server.
 
 Each setting comes from the first of these that has it (flags > env > file > defaults):
 
-1. an explicit argument (the CLI's flags, or keyword arguments of ``Bunko``);
+1. an explicit argument (the CLI's flags, keyword arguments of ``Bunko`` or ``Settings.resolve``);
 2. an environment variable;
 3. the config file: ``--config PATH``, else ``$BUNKO_CONFIG``, else ``./bunko.toml`` if it exists;
 4. the default.
+
+Every setting has one name per source: the argument ``name`` (the flag ``--name``, where the
+command has one), the variable ``BUNKO_NAME``, and a key of a table in ``bunko.toml``. A blank
+value (``BUNKO_LLM=``) counts as not set.
 
 | setting | environment | ``bunko.toml`` | default |
 |---|---|---|---|
@@ -26,25 +30,49 @@ Each setting comes from the first of these that has it (flags > env > file > def
 | system prompt | ``BUNKO_SYSTEM_PROMPT`` | ``[llm] system_prompt`` | the seed's prompt |
 | context budget (tokens) | ``BUNKO_CONTEXT_TOKENS`` | ``[llm] context_tokens`` | 4000 |
 | conversation turns fed back | ``BUNKO_HISTORY_TURNS`` | ``[llm] history_turns`` | 6 |
+| reranker URL | ``BUNKO_RERANK_BASE_URL`` | ``[rerank] base_url`` | the provider's |
+| hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
+| largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
+| requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
+| uploads processed at once per worker | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
+| BLAS threads per worker | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
+| PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
 
-API keys are read only from the environment or the config file, never from flags, and never
-printed: ``Settings`` and ``LLMSettings`` leave them out of their ``repr``.
+API keys and the store URL (which may hold a password) are ``SecretStr``: ``repr``, ``str`` and
+``model_dump_json()`` show ``**********``. ``bunko`` reads API keys only from the environment or
+the config file, never from flags.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+import annotated_types
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
 
 DEFAULT_TENANT = "default"
 DEFAULT_COLLECTION = "default"
 CONFIG_FILE = "bunko.toml"
+CONFIG_ENV = "BUNKO_CONFIG"
 
 # The seeds disagree (the workflow block says 0.3 / 2000, the RAG chat design 0.1 / 1000); the chat
 # design is the one about answering from documents, and low temperature keeps answers reproducible.
@@ -61,47 +89,338 @@ def default_home() -> Path:
     return base / "bunko"
 
 
-@dataclass(slots=True, frozen=True)
-class LLMSettings:
-    """Which LLM answers, and how (R23, R24)."""
+@dataclass(frozen=True, slots=True)
+class Env:
+    """Field metadata: the environment variable of a setting.
 
-    spec: str | None = None  # "provider:model"; None means extractive answers
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float | None = None
-    max_retries: int | None = None
-    temperature: float = DEFAULT_TEMPERATURE
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    system_prompt: str | None = None
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    history_turns: int = DEFAULT_HISTORY_TURNS
+    The argument (and flag) name is the variable without ``BUNKO_``, in lower case.
+    """
+
+    name: str
+
+    @property
+    def argument(self) -> str:
+        return self.name.removeprefix("BUNKO_").lower()
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()
+
+
+class Section(BaseModel):
+    """One table of the tree: typed, frozen, unknown keys refused.
+
+    Built directly (``PostgresSettings(ef_search=200)``), a bad value raises ``ConfigError``
+    naming the key; built by ``Settings.resolve``, the error names the flag, variable or file key.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **values: Any) -> None:
+        # Pydantic calls this also for a section inside the tree; ``Settings.resolve`` then names the source.
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            table = next(t for t, section in SECTIONS.items() if isinstance(self, section))
+            raise SectionError(table, exc) from None
+
+
+class SectionError(ConfigError):
+    """A bad value in one section (a ``ConfigError``); keeps pydantic's details for naming the source."""
+
+    def __init__(self, table: str, error: ValidationError) -> None:
+        super().__init__(_explain(error, lambda table, key: f"{SECTIONS[table].__name__}: {key}", table))
+        self.table = table
+        self.error = error
+
+
+def _sqlite_under_home(data: dict[str, Any]) -> SecretStr:
+    """The default store: a SQLite file in the (already validated) data folder."""
+    home = data.get("home") or default_home()
+    return SecretStr(f"sqlite:///{Path(home) / 'bunko.db'}")
+
+
+class StoreSettings(Section):
+    """``[store]``: where data lives."""
+
+    home: Annotated[Path, Env("BUNKO_HOME")] = Field(default_factory=default_home)
+    database_url: Annotated[SecretStr, Env("BUNKO_DATABASE_URL")] = Field(default_factory=_sqlite_under_home)
+    anonymize_search_logs: Annotated[bool, Env("BUNKO_ANONYMIZE_SEARCH_LOGS")] = False
+
+    @field_validator("home")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+class EmbedderSettings(Section):
+    """``[embedder]``: the embedding model of new collections."""
+
+    model: Annotated[str, Env("BUNKO_EMBEDDER")] = "use"
+    base_url: Annotated[str | None, Env("BUNKO_EMBEDDER_BASE_URL")] = None
+    api_key: Annotated[SecretStr | None, Env("BUNKO_EMBEDDER_API_KEY")] = None
+    dimensions: Annotated[int | None, Env("BUNKO_EMBEDDER_DIMENSIONS"), Field(ge=1, le=16000)] = None
+
+    def options(self) -> dict[str, Any]:
+        """Options for ``get_embedder``: only those that are set."""
+        options = {"base_url": self.base_url, "api_key": _secret(self.api_key), "dimensions": self.dimensions}
+        return {k: v for k, v in options.items() if v is not None}
+
+
+class LLMSettings(Section):
+    """``[llm]``: which LLM answers, and how (R23, R24)."""
+
+    model: Annotated[str | None, Env("BUNKO_LLM")] = None  # "provider:model"; None means extractive answers
+    base_url: Annotated[str | None, Env("BUNKO_LLM_BASE_URL")] = None
+    api_key: Annotated[SecretStr | None, Env("BUNKO_LLM_API_KEY")] = None
+    timeout: Annotated[float | None, Env("BUNKO_LLM_TIMEOUT"), Field(ge=0.1, le=3600)] = None
+    max_retries: Annotated[int | None, Env("BUNKO_LLM_MAX_RETRIES"), Field(ge=0, le=10)] = None
+    temperature: Annotated[float, Env("BUNKO_TEMPERATURE"), Field(ge=0, le=2)] = DEFAULT_TEMPERATURE
+    max_tokens: Annotated[int, Env("BUNKO_MAX_TOKENS"), Field(ge=1, le=1_000_000)] = DEFAULT_MAX_TOKENS
+    system_prompt: Annotated[str | None, Env("BUNKO_SYSTEM_PROMPT")] = None
+    context_tokens: Annotated[int, Env("BUNKO_CONTEXT_TOKENS"), Field(ge=100, le=10_000_000)] = DEFAULT_CONTEXT_TOKENS
+    history_turns: Annotated[int, Env("BUNKO_HISTORY_TURNS"), Field(ge=0, le=100)] = DEFAULT_HISTORY_TURNS
+
+    @property
+    def spec(self) -> str | None:
+        """``"provider:model"``, or None for extractive answers."""
+        return self.model
 
     def client_options(self) -> dict[str, Any]:
         """Options for ``get_llm``: only those that are set."""
-        options = {"base_url": self.base_url, "api_key": self.api_key, "timeout": self.timeout,
+        options = {"base_url": self.base_url, "api_key": _secret(self.api_key), "timeout": self.timeout,
                    "max_retries": self.max_retries}
         return {k: v for k, v in options.items() if v is not None}
 
 
-@dataclass(slots=True, frozen=True)
-class Settings:
-    """Resolved settings for one engine."""
+class RerankSettings(Section):
+    """``[rerank]``: where a hosted reranker lives (its key comes from the provider's own variable)."""
 
-    home: Path
-    database_url: str
-    embedder: str
-    embedder_base_url: str | None = None
-    embedder_api_key: str | None = field(default=None, repr=False)
-    embedder_dimensions: int | None = None
-    llm: LLMSettings = field(default_factory=LLMSettings)
-    anonymize_search_logs: bool = False
+    base_url: Annotated[str | None, Env("BUNKO_RERANK_BASE_URL")] = None
+
+
+class FetchSettings(Section):
+    """``[fetch]``: the URL loader. ``allow_hosts`` opens private hosts, IPs or networks (CIDR) to it."""
+
+    allow_hosts: Annotated[tuple[str, ...], Env("BUNKO_FETCH_ALLOW_HOSTS")] = ()
+
+    @field_validator("allow_hosts", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):  # "a.example, 10.0.0.0/8 b.example"
+            return tuple(part for part in re.split(r"[,\s]+", value) if part)
+        return value
+
+
+class ServerSettings(Section):
+    """``[server]``: limits of the HTTP API.
+
+    One BLAS thread per worker: requests run side by side in threads, and OpenBLAS's own thread
+    pool on top of them oversubscribes the cores (measured: hybrid search at 32 concurrent clients
+    went from 7 to 138 requests/s on a 2-core machine; see benchmarks/bench_server.py).
+    """
+
+    max_upload_mb: Annotated[int, Env("BUNKO_MAX_UPLOAD_MB"), Field(ge=1, le=1_000_000)] = 50
+    rate_limit: Annotated[int, Env("BUNKO_RATE_LIMIT"), Field(ge=0)] = 600  # per API key and minute; 0 = off
+    job_concurrency: Annotated[int, Env("BUNKO_JOB_CONCURRENCY"), Field(ge=1, le=1000)] = 2
+    blas_threads: Annotated[int, Env("BUNKO_BLAS_THREADS"), Field(ge=1, le=1024)] = 1
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def rate_limit_per_minute(self) -> int:
+        return self.rate_limit
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        """The ``[server]`` section resolved without arguments (environment > config file > defaults)."""
+        return Settings.resolve().server
+
+
+class PostgresSettings(Section):
+    """``[postgres]`` / ``BUNKO_PG_<KEY>``: tuning knobs of the PostgreSQL backend."""
+
+    pool_min: Annotated[int, Env("BUNKO_PG_POOL_MIN"), Field(ge=0)] = 1
+    pool_max: Annotated[int, Env("BUNKO_PG_POOL_MAX"), Field(ge=1)] = 8
+    hnsw_m: Annotated[int, Env("BUNKO_PG_HNSW_M"), Field(ge=2, le=100)] = 16
+    hnsw_ef_construction: Annotated[int, Env("BUNKO_PG_HNSW_EF_CONSTRUCTION"), Field(ge=4, le=1000)] = 64
+    ef_search: Annotated[int, Env("BUNKO_PG_EF_SEARCH"), Field(ge=1, le=1000)] = 100
+    # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
+    hnsw_min_rows: Annotated[int, Env("BUNKO_PG_HNSW_MIN_ROWS"), Field(ge=0)] = 10_000
+    maintenance_work_mem: Annotated[str, Env("BUNKO_PG_MAINTENANCE_WORK_MEM")] = "1GB"
+    parallel_workers: Annotated[int, Env("BUNKO_PG_PARALLEL_WORKERS"), Field(ge=0, le=1024)] = 2
+    # A restricted search scans exactly when the restriction leaves at most this many chunks.
+    exact_max_rows: Annotated[int, Env("BUNKO_PG_EXACT_MAX_ROWS"), Field(ge=0)] = 20_000
+    # Iterative HNSW scans: None = use them when pgvector supports them (0.8+); False = never.
+    iterative_scan: Annotated[bool | None, Env("BUNKO_PG_ITERATIVE_SCAN")] = None
+    max_scan_tuples: Annotated[int, Env("BUNKO_PG_MAX_SCAN_TUPLES"), Field(ge=1)] = 100_000
+    # Keyword ranking: "bm25" (computed in SQL over the analyzer's tokens) or "ts_rank".
+    keyword_ranking: Annotated[Literal["bm25", "ts_rank"], Env("BUNKO_PG_KEYWORD_RANKING")] = "bm25"
+    bm25_k1: Annotated[float, Env("BUNKO_PG_BM25_K1"), Field(ge=0, le=10)] = 1.2
+    bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PostgresSettings:
+        if self.hnsw_ef_construction < 2 * self.hnsw_m:
+            raise ValueError(f"hnsw_ef_construction must be at least 2 * hnsw_m ({2 * self.hnsw_m}); "
+                             f"got {self.hnsw_ef_construction}")
+        if self.pool_max < self.pool_min:
+            raise ValueError(f"pool_max ({self.pool_max}) must be at least pool_min ({self.pool_min})")
+        return self
+
+    @classmethod
+    def from_env(cls) -> PostgresSettings:
+        """The ``[postgres]`` section resolved without arguments (environment > config file > defaults)."""
+        return Settings.resolve().postgres
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "store": StoreSettings,
+    "embedder": EmbedderSettings,
+    "llm": LLMSettings,
+    "rerank": RerankSettings,
+    "fetch": FetchSettings,
+    "server": ServerSettings,
+    "postgres": PostgresSettings,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One leaf of the tree and its names in each source."""
+
+    table: str
+    key: str
+    env: str
+    secret: bool
+    field: FieldInfo
+
+    @property
+    def argument(self) -> str:
+        return Env(self.env).argument
+
+
+def _leaves() -> dict[str, Setting]:
+    leaves: dict[str, Setting] = {}
+    for table, section in SECTIONS.items():
+        for key, info in section.model_fields.items():
+            [env] = [m for m in info.metadata if isinstance(m, Env)]
+            secret = info.annotation is SecretStr or SecretStr in get_args(info.annotation)
+            setting = Setting(table, key, env.name, secret, info)
+            assert setting.argument not in leaves, setting.argument
+            leaves[setting.argument] = setting
+    return leaves
+
+
+SETTINGS: dict[str, Setting] = _leaves()
+"""Every setting by its argument name (``temperature``, ``llm_base_url``, ``pg_ef_search``, ...)."""
+_BY_KEY = {(s.table, s.key): s for s in SETTINGS.values()}
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+class EnvironmentSource(PydanticBaseSettingsSource):
+    """Each setting's ``BUNKO_*`` variable (named by its field's ``Env``); blank counts as not set."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # values come whole from __call__
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, dict[str, Any]] = {}
+        for setting in SETTINGS.values():
+            raw = os.environ.get(setting.env)
+            if not _blank(raw):
+                values.setdefault(setting.table, {})[setting.key] = raw
+        return values
+
+
+def find_config_file(config: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config file in use: ``config``, else ``$BUNKO_CONFIG``, else ``./bunko.toml`` if it exists."""
+    explicit = config or os.environ.get(CONFIG_ENV)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        return path
+    path = Path.cwd() / CONFIG_FILE
+    return path if path.is_file() else None
+
+
+def load_config_file(config: str | os.PathLike[str] | None = None) -> tuple[Path | None, dict[str, dict[str, Any]]]:
+    """The config file in use and its tables (``{"llm": {"temperature": 0.2}}``); ``(None, {})`` if none."""
+    path = find_config_file(config)
+    if path is None:
+        return None, {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    tables: dict[str, dict[str, Any]] = {}
+    for table, values in data.items():
+        if table not in SECTIONS or not isinstance(values, dict):
+            raise ConfigError(f"{path}: {table!r} is not a settings table; known tables: "
+                              f"{', '.join(f'[{t}]' for t in SECTIONS)}")
+        for key, value in values.items():
+            if key not in SECTIONS[table].model_fields:
+                raise ConfigError(f"{path}: unknown setting [{table}] {key}; known in [{table}]: "
+                                  f"{', '.join(SECTIONS[table].model_fields)}")
+            if not _blank(value):
+                tables.setdefault(table, {})[key] = value
+    return path, tables
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The tables of ``bunko.toml`` (or the file given), and the file's path as ``config_path``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | os.PathLike[str] | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path  # None: $BUNKO_CONFIG, else ./bunko.toml
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path, tables = load_config_file(self.path)
+        return {} if path is None else {"config_path": path, **tables}
+
+
+class Settings(BaseSettings):
+    """The resolved settings tree of one engine (and of its HTTP server).
+
+    Build it with ``Settings.resolve(...)``: flat argument names, errors as ``ConfigError``.
+    """
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    # The table is [embedder]; the attribute ``embedder`` is the model spec, as callers use it.
+    embedding: EmbedderSettings = Field(default_factory=EmbedderSettings,
+                                        validation_alias=AliasChoices("embedder", "embedding"))
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     config_path: Path | None = None
 
-    def embedder_options(self) -> dict[str, Any]:
-        """Options for ``get_embedder``: only those that are set."""
-        options = {"base_url": self.embedder_base_url, "api_key": self.embedder_api_key,
-                   "dimensions": self.embedder_dimensions}
-        return {k: v for k, v in options.items() if v is not None}
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments > ``BUNKO_*`` variables > the config file (``config_path=`` picks it) > defaults."""
+        config = init_settings.init_kwargs.get("config_path") if isinstance(init_settings, InitSettingsSource) else None
+        return init_settings, EnvironmentSource(settings_cls), ConfigFileSource(settings_cls, config)
 
     @classmethod
     def resolve(
@@ -115,155 +434,124 @@ class Settings:
     ) -> Settings:
         """Settings from arguments, then environment variables, then the config file, then defaults.
 
-        ``overrides`` take any field name of the table in the module docstring (``llm``,
-        ``llm_base_url``, ``temperature``, ``max_tokens``, ``system_prompt``, ...); None means "not given".
+        ``overrides`` take any argument name of ``SETTINGS`` (``llm``, ``llm_base_url``, ``temperature``,
+        ``max_upload_mb``, ``rerank_base_url``, ``pg_ef_search``, ...); None means "not given".
         """
-        unknown = set(overrides) - set(_FIELDS)
+        given = {"database_url": database_url, "home": home, "embedder": embedder, **overrides}
+        unknown = set(given) - set(SETTINGS)
         if unknown:
             raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        given = {"database_url": database_url, "home": home, "embedder": embedder, **overrides}
-        path, file_values = load_config_file(config)
-        values: dict[str, Any] = {}
-        for name, spec in _FIELDS.items():
-            values[name] = spec.pick(name, given.get(name), file_values, path)
-        home_path = Path(values["home"] or default_home()).expanduser()
-        url = values["database_url"] or f"sqlite:///{home_path / 'bunko.db'}"
-        llm = LLMSettings(
-            spec=values["llm"] or None,
-            base_url=values["llm_base_url"],
-            api_key=values["llm_api_key"],
-            timeout=values["llm_timeout"],
-            max_retries=values["llm_max_retries"],
-            temperature=DEFAULT_TEMPERATURE if values["temperature"] is None else values["temperature"],
-            max_tokens=values["max_tokens"] or DEFAULT_MAX_TOKENS,
-            system_prompt=values["system_prompt"] or None,
-            context_tokens=values["context_tokens"] or DEFAULT_CONTEXT_TOKENS,
-            history_turns=DEFAULT_HISTORY_TURNS if values["history_turns"] is None else values["history_turns"],
-        )
-        return cls(
-            home=home_path,
-            database_url=url,
-            embedder=values["embedder"] or "use",
-            embedder_base_url=values["embedder_base_url"],
-            embedder_api_key=values["embedder_api_key"],
-            embedder_dimensions=values["embedder_dimensions"],
-            llm=llm,
-            anonymize_search_logs=bool(values["anonymize_search_logs"]),
-            config_path=path,
-        )
-
-
-def load_config_file(config: str | os.PathLike[str] | None = None) -> tuple[Path | None, dict[str, Any]]:
-    """The config file in use and its settings as ``{"section.key": value}``; ``(None, {})`` if there is none."""
-    explicit = config or os.environ.get("BUNKO_CONFIG")
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-    else:
-        path = Path.cwd() / CONFIG_FILE
-        if not path.is_file():
-            return None, {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the config file {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    known = {spec.file_key for spec in _FIELDS.values()}
-    flat: dict[str, Any] = {}
-    for section, table in data.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {section!r} must be a table like [{section}]; "
-                              f"known settings: {', '.join(sorted(known))}")
-        for key, value in table.items():
-            name = f"{section}.{key}"
-            if name not in known:
-                raise ConfigError(f"{path}: unknown setting [{section}] {key}; known: {', '.join(sorted(known))}")
-            flat[name] = value
-    return path, flat
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("expected text")
-    return value
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise TypeError("expected a number")
-    return float(value)
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool) or isinstance(value, float) or not isinstance(value, int | str):
-        raise TypeError("expected a whole number")
-    return int(value)
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise TypeError("expected true or false")
-
-
-@dataclass(slots=True, frozen=True)
-class _Field:
-    env: str
-    file_key: str
-    convert: Callable[[Any], Any]
-    check: Callable[[Any], str | None] = lambda value: None  # an error message, or None
-
-    def pick(self, name: str, given: Any, file_values: Mapping[str, Any], path: Path | None) -> Any:
-        """The value from the first source that has one, converted and checked."""
-        if given is not None:
-            source, raw = f"--{name.replace('_', '-')}", given
-        elif os.environ.get(self.env):
-            source, raw = self.env, os.environ[self.env]
-        elif self.file_key in file_values:
-            section, key = self.file_key.split(".")
-            source, raw = f"{path} [{section}] {key}", file_values[self.file_key]
-        else:
-            return None
+        given = {name: value for name, value in given.items() if not _blank(value)}
+        tables: dict[str, dict[str, Any]] = {}
+        for name, value in given.items():
+            setting = SETTINGS[name]
+            tables.setdefault(setting.table, {})[setting.key] = value
+        arguments: dict[str, Any] = dict(tables)
+        if config:
+            arguments["config_path"] = Path(config).expanduser()
         try:
-            value = self.convert(raw)
-        except (TypeError, ValueError) as exc:
-            message = str(exc) if isinstance(exc, TypeError) else "not valid"
-            shown = "(hidden)" if name.endswith("api_key") else repr(raw)
-            raise ConfigError(f"{source} = {shown}: {message}") from None
-        problem = self.check(value)
-        if problem:
-            raise ConfigError(f"{source} = {value!r}: {problem}")
-        return value
+            return cls(**arguments)
+        except (SectionError, ValidationError) as exc:
+            path = find_config_file(config)
+
+            def source(table: str, key: str) -> str:
+                setting = _BY_KEY[(table, key)]
+                if setting.argument in given:
+                    return f"--{setting.argument.replace('_', '-')}"
+                if not _blank(os.environ.get(setting.env)):
+                    return setting.env
+                return f"{path} [{table}] {key}"
+
+            if isinstance(exc, SectionError):
+                raise ConfigError(_explain(exc.error, source, exc.table)) from None
+            raise ConfigError(_explain(exc, source)) from None
+
+    # -- the names callers use -------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return self.store.home
+
+    @property
+    def database_url(self) -> str:
+        return self.store.database_url.get_secret_value()
+
+    @property
+    def anonymize_search_logs(self) -> bool:
+        return self.store.anonymize_search_logs
+
+    @property
+    def embedder(self) -> str:
+        """The embedder spec, ``provider[:model]``."""
+        return self.embedding.model
+
+    @property
+    def embedder_base_url(self) -> str | None:
+        return self.embedding.base_url
+
+    @property
+    def embedder_dimensions(self) -> int | None:
+        return self.embedding.dimensions
+
+    def embedder_options(self) -> dict[str, Any]:
+        """Options for ``get_embedder``: only those that are set."""
+        return self.embedding.options()
+
+    def as_arguments(self) -> dict[str, Any]:
+        """Every setting as ``resolve`` arguments, so ``Settings.resolve(**s.as_arguments())`` equals ``s``.
+
+        Secrets stay ``SecretStr``, except the store URL (a plain string, as ``database_url`` takes it).
+        """
+        values: dict[str, Any] = {}
+        for name, setting in SETTINGS.items():
+            table = "embedding" if setting.table == "embedder" else setting.table
+            value = getattr(getattr(self, table), setting.key)
+            if value is not None:
+                values[name] = value
+        values["database_url"] = self.database_url
+        return values
 
 
-def _between(lo: float, hi: float) -> Callable[[Any], str | None]:
-    return lambda v: None if lo <= v <= hi else f"must be from {lo:g} to {hi:g}"
+def _explain(exc: ValidationError, source: Callable[[str, str], str], table: str | None = None) -> str:
+    """One line per problem: where the value came from, the value (secrets hidden), what is wrong.
+
+    ``table`` is the section's table when the section was built on its own.
+    """
+    lines = []
+    for error in exc.errors(include_url=False):
+        if error["type"] == "default_factory_not_called":  # a default that follows from a bad value
+            continue
+        loc = [str(part) for part in error["loc"]]
+        if table is not None:
+            loc = [table, *loc]
+        if len(loc) >= 2 and (loc[0], loc[1]) in _BY_KEY:
+            setting = _BY_KEY[(loc[0], loc[1])]
+        else:
+            where = f"[{loc[0]}]" if loc else "settings"
+            lines.append(f"{where}: {_message(error, None)}")
+            continue
+        shown = "(hidden)" if setting.secret else repr(error["input"])
+        lines.append(f"{source(setting.table, setting.key)} = {shown}: {_message(error, setting)}")
+    return "; ".join(lines)
 
 
-_FIELDS: dict[str, _Field] = {
-    "home": _Field("BUNKO_HOME", "store.home", lambda v: str(os.fspath(v))),
-    "database_url": _Field("BUNKO_DATABASE_URL", "store.database_url", _text),
-    "anonymize_search_logs": _Field("BUNKO_ANONYMIZE_SEARCH_LOGS", "store.anonymize_search_logs", _flag),
-    "embedder": _Field("BUNKO_EMBEDDER", "embedder.model", _text),
-    "embedder_base_url": _Field("BUNKO_EMBEDDER_BASE_URL", "embedder.base_url", _text),
-    "embedder_api_key": _Field("BUNKO_EMBEDDER_API_KEY", "embedder.api_key", _text),
-    "embedder_dimensions": _Field("BUNKO_EMBEDDER_DIMENSIONS", "embedder.dimensions", _integer,
-                                  _between(1, 16000)),
-    "llm": _Field("BUNKO_LLM", "llm.model", _text),
-    "llm_base_url": _Field("BUNKO_LLM_BASE_URL", "llm.base_url", _text),
-    "llm_api_key": _Field("BUNKO_LLM_API_KEY", "llm.api_key", _text),
-    "llm_timeout": _Field("BUNKO_LLM_TIMEOUT", "llm.timeout", _number, _between(0.1, 3600)),
-    "llm_max_retries": _Field("BUNKO_LLM_MAX_RETRIES", "llm.max_retries", _integer, _between(0, 10)),
-    "temperature": _Field("BUNKO_TEMPERATURE", "llm.temperature", _number, _between(0, 2)),
-    "max_tokens": _Field("BUNKO_MAX_TOKENS", "llm.max_tokens", _integer, _between(1, 1_000_000)),
-    "system_prompt": _Field("BUNKO_SYSTEM_PROMPT", "llm.system_prompt", _text),
-    "context_tokens": _Field("BUNKO_CONTEXT_TOKENS", "llm.context_tokens", _integer, _between(100, 10_000_000)),
-    "history_turns": _Field("BUNKO_HISTORY_TURNS", "llm.history_turns", _integer, _between(0, 100)),
-}
+def _message(error: Any, setting: Setting | None) -> str:
+    kind = str(error["type"])
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than") and setting is not None:
+        lo = next((m.ge for m in setting.field.metadata if isinstance(m, annotated_types.Ge)), None)
+        hi = next((m.le for m in setting.field.metadata if isinstance(m, annotated_types.Le)), None)
+        if lo is not None and hi is not None:
+            return f"must be from {lo} to {hi}"
+        if lo is not None:
+            return f"must be at least {lo}"
+    if kind.startswith("int_"):
+        return "expected a whole number"
+    if kind.startswith("float_"):
+        return "expected a number"
+    if kind.startswith("bool_"):
+        return "expected true or false"
+    if kind == "string_type":
+        return "expected text"
+    if kind == "path_type":
+        return "expected a path"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message[:1].lower() + message[1:]

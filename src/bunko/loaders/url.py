@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import socket
 import ssl
@@ -386,8 +385,13 @@ def _normalize_name(name: str) -> str:
 
 
 def _allow_rules(extra: Iterable[str]) -> tuple[frozenset[str], tuple[Any, ...]]:
-    """Allowed host names and networks from the policy and ``BUNKO_FETCH_ALLOW_HOSTS``."""
-    entries = [*extra, *re.split(r"[,\s]+", os.environ.get(ALLOW_HOSTS_ENV, ""))]
+    """Allowed host names and networks from the policy and the settings' ``[fetch] allow_hosts``.
+
+    (``BUNKO_FETCH_ALLOW_HOSTS``, else ``bunko.toml``; see :mod:`bunko.config`.)
+    """
+    from ..config import Settings
+
+    entries = [*extra, *Settings.resolve().fetch.allow_hosts]
     names: set[str] = set()
     networks: list[Any] = []
     for entry in entries:

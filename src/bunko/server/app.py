@@ -1,12 +1,15 @@
 """The ASGI app: ``create_app()`` builds it over the same engine and settings as the CLI.
 
-Each worker process builds its own app (uvicorn ``--workers N`` imports the factory in every
-process); everything shared — API keys, rate-limit windows, job states, data — is in the store.
+Each worker process builds its own app: ``serve`` hands uvicorn an ``AppFactory`` holding the
+resolved settings tree, which travels to every spawned worker as pickled data (never through
+environment variables); everything shared — API keys, rate-limit windows, job states, data — is
+in the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -19,6 +22,7 @@ from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..config import Settings
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
@@ -85,25 +89,32 @@ class UploadLimit:
         await self.app(scope, counted, send)
 
 
-def create_app(engine: Bunko | None = None, settings: ServerSettings | None = None) -> FastAPI:
-    """The bunko API. Without arguments the engine comes from the environment and ``bunko.toml``."""
-    settings = settings or ServerSettings.from_env()
+def create_app(engine: Bunko | None = None, settings: Settings | None = None) -> FastAPI:
+    """The bunko API over ``engine`` (or one built from ``settings``), limited by ``settings.server``.
+
+    ``settings`` defaults to the engine's, and without an engine to ``Settings.resolve()``
+    (environment, then ``bunko.toml``).
+    """
+    tree = settings or (engine.settings if engine is not None else Settings.resolve())
+    limits: ServerSettings = tree.server
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
-        _limit_blas_threads(settings.blas_threads)
-        bunko = engine or await asyncio.to_thread(Bunko)
+        _limit_blas_threads(limits.blas_threads)
+        bunko = engine if engine is not None else await asyncio.to_thread(_engine_from, tree)
         spool = Path(bunko.settings.home) / "spool"
         spool.mkdir(parents=True, exist_ok=True)
         records = service_records(bunko.backend)
         warm_up = getattr(bunko.embedder, "warm_up", None)
         if warm_up is not None:
             await asyncio.to_thread(warm_up)
-        state = ServerState(bunko, records, settings, spool,
-                            JobRunner(records, spool, settings.job_concurrency, settings.max_upload_bytes))
+        state = ServerState(bunko, records, limits, spool,
+                            JobRunner(records, spool, limits.job_concurrency, limits.max_upload_bytes))
         app.state.bunko = state
-        logger.info("bunko API worker %d ready (store %s)", os.getpid(), _redact(bunko.backend.url))
+        rate = f"{limits.rate_limit} requests/min per key" if limits.rate_limit else "no rate limit"
+        logger.info("bunko API worker %d ready (store %s; uploads up to %d MiB; %s)",
+                    os.getpid(), _redact(bunko.backend.url), limits.max_upload_mb, rate)
         try:
             yield
         finally:
@@ -136,8 +147,13 @@ def create_app(engine: Bunko | None = None, settings: ServerSettings | None = No
             raise Problem(503, "STORE_UNAVAILABLE", "the store does not answer") from None
         return schemas.Health(status="ready", store=getattr(state.engine.backend, "scheme", None))
 
-    app.add_middleware(UploadLimit, max_bytes=settings.max_upload_bytes)  # type: ignore[arg-type]
+    app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)  # type: ignore[arg-type]
     return app
+
+
+def _engine_from(settings: Settings) -> Bunko:
+    """An engine over exactly these settings (arguments outrank the environment and the file)."""
+    return Bunko(**settings.as_arguments(), config=settings.config_path)
 
 
 def _limit_blas_threads(threads: int) -> None:
@@ -157,5 +173,45 @@ def _redact(url: str) -> str:
 
 
 def app_factory() -> Any:
-    """The factory ``bunko serve`` hands to uvicorn (one call per worker process)."""
+    """An app over ``Settings.resolve()``, for ``uvicorn --factory bunko.server.app:app_factory``."""
     return create_app()
+
+
+class AppFactory:
+    """The app factory ``serve`` hands to uvicorn: the resolved settings, called once per worker.
+
+    Picklable, so uvicorn's spawned workers receive the settings as data (secrets included,
+    over the process pipe, not in the environment or on disk).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def __call__(self) -> FastAPI:
+        return create_app(settings=self.settings)
+
+
+def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info") -> None:
+    """Run the API with uvicorn on ``host:port`` in ``workers`` processes, all over ``settings``."""
+    import uvicorn
+
+    config = uvicorn.Config(AppFactory(settings), factory=True, host=host, port=port, workers=workers,
+                            log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30)
+    if workers == 1:
+        server = uvicorn.Server(config)
+        server.run()
+        if not server.started:
+            raise SystemExit(3)  # uvicorn's startup-failure code
+        return
+    # uvicorn.run() accepts only an import string with several workers, and an import string
+    # cannot carry the settings; its own supervisor takes the factory as configured above.
+    from uvicorn.supervisors import Multiprocess
+
+    sock = config.bind_socket()
+    extra: dict[str, Any] = {}
+    if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.5x
+        extra["target"] = uvicorn.Server(config).run
+    try:
+        Multiprocess(config, sockets=[sock], **extra).run()
+    except KeyboardInterrupt:
+        pass

@@ -23,7 +23,6 @@ Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -84,67 +83,9 @@ except ImportError:  # pragma: no cover - exercised by the optional-dependency t
 logger = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, frozen=True)
-class PostgresSettings:
-    """Tuning knobs of the PostgreSQL backend."""
-
-    pool_min: int = 1
-    pool_max: int = 8
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
-    ef_search: int = 100
-    # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
-    hnsw_min_rows: int = 10_000
-    maintenance_work_mem: str = "1GB"
-    parallel_workers: int = 2
-    # A restricted search scans exactly when the restriction leaves at most this many chunks.
-    exact_max_rows: int = 20_000
-    # Iterative HNSW scans: None = use them when pgvector supports them (0.8+); False = never.
-    iterative_scan: bool | None = None
-    max_scan_tuples: int = 100_000
-    # Keyword ranking: "bm25" (computed in SQL over the analyzer's tokens) or "ts_rank".
-    keyword_ranking: str = "bm25"
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.hnsw_m <= 100:
-            raise ConfigError(f"hnsw_m must be from 2 to 100; got {self.hnsw_m}")
-        if self.hnsw_ef_construction < 2 * self.hnsw_m:
-            raise ConfigError(f"hnsw_ef_construction must be at least 2 * hnsw_m ({2 * self.hnsw_m}); "
-                              f"got {self.hnsw_ef_construction}")
-        if not 1 <= self.ef_search <= 1000:
-            raise ConfigError(f"ef_search must be from 1 to 1000; got {self.ef_search}")
-        if self.keyword_ranking not in ("bm25", "ts_rank"):
-            raise ConfigError(f"keyword_ranking must be 'bm25' or 'ts_rank'; got {self.keyword_ranking!r}")
-
-    @classmethod
-    def from_env(cls) -> PostgresSettings:
-        """Defaults overridden by ``BUNKO_PG_<FIELD>`` environment variables (e.g. ``BUNKO_PG_EF_SEARCH=200``)."""
-        values: dict[str, Any] = {}
-        for name, current in _fields(cls):
-            raw = os.environ.get(f"BUNKO_PG_{name.upper()}")
-            if raw is None:
-                continue
-            try:
-                if isinstance(current, bool) or name == "iterative_scan":
-                    values[name] = {"1": True, "true": True, "0": False, "false": False}.get(raw.lower())
-                elif isinstance(current, int):
-                    values[name] = int(raw)
-                elif isinstance(current, float):
-                    values[name] = float(raw)
-                else:
-                    values[name] = raw
-            except ValueError as exc:
-                raise ConfigError(f"BUNKO_PG_{name.upper()}={raw!r} is not a valid {type(current).__name__}") from exc
-        return cls(**values)
-
-
-def _fields(cls: type) -> list[tuple[str, Any]]:
-    from dataclasses import fields
-
-    default = cls()
-    return [(f.name, getattr(default, f.name)) for f in fields(cls)]
+# The backend's tuning knobs (pool, HNSW, search paths, keyword ranking) are the [postgres]
+# section of the settings tree: ``BUNKO_PG_<KEY>`` or ``[postgres] <key>`` in bunko.toml.
+from ..config import PostgresSettings  # noqa: E402
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
