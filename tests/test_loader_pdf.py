@@ -142,7 +142,8 @@ def test_manifest_expectations(record: dict[str, Any]) -> None:
             assert squash(phrase) in squash(document.content), phrase
 
 
-@pytest.mark.parametrize("folder", [FIXTURES, pytest.param(SHARED_DOCUMENTS, marks=shared_data)], ids=["repo", "shared"])
+@pytest.mark.parametrize("folder", [FIXTURES, pytest.param(SHARED_DOCUMENTS, marks=shared_data)],
+                         ids=["repo", "shared"])
 def test_every_vertical_sample_has_a_reading_order_phrase(folder: Path) -> None:
     vertical = {r["file"] for r in read_manifest(folder) if "vertical_text" in r["expected"]}
     assert vertical and vertical <= set(READING_ORDER)

@@ -244,17 +244,24 @@ HTML_WIKI = """\
 The format spread through railway bookstalls in the nineteenth century.</p>
 <div id="toc" class="toc"><h2>Contents</h2><ul><li><a href="#History">1 History</a></li>
 <li><a href="#Pricing">2 Pricing</a></li></ul></div>
-<h2><span class="mw-headline" id="History">History</span><span class="mw-editsection">[<a href="/edit/1">edit</a>]</span></h2>
+<h2><span class="mw-headline" id="History">History</span>
+<span class="mw-editsection">[<a href="/edit/1">edit</a>]</span></h2>
 <p>The first series appeared when printers could bind thousands of copies a day with glued spines.
 Readers bought them at stations and left them for the next traveller.</p>
-<h2><span class="mw-headline" id="Pricing">Pricing</span><span class="mw-editsection">[<a href="/edit/2">edit</a>]</span></h2>
-<p>Given a print run of <span class="mwe-math-element"><math xmlns="http://www.w3.org/1998/Math/MathML" alttext="{\\displaystyle n}"><semantics><mi>n</mi><annotation encoding="application/x-tex">{\\displaystyle n}</annotation></semantics></math></span> copies, the cost per copy falls roughly as a fixed cost divided by the run plus the cost of paper.
+<h2><span class="mw-headline" id="Pricing">Pricing</span>
+<span class="mw-editsection">[<a href="/edit/2">edit</a>]</span></h2>
+<p>Given a print run of <span class="mwe-math-element"><math xmlns="http://www.w3.org/1998/Math/MathML"
+alttext="{\\displaystyle n}"><semantics><mi>n</mi><annotation encoding="application/x-tex">{\\displaystyle n}
+</annotation></semantics></math></span> copies, the cost per copy falls roughly as a fixed cost divided by the run
+plus the cost of paper.
 Publishers chose the largest run they expected to sell within a year.</p>
-<h2><span class="mw-headline" id="References">References</span><span class="mw-editsection">[<a href="/edit/3">edit</a>]</span></h2>
+<h2><span class="mw-headline" id="References">References</span>
+<span class="mw-editsection">[<a href="/edit/3">edit</a>]</span></h2>
 <ul><li>A history of the book trade, volume two.</li><li>Railway bookstalls and their readers.</li></ul>
 </div></div>
 </div>
-<div id="footer"><div id="catlinks" class="catlinks"><a href="/cats">Categories</a>: Book formats | Publishing</div><ul><li>This page was last edited on 1 April 2024.</li><li>Privacy policy</li></ul></div>
+<div id="footer"><div id="catlinks" class="catlinks"><a href="/cats">Categories</a>: Book formats | Publishing</div>
+<ul><li>This page was last edited on 1 April 2024.</li><li>Privacy policy</li></ul></div>
 </body></html>
 """
 
@@ -262,9 +269,12 @@ FAQ_JSON = {
     "title": "よくある質問",
     "updated": "2024-04-01",
     "items": [
-        {"id": 1, "question": "水は何日分備蓄すればいいですか？", "answer": "一人一日三リットルを目安に、最低三日分を備蓄してください。"},
-        {"id": 2, "question": "非常食は何を選べばいいですか？", "answer": "調理しないで食べられる缶詰やレトルト食品が便利です。"},
-        {"id": 3, "question": "持ち出し袋はどこに置きますか？", "answer": "玄関の近くなど、すぐに持ち出せる場所に置きます。"},
+        {"id": 1, "question": "水は何日分備蓄すればいいですか？",
+         "answer": "一人一日三リットルを目安に、最低三日分を備蓄してください。"},
+        {"id": 2, "question": "非常食は何を選べばいいですか？",
+         "answer": "調理しないで食べられる缶詰やレトルト食品が便利です。"},
+        {"id": 3, "question": "持ち出し袋はどこに置きますか？",
+         "answer": "玄関の近くなど、すぐに持ち出せる場所に置きます。"},
     ],
 }
 
@@ -705,8 +715,8 @@ def fixtures() -> list[Fixture]:
             "kind": "pdf", "language": None, "expected": ["broken", "unrecoverable"], "pages": None}),
         Fixture("kitei_ja.docx", make_docx_ja, {
             "kind": "docx", "language": "ja", "expected": ["has_text", "headings", "heading_hierarchy", "table"],
-            "headings": ["Title: 文書管理規程", "Heading 1: 第1章 総則", "Heading 2: 第1節 目的", "Heading 3: 第1項 用語",
-                         "Heading 1: 第2章 保存期間", "Heading 1: 第3章 雑則"],
+            "headings": ["Title: 文書管理規程", "Heading 1: 第1章 総則", "Heading 2: 第1節 目的",
+                         "Heading 3: 第1項 用語", "Heading 1: 第2章 保存期間", "Heading 1: 第3章 雑則"],
             "tables": 1, "must_contain": ["契約書 | 10年 | 原本"], "title": "文書管理規程", "author": "総務部",
             "created_at": "2024-04-01T09:30:00Z"}),
         Fixture("tables.docx", make_docx_tables, {
