@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 from bunko.analysis import (
@@ -92,6 +93,8 @@ def main() -> None:
     parser.add_argument("--analyzers", nargs="+", default=analyzer_names())
     parser.add_argument("--mecab", action="store_true", help="add MeCab (fugashi + unidic-lite) for comparison")
     args = parser.parse_args()
+    if not Path(args.dataset).is_dir():
+        parser.error(f"{args.dataset}: no such dataset folder (the evaluation sets live in ../shared/data)")
     dataset = load_beir(args.dataset)
     analyzers: list[Any] = [get_analyzer(name) for name in args.analyzers]
     if args.mecab:

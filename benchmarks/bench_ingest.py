@@ -2,7 +2,8 @@
 
 Builds (untimed) a folder of ``--files`` files (default 1,000) in a temporary directory:
 every readable file of ``../shared/data/documents`` (PDF, Word, HTML, Markdown, legacy-
-encoded text) copied once, the sample documents of ``examples/docs``, and the rest
+encoded text; ``$BUNKO_SHARED_DATA/documents`` if set, else the small files of ``tests/data``
+when the shared corpus is absent) copied once, the sample documents of ``examples/docs``, and the rest
 generated Markdown and text files of a few paragraphs in Japanese and English. Then it runs
 the real ``bunko ingest`` path (``Tenant.aingest``: threaded loading, normalising, splitting,
 embedding with the bundled model, batched writes) into a fresh embedded store and reports:
@@ -32,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "documents"
+# The shared corpus (beside the checkout, or named by BUNKO_SHARED_DATA); without it, the repository's test files.
+SHARED = Path(os.environ.get("BUNKO_SHARED_DATA") or ROOT.parent / "shared" / "data") / "documents"
+FIXTURES = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples" / "docs"
 
 JA = ["地震への備えとして、家具を固定します。", "非常用持ち出し袋には水と食料を入れます。",
@@ -48,12 +51,12 @@ def build_folder(folder: Path, n_files: int, seed: int = 7) -> dict[str, int]:
     rng = random.Random(seed)
     kinds: dict[str, int] = defaultdict(int)
     sources = []
-    if SHARED.exists():
-        manifest = [json.loads(line) for line in (SHARED / "documents.jsonl").read_text().splitlines() if line]
-        for entry in manifest:
-            tags = set(entry.get("expected", []))
-            if "has_text" in tags and not tags & {"needs_user_password", "unrecoverable"}:
-                sources.append(SHARED / entry["file"])
+    corpus = SHARED if (SHARED / "documents.jsonl").is_file() else FIXTURES
+    manifest = [json.loads(line) for line in (corpus / "documents.jsonl").read_text("utf-8").splitlines() if line]
+    for entry in manifest:
+        tags = set(entry.get("expected", []))
+        if "has_text" in tags and not tags & {"needs_user_password", "unrecoverable"}:
+            sources.append(corpus / entry["file"])
     sources += sorted(EXAMPLES.iterdir())
     for i, src in enumerate(sources[:n_files]):
         shutil.copy(src, folder / f"{i:04d}-{src.name}")

@@ -5,7 +5,8 @@ temporary folder, as ``tests/pg.py`` does), the benchmark:
 
 1. creates a fresh BUNKO_HOME (and database), a tenant and an API key with the real
    ``bunko admin`` commands, and ingests a sample corpus with ``bunko ingest`` (untimed):
-   ``examples/docs`` and the readable files of ``../shared/data/documents``;
+   ``examples/docs`` and the readable files of ``../shared/data/documents`` (or of
+   ``$BUNKO_SHARED_DATA/documents``; without that corpus, the small files of ``tests/data``);
 2. starts ``bunko serve --workers W`` (uvicorn, a real socket) with the rate limit set out of
    reach (the per-key counter still runs on every request, so its cost is measured);
 3. runs C concurrent clients (httpx async, one connection each) for D seconds after a warm-up;
@@ -36,7 +37,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = [ROOT / "examples" / "docs", ROOT.parent / "shared" / "data" / "documents"]
+# The shared corpus (beside the checkout, or named by BUNKO_SHARED_DATA); without it, the repository's test files.
+SHARED = Path(os.environ.get("BUNKO_SHARED_DATA") or ROOT.parent / "shared" / "data") / "documents"
+CORPUS = [ROOT / "examples" / "docs", SHARED if SHARED.is_dir() else ROOT / "tests" / "data"]
 QUERIES = [
     "水は何日分備蓄すればいいですか？", "地震が起きたらまず何をする？", "非常用持ち出し袋の中身", "避難所の場所",
     "What should I pack in a go-bag?", "family communication plan", "ownership in Rust", "t-SNE perplexity",

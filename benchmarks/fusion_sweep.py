@@ -20,6 +20,7 @@ import asyncio
 import json
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("datasets", nargs="+")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    for path in args.datasets:
+        if not Path(path).is_dir():
+            parser.error(f"{path}: no such dataset folder (the evaluation sets live in ../shared/data)")
     report: dict[str, Any] = {}
     for path in args.datasets:
         print(f"capturing {path} ...", file=sys.stderr, flush=True)

@@ -1,9 +1,19 @@
-"""Shared fixtures: a private BUNKO_HOME per test, fresh stores, the real bundled embedder."""
+"""Shared fixtures: a private BUNKO_HOME per test, fresh stores, the real bundled embedder.
+
+Test documents: ``tests/data`` holds small files of every kind the loaders read, with their
+manifest ``documents.jsonl`` (written by ``tests/data/make_fixtures.py``); every test can rely
+on them. The larger corpus (``<repo>/../shared/data``, or the folder named by the environment
+variable ``BUNKO_SHARED_DATA``) is optional: tests that need it are marked ``shared_data`` and
+are skipped when it is absent.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +25,45 @@ pytest_plugins = ["tests.pg"]  # the PostgreSQL server fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "docs"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+FIXTURES = ROOT / "tests" / "data"  # the small test documents kept in the repository
+SHARED_DATA = Path(os.environ.get("BUNKO_SHARED_DATA") or ROOT.parent / "shared" / "data").expanduser().resolve()
+SHARED_DOCUMENTS = SHARED_DATA / "documents"
+_SHARED_MISSING = (f"needs the shared corpus, not found at {SHARED_DATA} "
+                   "(set BUNKO_SHARED_DATA to the folder that holds documents/, jsquad-dev/, ...)")
+
+
+def has_shared_data() -> bool:
+    return SHARED_DATA.is_dir()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``shared_data`` skip (never fail) when the shared corpus is absent."""
+    if has_shared_data():
+        return
+    skip = pytest.mark.skip(reason=_SHARED_MISSING)
+    for item in items:
+        if item.get_closest_marker("shared_data"):
+            item.add_marker(skip)
+
+
+def read_manifest(folder: Path) -> list[dict[str, Any]]:
+    """The records of ``folder/documents.jsonl``, each with its file's ``path`` added; [] if absent."""
+    manifest = folder / "documents.jsonl"
+    if not manifest.is_file():
+        return []
+    records = [json.loads(line) for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{**record, "path": folder / record["file"]} for record in records]
+
+
+def manifest_params(*kinds: str) -> list[Any]:
+    """One pytest parameter per manifest record of these kinds: the repository's files always, the
+    shared corpus's marked ``shared_data`` (a single skipped parameter stands for them when it is absent)."""
+    params: list[Any] = [pytest.param(r, id=f"repo/{r['file']}") for r in read_manifest(FIXTURES) if r["kind"] in kinds]
+    shared = [r for r in read_manifest(SHARED_DOCUMENTS) if r["kind"] in kinds]
+    params += [pytest.param(r, id=f"shared/{r['file']}", marks=pytest.mark.shared_data) for r in shared]
+    if not has_shared_data():
+        params.append(pytest.param(None, id="shared", marks=pytest.mark.shared_data))
+    return params
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from bunko import Bunko
 
 
@@ -138,11 +136,9 @@ def test_ingest_urls_through_the_guard(tmp_path: Path, engine: Bunko, monkeypatc
 
 
 def test_a_failing_file_among_others_prints_no_traceback(tmp_path: Path) -> None:
-    from .conftest import EXAMPLES, SHARED_DATA
+    from .conftest import EXAMPLES, FIXTURES
 
-    scanned = SHARED_DATA / "documents" / "c02-22.pdf"
-    if not scanned.exists():
-        pytest.skip("the shared document set is not beside this checkout")
+    scanned = FIXTURES / "scanned.pdf"  # an image and no text layer
     env = {**os.environ, "BUNKO_HOME": str(tmp_path / "home")}
     run = subprocess.run(
         [sys.executable, "-m", "bunko", "ingest", str(EXAMPLES / "bichiku.txt"), str(scanned), str(EXAMPLES)],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,25 +11,16 @@ pytest.importorskip("trafilatura")
 from bunko.errors import LoaderError
 from bunko.loaders import LoadOptions, load_path
 from bunko.loaders.html import decode_html, html_to_document, load_html
-
-DOCUMENTS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "documents"
-
-
-def _manifest() -> list[dict]:
-    path = DOCUMENTS / "documents.jsonl"
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in records if r["kind"] == "html"]
+from tests.conftest import FIXTURES, SHARED_DOCUMENTS, manifest_params
 
 
 def _squash(text: str) -> str:
     return "".join(text.split())
 
 
-@pytest.mark.parametrize("record", _manifest(), ids=lambda r: r["file"])
+@pytest.mark.parametrize("record", manifest_params("html"))
 def test_manifest_pages(record: dict) -> None:
-    path = DOCUMENTS / record["file"]
+    path = record["path"]
     [document] = load_path(path)
     text = _squash(document.content)
     for wanted in record["must_contain"]:
@@ -49,10 +39,32 @@ def test_manifest_pages(record: dict) -> None:
         assert code not in document.content
 
 
+def test_wiki_style_page_sections_and_math() -> None:
+    """Sections with their hierarchy, no edit links, no empty Contents heading, inline math kept as text."""
+    [document] = load_html(FIXTURES / "pocket_library.html", LoadOptions())
+    sections = [p.metadata.get("section") for p in document.parts or []]
+    assert sections == ["Pocket library", "History", "Pricing", "References"]
+    pricing = next(p for p in document.parts or [] if p.metadata.get("section") == "Pricing")
+    assert pricing.text.startswith("## Pricing\n")
+    assert pricing.metadata["hierarchy"] == ["Pocket library", "Pricing"]
+    assert pricing.metadata["heading_level"] == 2
+    assert "[edit]" not in document.content and "edit" not in _squash(document.content).lower()
+    assert "## Contents" not in document.content  # an empty heading is dropped
+    # inline math keeps its TeX instead of leaving a hole in the sentence
+    assert "Given a print run of n copies" in document.content
+    assert document.metadata["title"] == "Pocket library"
+
+
+def test_shift_jis_page_is_decoded_from_its_meta_charset() -> None:
+    [document] = load_html(FIXTURES / "toshokan_sjis.html", LoadOptions())
+    assert document.metadata["encoding"] == "cp932"  # what browsers use for the label Shift_JIS
+    assert document.metadata["title"] == "図書館だより" and document.metadata["language"] == "ja"
+    assert "明治時代の文庫本を展示しています" in document.content
+
+
+@pytest.mark.shared_data
 def test_wikipedia_sections_and_math() -> None:
-    path = DOCUMENTS / "en.wikipedia.org.tsne.html"
-    if not path.exists():
-        pytest.skip("shared test documents not available")
+    path = SHARED_DOCUMENTS / "en.wikipedia.org.tsne.html"
     [document] = load_html(path, LoadOptions())
     sections = [p.metadata.get("section") for p in document.parts or []]
     assert "Details" in sections and "References" in sections

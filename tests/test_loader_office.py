@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 import zipfile
 from pathlib import Path
@@ -19,20 +18,12 @@ from bunko.errors import (
 )
 from bunko.loaders import LoadOptions, detect_kind, load_path, sniff
 from bunko.loaders.office import load_docx, load_pptx
+from tests.conftest import FIXTURES, SHARED_DOCUMENTS, manifest_params
 
 docx = pytest.importorskip("docx")
 pptx = pytest.importorskip("pptx")
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "documents"
-MANIFEST: list[dict[str, Any]] = (
-    [json.loads(line) for line in (DATA / "documents.jsonl").read_text("utf-8").splitlines() if line.strip()]
-    if (DATA / "documents.jsonl").is_file()
-    else []
-)
-needs_data = pytest.mark.skipif(not MANIFEST, reason=f"shared documents not found at {DATA}")
-DOCX_ENTRIES = [pytest.param(e, id=e["file"]) for e in MANIFEST if e["kind"] == "docx"] or [
-    pytest.param(None, marks=pytest.mark.skip(reason="no shared documents"))
-]
+shared_data = pytest.mark.shared_data
 
 
 def _flat(text: str) -> str:
@@ -43,14 +34,13 @@ def _sections(document: Any) -> list[dict[str, Any]]:
     return [p.metadata for p in document.parts or [] if "section" in p.metadata]
 
 
-# -- Word: the shared samples -----------------------------------------------------------
+# -- Word and PowerPoint: the sample files (tests/data, and the shared corpus when present) ------------
 
 
-@needs_data
-@pytest.mark.parametrize("entry", DOCX_ENTRIES)
+@pytest.mark.parametrize("entry", manifest_params("docx"))
 def test_manifest_docx_files(entry: dict[str, Any]) -> None:
     """Headings (style: text) start with the manifest's list, table count matches, must_contain present."""
-    [document] = load_path(DATA / entry["file"])
+    [document] = load_path(entry["path"])
     headings = [f"{m['heading_style']}: {m['section']}" for m in _sections(document)]
     assert headings[: len(entry["headings"])] == entry["headings"]
     assert document.metadata["table_count"] == entry["tables"]
@@ -63,14 +53,45 @@ def test_manifest_docx_files(entry: dict[str, Any]) -> None:
     assert document.metadata["author"]
     assert document.metadata["created_at"].endswith("Z")
     assert document.metadata["title"]
+    for key in ("title", "author", "created_at"):  # the repository's manifest states them
+        if key in entry:
+            assert document.metadata[key] == entry[key]
     for meta in _sections(document):
         assert meta["hierarchy"][-1] == meta["section"]
 
 
-@needs_data
+@pytest.mark.parametrize("entry", manifest_params("pptx"))
+def test_manifest_pptx_files(entry: dict[str, Any]) -> None:
+    """One part per slide with text, core properties as metadata, must_contain (tables, notes) present."""
+    [document] = load_path(entry["path"])
+    parts = document.parts or []
+    assert [p.metadata["slide_number"] for p in parts] == list(range(1, entry["pages"] + 1))
+    assert document.metadata["page_count"] == entry["pages"]
+    assert document.metadata["kind"] == "pptx" and document.metadata["language"] == entry["language"]
+    for key in ("title", "author", "created_at"):
+        assert document.metadata[key] == entry[key]
+    flat = _flat(document.content)
+    for expected in entry["must_contain"]:
+        assert _flat(expected) in flat
+
+
 def test_docx_heading_hierarchy() -> None:
     """Title is level 0, Heading N level N; each section knows its path from the top."""
-    [document] = load_path(DATA / "unit_test_headers.docx")
+    [document] = load_path(FIXTURES / "kitei_ja.docx")
+    by_section = {m["section"]: m for m in _sections(document)}
+    assert by_section["第1項 用語"]["hierarchy"] == ["文書管理規程", "第1章 総則", "第1節 目的", "第1項 用語"]
+    assert by_section["第2章 保存期間"]["hierarchy"] == ["文書管理規程", "第2章 保存期間"]
+    assert by_section["文書管理規程"]["heading_level"] == 0
+    assert by_section["第1項 用語"]["heading_level"] == 3
+    assert document.metadata["language"] == "ja"
+    part = next(p for p in document.parts or [] if p.metadata.get("section") == "第1節 目的")
+    assert part.text == "第1節 目的\n\n文書を適切に管理し、必要なときにすぐ探せるようにすることを目的とする。"
+    assert "- 電子文書は、改ざんを防ぐ措置を講じて保存する。\n- この規程は" in document.content
+
+
+@shared_data
+def test_docx_heading_hierarchy_in_the_shared_corpus() -> None:
+    [document] = load_path(SHARED_DOCUMENTS / "unit_test_headers.docx")
     by_section = {m["section"]: m for m in _sections(document)}
     assert by_section["Section 1.2.3"]["hierarchy"] == ["Test Document", "Section 1", "Section 1.2", "Section 1.2.3"]
     assert by_section["Section 2"]["hierarchy"] == ["Test Document", "Section 2"]
@@ -83,10 +104,20 @@ def test_docx_heading_hierarchy() -> None:
     assert part.text == "Section 1.1\n\nParagraph 1.1.1\n\nParagraph 1.1.2"
 
 
-@needs_data
 def test_docx_tables_in_order_with_merged_cells_once() -> None:
     """Tables come in document order as ``cell | cell`` lines; merged cells are not repeated."""
-    [document] = load_path(DATA / "word_tables.docx")
+    [document] = load_path(FIXTURES / "tables.docx")
+    text = document.content
+    assert "Day | Opens | Closes\nMonday | 9:00 | 20:00" in text
+    assert "Shared rooms | First floor, forty seats\n" in text  # horizontal span: once
+    assert text.count("First floor, forty seats") == 1 and text.count("Shared rooms") == 1
+    assert "\n | 1 | 6" in text  # the continued vertical merge is an empty cell
+    assert text.index("A uniform table") < text.index("Day | Opens") < text.index("A table with merged cells")
+
+
+@shared_data
+def test_docx_tables_in_order_with_merged_cells_once_in_the_shared_corpus() -> None:
+    [document] = load_path(SHARED_DOCUMENTS / "word_tables.docx")
     text = document.content
     assert "Header 0.0 | Header 0.1 | Header 0.2\nCell 1.0 | Cell 1.1 | Cell 1.2" in text
     assert "Cell 1.0 | Merged Cell 1.1 1.2\n" in text  # horizontal span: once
@@ -95,10 +126,17 @@ def test_docx_tables_in_order_with_merged_cells_once() -> None:
     assert text.index("A uniform table") < text.index("Header 0.0") < text.index("A non-uniform table")
 
 
-@needs_data
 def test_docx_title_falls_back_to_title_style_and_lists() -> None:
-    """word_sample.docx has an empty core title: the Title paragraph is the title; bullets stay together."""
-    [document] = load_path(DATA / "word_sample.docx")
+    """tables.docx has an empty core title: the Title paragraph is the title; bullets stay together."""
+    [document] = load_path(FIXTURES / "tables.docx")
+    assert document.metadata["title"] == "Library Tables"
+    assert (document.parts or [])[0].metadata == {"hierarchy": []}  # the note before the title
+    assert "- Borrow up to ten books\n- Return them within three weeks" in document.content
+
+
+@shared_data
+def test_docx_title_falls_back_to_title_style_and_lists_in_the_shared_corpus() -> None:
+    [document] = load_path(SHARED_DOCUMENTS / "word_sample.docx")
     assert document.metadata["title"] == "Swimming in the lake"
     assert (document.parts or [])[0].metadata == {"hierarchy": []}  # the subtitle before the title
     assert "- You can relax and look around\n- Paddle about\n" in document.content

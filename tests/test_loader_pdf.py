@@ -1,13 +1,13 @@
-"""The PDF loader against the shared document corpus (``../shared/data/documents``).
+"""The PDF loader against the test documents of ``tests/data`` and, when present, the shared corpus.
 
-Every PDF in ``documents.jsonl`` is checked for what its ``expected`` tags call for;
-strings are compared with all whitespace removed (vertical Japanese comes out one
-column per line). Small synthetic PDFs cover garbled text layers.
+Every PDF in a manifest (``documents.jsonl``) is checked for what its ``expected`` tags call
+for; strings are compared with all whitespace removed (vertical Japanese comes out one column
+per line). Tests marked ``shared_data`` read the larger corpus and are skipped without it.
+Small synthetic PDFs cover garbled text layers.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -24,6 +24,7 @@ from bunko.errors import (
     NoTextError,
 )
 from bunko.loaders import LoadOptions, load_path
+from tests.conftest import FIXTURES, SHARED_DOCUMENTS, manifest_params, read_manifest
 
 pytest.importorskip("pypdfium2")
 pytest.importorskip("pdfminer")
@@ -31,24 +32,15 @@ pytest.importorskip("pdfminer")
 from bunko.loaders import pdf as pdf_loader
 from bunko.loaders.pdf import load_pdf
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "documents"
-MANIFEST = DATA / "documents.jsonl"
-
-pytestmark = pytest.mark.skipif(not MANIFEST.is_file(), reason=f"document corpus not found at {DATA}")
-
-
-def _records() -> list[dict[str, Any]]:
-    if not MANIFEST.is_file():
-        return []
-    records = [json.loads(line) for line in MANIFEST.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in records if r["kind"] == "pdf"]
-
-
-RECORDS = _records()
+shared_data = pytest.mark.shared_data
 
 # Longer contiguous phrases (from pdfminer's reading-order output) that only come out when
 # the vertical columns are read right to left, top to bottom.
 READING_ORDER = {
+    "haru_to_shura_jo.pdf": [
+        "わたくしといふ現象は假定された有機交流電燈のひとつの青い照明です（あらゆる透明な幽霊の複合体）",
+        "すべてこれらの命題は心象や時間それ自身の性質として第四次延長のなかで主張されます大正十三年一月廿日宮澤賢治",
+    ],
     "jo.pdf": [
         "わたくしといふ現象は假定された有機交流電燈のひとつの青い照明です（あらゆる透明な幽霊の複合体）"
         "風景やみんなといっしょにせはしくせはしく明滅しながらいかにもたしかにともりつづける因果交流電燈の"
@@ -61,29 +53,30 @@ READING_ORDER = {
     ],
 }
 
-# multipage.pdf: six scans, only page 4 has a (poor) OCR text layer (manifest notes).
-MULTIPAGE_WITHOUT_TEXT = [1, 2, 3, 5, 6]
+# Scans with a text layer on some pages only: the pages without one. The repository's manifest
+# says so itself; the shared corpus's multipage.pdf (six scans, a poor OCR layer on page 4) does not.
+PAGES_WITHOUT_TEXT = {"multipage.pdf": [1, 2, 3, 5, 6]}
 
-_CACHE: dict[tuple[str, str | None], Any] = {}
+_CACHE: dict[tuple[Path, str | None], Any] = {}
 
 
 def squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def load(name: str, password: str | None = None) -> Any:
-    """The documents of a corpus file (cached), or the error loading it raised."""
-    key = (name, password)
+def load(path: Path, password: str | None = None) -> Any:
+    """The documents of a test file (cached), or the error loading it raised."""
+    key = (path, password)
     if key not in _CACHE:
         try:
-            _CACHE[key] = load_pdf(DATA / name, LoadOptions(password=password))
+            _CACHE[key] = load_pdf(path, LoadOptions(password=password))
         except LoaderError as exc:
             _CACHE[key] = exc
     return _CACHE[key]
 
 
-def loaded(name: str, password: str | None = None) -> Any:
-    result = load(name, password)
+def loaded(path: Path, password: str | None = None) -> Any:
+    result = load(path, password)
     if isinstance(result, Exception):
         raise result
     assert len(result) == 1
@@ -96,39 +89,40 @@ def assert_clean(text: str) -> None:
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text)
 
 
-@pytest.mark.parametrize("record", RECORDS, ids=[r["file"] for r in RECORDS])
+@pytest.mark.parametrize("record", manifest_params("pdf"))
 def test_manifest_expectations(record: dict[str, Any]) -> None:
     tags = set(record["expected"])
-    name = record["file"]
+    name, path = record["file"], record["path"]
     if "image_only" in tags:
         with pytest.raises(NoTextError, match="no extractable text; OCR is not enabled"):
-            loaded(name)
+            loaded(path)
         return
     if "needs_user_password" in tags:
         with pytest.raises(EncryptedDocumentError) as info:
-            loaded(name)
+            loaded(path)
         assert name in str(info.value) and "password is needed" in str(info.value)
-        document = loaded(name, record["password"])
+        document = loaded(path, record["password"])
         for expected in record["must_contain_after_decrypt"]:
             assert squash(expected) in squash(document.content)
         assert_clean(document.content)
         return
     if "unrecoverable" in tags:
         with pytest.raises(CorruptDocumentError) as info:
-            loaded(name)
+            loaded(path)
         message = str(info.value)
         assert name in message and "Traceback" not in message and "\n" not in message
         return
 
-    document = loaded(name)
+    document = loaded(path)
     assert_clean(document.content)
     assert document.metadata["page_count"] == record["pages"]
     assert document.metadata["mime_type"] == "application/pdf"
     numbers = [part.metadata["page_number"] for part in document.parts]
     assert numbers == sorted(set(numbers)) and all(1 <= n <= record["pages"] for n in numbers)
     if "mostly_image_only" in tags:
-        assert document.metadata["pages_without_text"] == MULTIPAGE_WITHOUT_TEXT
-        assert numbers == [4]
+        without = record.get("pages_without_text") or PAGES_WITHOUT_TEXT[name]
+        assert document.metadata["pages_without_text"] == without
+        assert numbers == [n for n in range(1, record["pages"] + 1) if n not in without]
         return
     assert "has_text" in tags
     assert numbers == list(range(1, record["pages"] + 1))  # every page of these files has text
@@ -137,51 +131,99 @@ def test_manifest_expectations(record: dict[str, Any]) -> None:
         assert squash(expected) in squash(document.content), expected
     if record["language"] in ("ja", "ko"):  # script-based detection is reliable for these
         assert document.metadata["language"] == record["language"]
+    for key in ("title", "author", "created_at"):  # the repository's manifest states the PDF info
+        if key in record:
+            assert document.metadata[key] == record[key]
+    for phrase, page in record.get("page_of", {}).items():
+        found = [p.metadata["page_number"] for p in document.parts if squash(phrase) in squash(p.text)]
+        assert found == [page], (phrase, found)
     if "vertical_text" in tags:
         for phrase in READING_ORDER[name]:
             assert squash(phrase) in squash(document.content), phrase
 
 
-def test_every_vertical_sample_has_a_reading_order_phrase() -> None:
-    vertical = {r["file"] for r in RECORDS if "vertical_text" in r["expected"]}
-    assert vertical <= set(READING_ORDER)
+@pytest.mark.parametrize("folder", [FIXTURES, pytest.param(SHARED_DOCUMENTS, marks=shared_data)],
+                         ids=["repo", "shared"])
+def test_every_vertical_sample_has_a_reading_order_phrase(folder: Path) -> None:
+    vertical = {r["file"] for r in read_manifest(folder) if "vertical_text" in r["expected"]}
+    assert vertical and vertical <= set(READING_ORDER)
 
 
-def test_wrong_password_is_an_encryption_error() -> None:
+@pytest.mark.parametrize(
+    "path",
+    [FIXTURES / "encrypted.pdf", pytest.param(SHARED_DOCUMENTS / "libreoffice-writer-password.pdf", marks=shared_data)],
+    ids=["repo", "shared"],
+)
+def test_wrong_password_is_an_encryption_error(path: Path) -> None:
     with pytest.raises(EncryptedDocumentError, match="password given does not open it"):
-        load_pdf(DATA / "libreoffice-writer-password.pdf", LoadOptions(password="not-the-password"))
+        load_pdf(path, LoadOptions(password="not-the-password"))
 
 
 def test_parts_carry_their_page_number() -> None:
+    for name, phrase, page in [
+        ("report.pdf", "A Short History of Pocket Libraries", 1),
+        ("report.pdf", "Copenhagen", 3),
+        ("bousai_ja.pdf", "持ち出し袋の中身", 2),
+        ("partly_scanned.pdf", None, 2),
+    ]:
+        document = loaded(FIXTURES / name)
+        assert all(set(part.metadata) == {"page_number"} for part in document.parts)
+        found = [p.metadata["page_number"] for p in document.parts
+                 if phrase is None or squash(phrase) in squash(p.text)]
+        assert found and found[0] == page, (name, found)
+    document = loaded(FIXTURES / "report.pdf")
+    assert len(document.parts) == 3
+    assert squash(document.parts[1].text) in squash(document.content)
+    assert document.parts[1].metadata == {"page_number": 2}
+    assert squash(document.parts[1].text).startswith("PaperandBinding")
+
+
+@shared_data
+def test_parts_carry_their_page_number_in_the_shared_corpus() -> None:
     for name, phrase, page in [
         ("GeoTopo-komprimiert.pdf", "Einführung in die Geometrie und Topologie", 1),
         ("nlp2004slides.pdf", "再現率と適合率の関係", 31),
         ("multicolumn.pdf", "Copenhagen", 3),
         ("multipage.pdf", None, 4),
     ]:
-        document = loaded(name)
+        document = loaded(SHARED_DOCUMENTS / name)
         assert all(set(part.metadata) == {"page_number"} for part in document.parts)
         found = [p.metadata["page_number"] for p in document.parts
                  if phrase is None or squash(phrase) in squash(p.text)]
         assert found and found[0] == page, (name, found)
-    document = loaded("GeoTopo-komprimiert.pdf")
+    document = loaded(SHARED_DOCUMENTS / "GeoTopo-komprimiert.pdf")
     assert len(document.parts) == 117
     assert squash(document.parts[82].text) in squash(document.content)
     assert document.parts[82].metadata == {"page_number": 83}
 
 
 def test_document_metadata_from_the_pdf_info() -> None:
-    document = loaded("normal_4pages.pdf")
-    meta = document.metadata
+    path = FIXTURES / "report.pdf"
+    meta = loaded(path).metadata
+    assert meta["title"] == "A Short History of Pocket Libraries"
+    assert meta["author"] == "Reading Room Staff"
+    assert meta["created_at"] == "2024-04-01T00:30:00Z"  # D:20240401093000+09'00' in UTC
+    assert meta["filename"] == "report.pdf" and meta["source"] == str(path)
+    assert meta["filesize"] == path.stat().st_size
+    ja = loaded(FIXTURES / "bousai_ja.pdf").metadata  # UTF-16 strings in the info dictionary
+    assert (ja["title"], ja["author"], ja["language"]) == ("家庭の防災備蓄ガイド", "防災委員会", "ja")
+    assert loaded(FIXTURES / "haru_to_shura_jo.pdf").metadata["language"] == "ja"
+    assert "title" not in loaded(FIXTURES / "haru_to_shura_jo.pdf").metadata  # no info dictionary: not set
+
+
+@shared_data
+def test_document_metadata_from_the_pdf_info_in_the_shared_corpus() -> None:
+    path = SHARED_DOCUMENTS / "normal_4pages.pdf"
+    meta = loaded(path).metadata
     assert meta["title"] == "코로나-19 관련 보험약관상 재해보험금 지급문제 및 개선과제"
     assert meta["author"] == "김창호"
     assert meta["created_at"] == "2020-03-31T09:02:55Z"  # D:20200331180255+09'00' in UTC
-    assert meta["filename"] == "normal_4pages.pdf" and meta["source"] == str(DATA / "normal_4pages.pdf")
-    assert meta["filesize"] == (DATA / "normal_4pages.pdf").stat().st_size
-    geo = loaded("GeoTopo-komprimiert.pdf").metadata
+    assert meta["filename"] == "normal_4pages.pdf" and meta["source"] == str(path)
+    assert meta["filesize"] == path.stat().st_size
+    geo = loaded(SHARED_DOCUMENTS / "GeoTopo-komprimiert.pdf").metadata
     assert (geo["title"], geo["author"]) == ("Geometrie und Topologie", "Martin Thoma")
-    assert loaded("jo.pdf").metadata["language"] == "ja"
-    assert "title" not in loaded("tracemonkey.pdf").metadata  # empty Title in the info: not set
+    assert loaded(SHARED_DOCUMENTS / "jo.pdf").metadata["language"] == "ja"
+    assert "title" not in loaded(SHARED_DOCUMENTS / "tracemonkey.pdf").metadata  # empty Title in the info: not set
 
 
 @pytest.mark.parametrize(
@@ -201,20 +243,43 @@ def test_pdf_dates(raw: str, iso: str | None) -> None:
     assert pdf_loader._pdf_date(raw) == iso
 
 
-def test_load_path_sniffs_the_content(tmp_path: Path) -> None:
-    documents = load_path(DATA / "kampo.pdf")
+@pytest.mark.parametrize(
+    ("folder", "horizontal", "vertical", "scanned"),
+    [
+        (FIXTURES, "bousai_ja.pdf", "haru_to_shura_jo.pdf", "scanned.pdf"),
+        pytest.param(SHARED_DOCUMENTS, "kampo.pdf", "jo.pdf", "c02-22.pdf", marks=shared_data),
+    ],
+    ids=["repo", "shared"],
+)
+def test_load_path_sniffs_the_content(tmp_path: Path, folder: Path, horizontal: str, vertical: str,
+                                      scanned: str) -> None:
+    documents = load_path(folder / horizontal)
     assert documents[0].metadata["kind"] == "pdf"
     unnamed = tmp_path / "gazette"  # no suffix: the %PDF- header decides
-    shutil.copyfile(DATA / "jo.pdf", unnamed)
+    shutil.copyfile(folder / vertical, unnamed)
     documents = load_path(unnamed)
     assert documents[0].metadata["kind"] == "pdf"
-    assert squash(READING_ORDER["jo.pdf"][1]) in squash(documents[0].content)
+    assert squash(READING_ORDER[vertical][1]) in squash(documents[0].content)
     assert documents[0].metadata["filename"] == "gazette"
     with pytest.raises(NoTextError):
-        load_path(DATA / "c02-22.pdf")
+        load_path(folder / scanned)
 
 
-def test_pdfminer_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("folder", "plain", "consulted"),
+    [
+        (FIXTURES, ["report.pdf", "bousai_ja.pdf", "partly_scanned.pdf", "owner_password_only.pdf"],
+         ["haru_to_shura_jo.pdf"]),  # vertical: PDFium's column order is not trusted
+        pytest.param(SHARED_DOCUMENTS, ["tracemonkey.pdf", "pdkids.pdf", "GeoTopo-komprimiert.pdf",
+                                        "nlp2004slides.pdf", "issue16538.pdf", "normal_4pages.pdf"],
+                     ["jo.pdf",  # vertical: PDFium's column order is wrong
+                      "kampo.pdf"],  # PDFium maps almost none of the glyphs
+                     marks=shared_data),
+    ],
+    ids=["repo", "shared"],
+)
+def test_pdfminer_only_where_needed(monkeypatch: pytest.MonkeyPatch, folder: Path, plain: list[str],
+                                    consulted: list[str]) -> None:
     asked: list[set[int] | None] = []
     original = pdf_loader._pdfminer_texts
 
@@ -223,16 +288,25 @@ def test_pdfminer_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(document, wanted)
 
     monkeypatch.setattr(pdf_loader, "_pdfminer_texts", spy)
-    for name in ("tracemonkey.pdf", "pdkids.pdf", "GeoTopo-komprimiert.pdf", "nlp2004slides.pdf",
-                 "issue16538.pdf", "normal_4pages.pdf"):
-        load_pdf(DATA / name, LoadOptions())
+    for name in plain:
+        load_pdf(folder / name, LoadOptions())
     assert asked == []
-    load_pdf(DATA / "jo.pdf", LoadOptions())  # vertical: PDFium's column order is wrong
-    load_pdf(DATA / "kampo.pdf", LoadOptions())  # PDFium maps almost none of the glyphs
-    assert asked == [{0}, {0}]
+    for name in consulted:
+        load_pdf(folder / name, LoadOptions())
+    assert asked == [{0}] * len(consulted)
 
 
-def test_unreadable_by_pdfium_falls_back_to_pdfminer(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("folder", "damaged", "phrase", "title", "invalid"),
+    [
+        (FIXTURES, "damaged_xref.pdf", "Readability counts", "Notes on Readable Files", "invalid.pdf"),
+        pytest.param(SHARED_DOCUMENTS, "zen_of_python_corrupted.pdf", "Readability counts.", "zen_of_python.txt",
+                     "invalid.pdf", marks=shared_data),
+    ],
+    ids=["repo", "shared"],
+)
+def test_unreadable_by_pdfium_falls_back_to_pdfminer(monkeypatch: pytest.MonkeyPatch, folder: Path, damaged: str,
+                                                     phrase: str, title: str, invalid: str) -> None:
     import pypdfium2
     import pypdfium2.raw as pdfium_c
 
@@ -241,17 +315,17 @@ def test_unreadable_by_pdfium_falls_back_to_pdfminer(monkeypatch: pytest.MonkeyP
                                     err_code=pdfium_c.FPDF_ERR_FORMAT)
 
     monkeypatch.setattr(pypdfium2, "PdfDocument", broken)
-    document = load_pdf(DATA / "zen_of_python_corrupted.pdf", LoadOptions())[0]
-    assert squash("Readability counts.") in squash(document.content)
-    assert document.metadata["page_count"] == 1 and document.metadata["title"] == "zen_of_python.txt"
+    document = load_pdf(folder / damaged, LoadOptions())[0]
+    assert squash(phrase) in squash(document.content)
+    assert document.metadata["page_count"] == 1 and document.metadata["title"] == title
     with pytest.raises(CorruptDocumentError, match="not a readable PDF"):
-        load_pdf(DATA / "invalid.pdf", LoadOptions())
+        load_pdf(folder / invalid, LoadOptions())
 
 
 def test_missing_libraries_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pypdfium2", None)
     with pytest.raises(LoaderError, match=re.escape('pip install "bunko[pdf]"')):
-        load_pdf(DATA / "jo.pdf", LoadOptions())
+        load_pdf(FIXTURES / "haru_to_shura_jo.pdf", LoadOptions())
 
 
 # --- synthetic PDFs: a text layer whose ToUnicode map points at private-use characters ---

@@ -13,20 +13,9 @@ import pytest
 from bunko.errors import CorruptDocumentError, EncodingDetectionError, LoaderError, NoTextError
 from bunko.loaders import LoadOptions, load_path
 from bunko.loaders.text import decode_text, japanese_score, load_json, load_markdown, load_text
+from tests.conftest import FIXTURES, SHARED_DOCUMENTS, manifest_params
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "documents"
-MANIFEST: list[dict[str, Any]] = (
-    [json.loads(line) for line in (DATA / "documents.jsonl").read_text("utf-8").splitlines() if line.strip()]
-    if (DATA / "documents.jsonl").is_file()
-    else []
-)
-needs_data = pytest.mark.skipif(not MANIFEST, reason=f"shared documents not found at {DATA}")
-
-
-def _entries(kind: str) -> list[Any]:
-    return [pytest.param(e, id=e["file"]) for e in MANIFEST if e["kind"] == kind] or [
-        pytest.param(None, marks=pytest.mark.skip(reason="no shared documents"))
-    ]
+shared_data = pytest.mark.shared_data
 
 
 def _flat(text: str) -> str:
@@ -45,14 +34,13 @@ PARAGRAPH = (
 CP932_EXTRA = "\n㈱文庫の①番目の例：ⅡとⅢ、髙橋さん。"
 
 
-# -- the shared sample files ---------------------------------------------------------
+# -- the sample files (tests/data, and the shared corpus when present) ---------------------------
 
 
-@needs_data
-@pytest.mark.parametrize("entry", _entries("text"))
+@pytest.mark.parametrize("entry", manifest_params("text"))
 def test_manifest_text_files(entry: dict[str, Any]) -> None:
     """Every text sample decodes with its manifest encoding and contains its must_contain strings."""
-    path = DATA / entry["file"]
+    path = entry["path"]
     [document] = load_path(path)
     assert _same_codec(document.metadata["encoding"], entry["encoding"])
     assert document.content == load_text(path, LoadOptions())[0].content
@@ -71,35 +59,46 @@ def test_manifest_text_files(entry: dict[str, Any]) -> None:
     assert document.content == expected_text
 
 
-@needs_data
-def test_sjis_sample_cr_line_endings_become_lines() -> None:
-    """The old-Mac (CR only) Shift_JIS sample comes out as many LF-separated lines."""
-    [document] = load_path(DATA / "sjis_rashomon_gutenberg.txt")
-    lines = document.content.split("\n")
-    assert len(lines) > 500
-    assert lines[1] == "The Project Gutenberg Etext of Rashomon by AKUTAGAWA Ryunosuke"
-    assert "羅生門" in document.content
+@pytest.mark.parametrize(
+    ("path", "lines", "line_1", "japanese"),
+    [
+        (FIXTURES / "rashomon_sjis_cr.txt", 8, "Rashomon by AKUTAGAWA Ryunosuke", "ある日の暮方の事である。"),
+        pytest.param(SHARED_DOCUMENTS / "sjis_rashomon_gutenberg.txt", 500,
+                     "The Project Gutenberg Etext of Rashomon by AKUTAGAWA Ryunosuke", "羅生門", marks=shared_data),
+    ],
+    ids=["repo", "shared"],
+)
+def test_sjis_sample_cr_line_endings_become_lines(path: Path, lines: int, line_1: str, japanese: str) -> None:
+    """An old-Mac (CR only) Shift_JIS sample comes out as LF-separated lines."""
+    assert b"\n" not in path.read_bytes() and path.read_bytes().count(b"\r") >= lines
+    [document] = load_path(path)
+    found = document.content.split("\n")
+    assert len(found) >= lines
+    assert found[1] == line_1
+    assert japanese in document.content
 
 
-@needs_data
-def test_parallel_encodings_decode_to_the_same_text() -> None:
-    """The chardet read-me in EUC-JP, ISO-2022-JP and UTF-8 with BOM decodes to one text."""
-    texts = {
-        name: load_path(DATA / name)[0].content
-        for name in (
-            "eucjp_universalchardet_readme.txt",
-            "iso2022jp_universalchardet_readme.txt",
-            "utf8bom_universalchardet_readme.txt",
-        )
-    }
+@pytest.mark.parametrize(
+    ("folder", "names"),
+    [
+        (FIXTURES, ("notice_utf8.txt", "notice_utf8_bom.txt", "notice_sjis.txt", "notice_eucjp.txt",
+                    "notice_iso2022jp.txt")),
+        pytest.param(SHARED_DOCUMENTS, ("eucjp_universalchardet_readme.txt", "iso2022jp_universalchardet_readme.txt",
+                                        "utf8bom_universalchardet_readme.txt"), marks=shared_data),
+    ],
+    ids=["repo", "shared"],
+)
+def test_parallel_encodings_decode_to_the_same_text(folder: Path, names: tuple[str, ...]) -> None:
+    """One text saved in several encodings (UTF-8 with and without BOM, Shift_JIS, EUC-JP, ISO-2022-JP)."""
+    texts = {name: load_path(folder / name)[0].content for name in names}
     assert len({_flat(t) for t in texts.values()}) == 1
+    assert len({(folder / name).read_bytes() for name in names}) == len(names)  # the bytes do differ
 
 
-@needs_data
-@pytest.mark.parametrize("entry", _entries("markdown"))
+@pytest.mark.parametrize("entry", manifest_params("markdown"))
 def test_manifest_markdown_files(entry: dict[str, Any]) -> None:
     """The ATX headings found equal the manifest's list exactly; must_contain strings are present."""
-    [document] = load_path(DATA / entry["file"])
+    [document] = load_path(entry["path"])
     parts = document.parts or []
     sections = [p.metadata for p in parts if "section" in p.metadata]
     headings = [f"{'#' * m['heading_level']} {m['section']}" for m in sections]
@@ -119,10 +118,23 @@ def test_manifest_markdown_files(entry: dict[str, Any]) -> None:
             assert part.metadata["hierarchy"][-1] == part.metadata["section"]
 
 
-@needs_data
+def test_markdown_hierarchy_comments_and_code() -> None:
+    """Sections nest under their parents; headings inside comments and # lines inside code fences are not."""
+    [document] = load_path(FIXTURES / "guide_ja.md")
+    by_section = {p.metadata.get("section"): p for p in document.parts or []}
+    assert by_section["追加の機能"].metadata["hierarchy"] == ["文庫の使い方", "インストール", "追加の機能"]
+    assert by_section["ハイブリッド検索"].metadata["hierarchy"] == ["文庫の使い方", "検索", "ハイブリッド検索"]
+    assert "How to use bunko" not in document.content  # the commented-out English heading
+    assert "<!--" not in document.content
+    install = by_section["インストール"]
+    assert "# このコメント行は見出しではありません\npip install bunko" in install.text  # code blocks are kept
+    assert "このコメント行は見出しではありません" not in by_section
+
+
+@shared_data
 def test_markdown_hierarchy_of_ownership_chapter() -> None:
     """Sections nest under the chapter heading; English headings inside comments are dropped."""
-    [document] = load_path(DATA / "ch04-01-what-is-ownership.md")
+    [document] = load_path(SHARED_DOCUMENTS / "ch04-01-what-is-ownership.md")
     by_section = {p.metadata.get("section"): p for p in document.parts or []}
     assert by_section["変数とデータの相互作用法: ムーブ"].metadata["hierarchy"] == [
         "所有権とは？",
@@ -134,13 +146,28 @@ def test_markdown_hierarchy_of_ownership_chapter() -> None:
     assert "let s = String::from(\"hello\");" in document.content  # code blocks are kept
 
 
-@needs_data
+@shared_data
 def test_markdown_code_fences_keep_their_hash_lines() -> None:
     """task_guidelines.md has Japanese text in ``` fences; it is content of its section, not headings."""
-    [document] = load_path(DATA / "task_guidelines.md")
+    [document] = load_path(SHARED_DOCUMENTS / "task_guidelines.md")
     sections = [p for p in document.parts or [] if p.metadata.get("section") == "Task guideline"]
     assert sections and sections[0].metadata["hierarchy"] == ["Task Guidelines", "MARC-ja", "Task guideline"]
     assert "ある商品のレビューを読んでいただきます。" in sections[0].text
+
+
+@pytest.mark.parametrize("entry", manifest_params("json", "jsonl"))
+def test_manifest_json_files(entry: dict[str, Any]) -> None:
+    """JSON and JSON Lines samples: one document per item at content_path, each with its text."""
+    extra = {"text_key": entry["text_key"]} if "text_key" in entry else {}
+    documents = load_path(entry["path"], LoadOptions(content_path=entry["content_path"], extra=extra))
+    assert len(documents) == entry["documents"]
+    assert [d.metadata["source"] for d in documents] == [f"{entry['path']}#{i}" for i in range(len(documents))]
+    assert all(d.metadata["kind"] == "json" and d.content.strip() for d in documents)
+    flat = _flat("".join(d.content for d in documents))
+    for expected in entry["must_contain"]:
+        assert _flat(expected) in flat
+    assert documents[0].metadata["language"] == entry["language"]
+    assert _same_codec(documents[0].metadata["encoding"], entry["encoding"])
 
 
 # -- encoding detection: synthetic round trips ---------------------------------------------

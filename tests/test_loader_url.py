@@ -8,6 +8,7 @@ resolver that fails the test if it is ever called, so nothing reaches DNS or the
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import ipaddress
 import socket
 import ssl
@@ -27,8 +28,9 @@ from bunko.errors import BlockedURLError, CorruptDocumentError, FetchError, Load
 from bunko.loaders import LoadOptions
 from bunko.loaders import url as url_module
 from bunko.loaders.url import FetchPolicy, check_address, load_url, parse_host_address
+from tests.conftest import FIXTURES
 
-DOCUMENTS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "documents"
+PDF = FIXTURES / "haru_to_shura_jo.pdf"  # 『春と修羅』序 (Miyazawa Kenji), vertical Japanese, in the repository
 
 ARTICLE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Pinned pages</title>
 <script>var secret = "script text must not appear";</script><style>body{color:red}</style></head>
@@ -150,10 +152,8 @@ def server() -> Iterator[Server]:
         "/data.json": Route(content_type="application/json", body=b'{"title": "t", "text": "hello"}'),
         "/bad.json": Route(content_type="application/json", body=b'{"title": '),
     }
-    pdf = DOCUMENTS / "jo.pdf"
-    if pdf.exists():
-        routes["/jo.pdf"] = Route(content_type="application/pdf", body=pdf.read_bytes())
-        routes["/download"] = Route(content_type="application/octet-stream", body=pdf.read_bytes())
+    routes["/jo.pdf"] = Route(content_type="application/pdf", body=PDF.read_bytes())
+    routes["/download"] = Route(content_type="application/octet-stream", body=PDF.read_bytes())
     yield from _serve(routes)
 
 
@@ -501,15 +501,7 @@ def test_text_markdown_and_json(server: Server) -> None:
         load_url(server.url("/bad.json"), LoadOptions(), policy=policy)
 
 
-def _pdf_loader_available() -> bool:
-    try:
-        import bunko.loaders.pdf  # noqa: F401
-    except ImportError:
-        return False
-    return (DOCUMENTS / "jo.pdf").exists()
-
-
-@pytest.mark.skipif(not _pdf_loader_available(), reason="PDF loader or test PDF not available")
+@pytest.mark.skipif(importlib.util.find_spec("pypdfium2") is None, reason="the PDF extra is not installed")
 @pytest.mark.parametrize("path", ["/jo.pdf", "/download"])
 def test_pdf_goes_through_the_pdf_loader(server: Server, path: str) -> None:
     documents = load_url(server.url(path), LoadOptions(), policy=_allow("127.0.0.1"))
@@ -520,7 +512,7 @@ def test_pdf_goes_through_the_pdf_loader(server: Server, path: str) -> None:
     assert meta["source_type"] == "url"
     assert meta["mime_type"] == "application/pdf"
     assert meta["kind"] == "pdf"
-    assert meta["filesize"] == (DOCUMENTS / "jo.pdf").stat().st_size
+    assert meta["filesize"] == PDF.stat().st_size
     assert "/tmp" not in str(meta.get("filename", ""))
 
 

@@ -19,14 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA
+from tests.conftest import FIXTURES, ROOT
 from tests.provider_fakes import OpenAIFake
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-DOCUMENTS = SHARED_DATA / "documents"
-PDF = DOCUMENTS / "jo.pdf"  # 『春と修羅』序 (Miyazawa Kenji): Japanese, vertical text, one page
+PDF = FIXTURES / "haru_to_shura_jo.pdf"  # 『春と修羅』序 (Miyazawa Kenji): Japanese, vertical text, one page
+TEXT = FIXTURES / "notice_utf8.txt"
+MARKDOWN = FIXTURES / "notes.md"
 pytestmark = pytest.mark.slow
 
 
@@ -156,7 +157,7 @@ def test_two_tenants_end_to_end(any_store_server: LiveServer) -> None:
     a, b = server.client(server.key("acme", "alice")), server.client(server.key("globex", "bob"))
 
     uploaded = _upload(a, PDF, tags="poem,miyazawa", category="literature", description="春と修羅 序")
-    assert uploaded["status"] == "processing" and uploaded["filename"] == "jo.pdf" and uploaded["chunkCount"] == 0
+    assert uploaded["status"] == "processing" and uploaded["filename"] == PDF.name and uploaded["chunkCount"] == 0
     doc_id = uploaded["documentId"]
     info = _wait_completed(a, doc_id)
     assert info["status"] == "completed", info
@@ -172,7 +173,7 @@ def test_two_tenants_end_to_end(any_store_server: LiveServer) -> None:
         found = a.post(f"/api/v1/search/{kind}", json=query).json()
         assert found["totalMatches"] >= 1 and found["searchType"] == kind, found
         assert {r["documentId"] for r in found["results"]} == {doc_id}
-        assert found["results"][0]["documentName"] == "jo.pdf" and found["results"][0]["pageNumber"] == 1
+        assert found["results"][0]["documentName"] == PDF.name and found["results"][0]["pageNumber"] == 1
 
     events = _sse_events(a, {"message": "因果交流電燈とは何ですか？", "conversationId": "c-1"})
     types = [e["type"] for e in events]
@@ -185,7 +186,7 @@ def test_two_tenants_end_to_end(any_store_server: LiveServer) -> None:
     assert len([e for e in events if e["type"] == "citation"]) == len(done["sources"])
 
     # Tenant B: its own document, and nothing of tenant A's.
-    own = _upload(b, DOCUMENTS / "linn.txt")
+    own = _upload(b, TEXT)
     assert _wait_completed(b, own["documentId"])["status"] == "completed"
     _problem(b.get(f"/api/v1/documents/{doc_id}"), 404, "DOCUMENT_NOT_FOUND")
     assert [d["id"] for d in b.get("/api/v1/documents").json()["documents"]] == [own["documentId"]]
@@ -214,7 +215,8 @@ def test_errors_and_limits(tmp_path: Path) -> None:
         _problem(server.client(None).get("/api/v1/documents"), 401, "UNAUTHENTICATED")
         _problem(server.client("bk_" + "x" * 43).get("/api/v1/documents"), 401, "INVALID_API_KEY")
 
-        big = DOCUMENTS / "GeoTopo-komprimiert.pdf"  # 1.7 MB
+        big = tmp_path / "big.pdf"  # 1.5 MB: a PDF with a long comment at its end
+        big.write_bytes(PDF.read_bytes() + b"%" + b"0" * (1536 * 1024) + b"\n")
         with big.open("rb") as f:
             _problem(client.post("/api/v1/documents/upload", files={"file": (big.name, f)}), 413, "PAYLOAD_TOO_LARGE")
 
@@ -230,7 +232,7 @@ def test_errors_and_limits(tmp_path: Path) -> None:
         _problem(client.post("/api/v1/documents/upload", files={"file": ("notes.exe", b"MZ\x90\x00binary")}), 415,
                  "UNSUPPORTED_FORMAT")
         broken = client.post("/api/v1/documents/upload?wait=true",
-                             files={"file": ("invalid.pdf", (DOCUMENTS / "invalid.pdf").read_bytes())})
+                             files={"file": ("invalid.pdf", (FIXTURES / "invalid.pdf").read_bytes())})
         assert broken.status_code == 202 and broken.json()["status"] == "failed", broken.text
         reason = client.get(f"/api/v1/documents/{broken.json()['documentId']}").json()
         assert reason["status"] == "failed" and reason["error"]["code"] and reason["error"]["message"]
@@ -258,8 +260,8 @@ def test_erasure_of_a_user_and_a_tenant(server: LiveServer) -> None:
     """R34: a user's documents, logs, usage and conversations go; other users' stay; the admin erases all."""
     alice, bob = server.client(server.key("acme", "alice")), server.client(server.key("acme", "bob"))
     admin = server.client(server.key("acme", "root", admin=True))
-    a_doc = _upload(alice, DOCUMENTS / "linn.txt", wait=True)
-    b_doc = _upload(bob, DOCUMENTS / "wiki.md", wait=True)
+    a_doc = _upload(alice, TEXT, wait=True)
+    b_doc = _upload(bob, MARKDOWN, wait=True)
     assert a_doc["status"] == b_doc["status"] == "completed"
     alice.post("/api/v1/search/semantic", json={"query": "alice searched this"})
     bob.post("/api/v1/search/semantic", json={"query": "bob searched this"})
@@ -313,7 +315,7 @@ def test_property_based_run_finds_no_server_errors(server: LiveServer) -> None:
     if st is None:
         pytest.skip("schemathesis is not installed")
     key = server.key("acme", "alice")
-    _upload(server.client(key), DOCUMENTS / "linn.txt", wait=True)
+    _upload(server.client(key), TEXT, wait=True)
     done = subprocess.run(
         [st, "run", server.url + "/openapi.json", "-H", f"Authorization: Bearer {key}", "--checks",
          "not_a_server_error", "--max-examples", "25", "--seed", "7", "--phases", "examples,coverage,fuzzing",
