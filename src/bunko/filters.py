@@ -313,6 +313,8 @@ class _Parser:
         return self.operator(field, "$eq", value, path, depth)
 
     def operand(self, op: str, value: Any, path: str, *, allow: tuple[str, ...], dates: bool = True) -> Operand | None:
+        kind: str
+        typed: Any
         if isinstance(value, bool):
             kind, typed = "bool", value
         elif isinstance(value, int | float):

@@ -170,13 +170,13 @@ def decode_html(raw: bytes, http_charset: str | None = None, *, source: str = "H
                 raise EncodingDetectionError(f"{source}: has a {name} byte-order mark but is not {name}") from exc
     declared: list[str] = []
     for label, from_meta in ((http_charset, False), (declared_charset(raw), True)):
-        name = _codec(label, from_meta=from_meta)
-        if name is None or name in declared:
+        codec = _codec(label, from_meta=from_meta)
+        if codec is None or codec in declared:
             continue
         try:
-            return raw.decode(name), name
+            return raw.decode(codec), codec
         except UnicodeDecodeError:
-            declared.append(name)
+            declared.append(codec)
     if "utf-8" not in declared:
         try:
             return raw.decode("utf-8"), "utf-8"

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
+import functools
 import importlib.util
 import io
 import logging
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,10 +182,16 @@ def _column_steps(textpage: Any, count: int, pdfium_c: Any) -> tuple[int, int]:
     return vertical, horizontal
 
 
+def _form_object(pdfium_c: Any, form: Any, index: int) -> Any:
+    return pdfium_c.FPDFFormObj_GetObject(form, index)
+
+
 def _text_objects_over(page: Any, limit: int, pdfium_c: Any) -> bool:
     """True if the page has more than ``limit`` text objects, those inside forms included."""
     count = 0
-    stack = [(pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i))]
+    stack: list[tuple[int, Callable[[int], Any]]] = [
+        (pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i))
+    ]
     while stack:
         n, get = stack.pop()
         for i in range(n):
@@ -194,8 +202,7 @@ def _text_objects_over(page: Any, limit: int, pdfium_c: Any) -> bool:
                 if count > limit:
                     return True
             elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and len(stack) < 16:
-                stack.append((pdfium_c.FPDFFormObj_CountObjects(obj),
-                              lambda j, form=obj: pdfium_c.FPDFFormObj_GetObject(form, j)))
+                stack.append((pdfium_c.FPDFFormObj_CountObjects(obj), functools.partial(_form_object, pdfium_c, obj)))
     return False
 
 

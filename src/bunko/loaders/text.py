@@ -506,7 +506,7 @@ def load_json(path: Path, options: LoadOptions) -> list[Document]:
     if content_path:
         base["content_path"] = content_path
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        documents = []
+        documents: list[Document] = []
         for lineno, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue

@@ -315,12 +315,12 @@ def check_address(address: IPAddress) -> str | None:
         if embedded is not None:
             why = check_address(embedded)
             return f"an IPv6 address embedding {embedded}, {why}" if why else None
-        for net, why in _V6_NETS:
-            if address in net:
+        for net6, why in _V6_NETS:
+            if address in net6:
                 return why
     else:
-        for net, why in _V4_NETS:
-            if address in net:
+        for net4, why in _V4_NETS:
+            if address in net4:
                 return why
     if address.is_loopback:
         return "a loopback address"
