@@ -11,7 +11,7 @@ DEMO_QUESTION ?= 水は何日分備蓄すればいいですか？
 help:
 	@echo "make demo   ingest examples/docs and ask one question (prints a cited answer)"
 	@echo "make test   run the whole test suite"
-	@echo "make lint   ruff over src, tests and benchmarks"
+	@echo "make lint   ruff over src, tests and benchmarks; mypy over src"
 	@echo "make bench  embedded-store benchmark at 10k and 100k chunks"
 	@echo "make bench-postgres  PostgreSQL benchmark at 100k chunks (starts its own server)"
 	@echo "make bench-ingest    ingest 1,000 mixed files with the bundled embedder"
@@ -35,6 +35,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py --sizes 10000 100000
