@@ -36,7 +36,8 @@ from rich.progress import (
 
 from . import __version__
 from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
-from .engine import Bunko, IngestError
+from .engine import Bunko
+from .ingest import IngestError
 from .errors import BunkoError, FilterError
 from .evaluation import MODES as EVAL_MODES
 from .filters import Filter, build_filter

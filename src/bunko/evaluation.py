@@ -220,7 +220,7 @@ def _temporary_collection(dataset_name: str) -> str:
 async def _ingest(tenant: Tenant, collection: str, dataset: Dataset, progress: EvalProgress | None,
                   analyzer: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Store the corpus in ``collection``, batch by batch; returns source -> corpus id and counts."""
-    manager = tenant.pipeline(collection, analyzer=analyzer).index_manager
+    manager = tenant.index_manager(collection, analyzer=analyzer)
     entries = list(dataset.corpus.items())
     total = len(entries)
     corpus_ids: dict[str, str] = {}
