@@ -35,23 +35,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-import numpy as np
-
 from . import ingest as runner
 from . import usage as metering
+from . import vectors
 from .config import DEFAULT_COLLECTION, Settings
 from .conversations import Conversations
 from .embedders import get_embedder
 from .errors import (
     BunkoError,
-    CollectionNotFoundError,
-    DimensionMismatchError,
     EmbedderMismatchError,
     NotFoundError,
     RAGPipelineError,
-    VectorStoreError,
 )
-from .filters import Filter, as_filter
+from .filters import Filter
 from .generation import Generator, LLMProvider
 from .indexing import IndexManager
 from .ingest import (
@@ -82,7 +78,6 @@ from .types import (
     GenerationResult,
     IngestResult,
     SearchHit,
-    UsageEvent,
     UsageTotal,
     VectorRecord,
 )
@@ -269,9 +264,12 @@ class Tenant:
                  analyzer: str | None = None, generator: Generator | None = None) -> RAGPipeline:
         """A ``RAGPipeline`` over one collection of this tenant, answering with ``generator``
         (default: :meth:`generator`, which builds the LLM client if one is configured)."""
-        retriever = Retriever(self._engine.embedder, self._store, collection)
-        return RAGPipeline(self.index_manager(collection, splitter=splitter, analyzer=analyzer), retriever,
-                           generator or self.generator())
+        return RAGPipeline(self.index_manager(collection, splitter=splitter, analyzer=analyzer),
+                           self.retriever(collection), generator or self.generator())
+
+    def retriever(self, collection: str = DEFAULT_COLLECTION) -> Retriever:
+        """A ``Retriever`` over one collection of this tenant, with the engine's embedder and rerankers."""
+        return Retriever(self._engine.embedder, self._store, collection, rerankers=self._engine.reranker)
 
     def generator(self, *, temperature: float | None = None, max_tokens: int | None = None,
                   system_prompt: str | None = None) -> Generator:
@@ -357,9 +355,6 @@ class Tenant:
         return _run(self.aadd_document(document, collection))
 
     # -- search and answers -------------------------------------------------------------
-    def _reranker(self, request: SearchRequest) -> Any:
-        return self._engine.reranker(request.rerank) if request.rerank else None
-
     async def asearch(self, query: str | SearchRequest, collection: str | None = None,
                       **options: Any) -> SearchResponse:
         """The best chunks for a :class:`~bunko.requests.SearchRequest` (R18–R22).
@@ -371,8 +366,7 @@ class Tenant:
         """
         started = time.perf_counter()
         request = SearchRequest.build(query, collection, **options).resolved()
-        retriever = Retriever(self._engine.embedder, self._store, request.collection)
-        hits = await self._metered(retriever.search(request, reranker=self._reranker(request)))
+        hits = await self._metered(self.retriever(request.collection).search(request))
         return SearchResponse(hits, (time.perf_counter() - started) * 1000, request.restriction)
 
     def search(self, query: str | SearchRequest, collection: str | None = None, **options: Any) -> SearchResponse:
@@ -400,8 +394,7 @@ class Tenant:
         async def answer() -> GenerationResult:
             context = await conversations.context(request.conversation_id)
             result = await self._answering(request).query(
-                request, history=context.history, search_query=context.search_query(request.query),
-                reranker=self._reranker(request))
+                request, history=context.history, search_query=context.search_query(request.query))
             context.annotate(result.usage)
             await conversations.remember(request.conversation_id, request.query, result.to_dict())
             return result
@@ -427,8 +420,7 @@ class Tenant:
         async def events() -> AsyncIterator[StreamEvent]:
             context = await conversations.context(request.conversation_id)
             stream = self._answering(request).stream(
-                request, history=context.history, search_query=context.search_query(request.query),
-                reranker=self._reranker(request))
+                request, history=context.history, search_query=context.search_query(request.query))
             try:
                 async for event in stream:
                     if event.type == "done":
@@ -451,35 +443,10 @@ class Tenant:
         engine's embedder. A vector of another dimension than the collection's raises
         ``DimensionMismatchError``; one that is not a list of finite numbers ``VectorStoreError``.
         """
-        items = [_record(r, i) for i, r in enumerate(records)]
+        items = [vectors.record(r, i) for i, r in enumerate(records)]
         if not items:
             return []
-        return await self._metered(self._upsert(collection, items))
-
-    async def _upsert(self, name: str, items: list[VectorRecord]) -> list[str]:
-        manager = self.index_manager(name)
-        try:
-            collection = await asyncio.to_thread(self._store.get_collection, name)
-        except CollectionNotFoundError:
-            collection = await manager.ensure_collection()
-        for position, record in enumerate(items):
-            if record.vector is not None and len(record.vector) != collection.dimension:
-                raise DimensionMismatchError(
-                    f"record {position} ({record.id or 'no id'}) has a {len(record.vector)}-d vector; collection "
-                    f"{name!r} holds {collection.dimension}-d vectors ({collection.embedding_provider}:"
-                    f"{collection.embedding_model})")
-        missing = [r for r in items if r.vector is None]
-        if missing:
-            Retriever(self._engine.embedder, self._store, name).check_embedder(collection)
-            vectors = await manager.embed_texts([r.content for r in missing])
-            for record, vector in zip(missing, vectors, strict=True):
-                record.vector = vector.tolist()
-        started = time.perf_counter()
-        ids = await asyncio.to_thread(self._store.upsert, name, items)
-        metering.route(UsageEvent("upsert", metering.store_kind(self._store), items=len(ids),
-                                  latency_ms=(time.perf_counter() - started) * 1000,
-                                  metadata={"collection": name, "embedded": len(missing)}))
-        return ids
+        return await self._metered(vectors.upsert(self.index_manager(collection), self.retriever(collection), items))
 
     def upsert(self, collection: str, records: Sequence[VectorRecord | Mapping[str, Any]]) -> list[str]:
         """Sync form of :meth:`aupsert`."""
@@ -496,29 +463,7 @@ class Tenant:
         request = collection if isinstance(collection, QueryRequest) else QueryRequest(collection=collection,
                                                                                       **options)
         request.check()
-        return await self._metered(self._query(request))
-
-    async def _query(self, request: QueryRequest) -> list[SearchHit]:
-        name = request.collection
-        started = time.perf_counter()
-        collection = await asyncio.to_thread(self._store.get_collection, name)
-        if request.text is not None:
-            retriever = Retriever(self._engine.embedder, self._store, name)
-            retriever.check_embedder(collection)
-            vector = await retriever.query_vector(request.text)
-        else:
-            vector = _vector(request.vector, "the query vector")
-            if len(vector) != collection.dimension:
-                raise DimensionMismatchError(f"the query vector has {len(vector)} dimensions; collection {name!r} "
-                                             f"holds {collection.dimension}-d vectors")
-        hits = await asyncio.to_thread(
-            self._store.query, name, vector, request.top_k, threshold=request.threshold,
-            document_ids=request.document_ids, include_content=request.include_content,
-            filter=as_filter(request.filter))
-        metering.route(UsageEvent("search", metering.store_kind(self._store), "vector",
-                                  latency_ms=(time.perf_counter() - started) * 1000, items=len(hits),
-                                  metadata={"query": request.text, "mode": "vector", "collection": name}))
-        return hits
+        return await self._metered(vectors.query(self.retriever(request.collection), request))
 
     def query(self, collection: str | QueryRequest = DEFAULT_COLLECTION, **options: Any) -> list[SearchHit]:
         """Sync form of :meth:`aquery`."""
@@ -554,39 +499,6 @@ class Tenant:
     def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
         """Delete documents by id (in any of this tenant's collections unless one is named)."""
         return self._store.delete_documents(document_ids, collection)
-
-
-def _vector(value: Any, what: str) -> list[float]:
-    """A vector as a list of finite floats, or ``VectorStoreError``."""
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise VectorStoreError(f"{what} is not a list of numbers") from None
-    if array.ndim != 1 or array.size == 0 or not np.all(np.isfinite(array)):
-        raise VectorStoreError(f"{what} must be a non-empty list of finite numbers")
-    return array.tolist()
-
-
-def _record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorRecord:
-    """A record to upsert, checked: text content, dict metadata, an optional vector of finite numbers."""
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - {"content", "metadata", "id", "vector", "document_id"})
-        if unknown:
-            raise VectorStoreError(f"record {position}: unknown field(s) {', '.join(unknown)}")
-        value = VectorRecord(content=value.get("content", ""), metadata=dict(value.get("metadata") or {}),
-                             id=value.get("id"), vector=value.get("vector"), document_id=value.get("document_id"))
-    elif not isinstance(value, VectorRecord):
-        raise VectorStoreError(f"record {position}: expected a VectorRecord or a dict, got {type(value).__name__}")
-    if not isinstance(value.content, str):
-        raise VectorStoreError(f"record {position}: content must be text")
-    if not isinstance(value.metadata, dict):
-        raise VectorStoreError(f"record {position}: metadata must be a dict")
-    if value.id is not None and (not isinstance(value.id, str) or not value.id):
-        raise VectorStoreError(f"record {position}: id must be a non-empty string")
-    vector = None if value.vector is None else _vector(value.vector, f"record {position}'s vector")
-    if vector is None and not value.content.strip():
-        raise VectorStoreError(f"record {position}: give a vector, or content to embed")
-    return VectorRecord(value.content, dict(value.metadata), value.id, vector, value.document_id)
 
 
 __all__ = ["INGEST_BATCH_CHUNKS", "INGEST_BATCH_DOCUMENTS", "Bunko", "IngestError", "IngestReport",

@@ -60,17 +60,16 @@ class RAGPipeline:
             raise RAGPipelineError(f"{document.source}: {exc.message}") from exc
 
     async def query(self, request: AskRequest | str, top_k: int | None = None, *, history: Sequence[LLMMessage] = (),
-                    search_query: str | None = None, reranker: Any = None, **options: Any) -> GenerationResult:
+                    search_query: str | None = None, **options: Any) -> GenerationResult:
         """Retrieve the best chunks for an :class:`~bunko.requests.AskRequest` and answer from them.
 
         ``query("question", 5, mode="hybrid")`` builds the request from the question and its
         options. ``history`` holds earlier turns of a conversation for the LLM; ``search_query``
         (default: the question) is what is searched, so a follow-up can search with its context.
-        ``reranker`` is the reranker the request's ``rerank`` names.
         """
         request = self._request(request, top_k, options)
         try:
-            hits = await self.retriever.search(request.search_for(search_query or request.query), reranker=reranker)
+            hits = await self.retriever.search(request.search_for(search_query or request.query))
             result = await self.generator.generate(request.query, hits, history)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
@@ -81,13 +80,12 @@ class RAGPipeline:
         return result
 
     async def stream(self, request: AskRequest | str, top_k: int | None = None, *, history: Sequence[LLMMessage] = (),
-                     search_query: str | None = None, reranker: Any = None,
-                     **options: Any) -> AsyncIterator[StreamEvent]:
+                     search_query: str | None = None, **options: Any) -> AsyncIterator[StreamEvent]:
         """:meth:`query` as a stream of events; errors are raised as :meth:`query` raises them."""
         request = self._request(request, top_k, options)
         try:
             yield StreamEvent("search_start")
-            hits = await self.retriever.search(request.search_for(search_query or request.query), reranker=reranker)
+            hits = await self.retriever.search(request.search_for(search_query or request.query))
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")
             async for event in self.generator.stream(request.query, hits, history):

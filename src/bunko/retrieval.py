@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -179,11 +179,24 @@ def mmr(hits: Sequence[SearchHit], vectors: Mapping[str, Any], lam: float, top_k
 class Retriever:
     """Searches one collection with one embedder."""
 
-    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default") -> None:
+    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default", *,
+                 rerankers: Callable[[str], Any] | None = None) -> None:
+        """``rerankers`` turns a request's ``rerank`` spec into a reranker (default: ``get_reranker``;
+        the engine passes its own, which builds each one once)."""
         self.embedder = embedder
         self.vector_store = vector_store
         self.collection = collection
+        self.rerankers = rerankers
         self.last_search_ms = 0.0
+
+    def _reranker(self, spec: str | None) -> Any:
+        if not spec:
+            return None
+        if self.rerankers is not None:
+            return self.rerankers(spec)
+        from .rerankers import get_reranker
+
+        return get_reranker(spec)
 
     async def query_vector(self, query: str) -> Any:
         """The vector of a search query (embedded with the provider's query input type, if it has one)."""
@@ -236,8 +249,8 @@ class Retriever:
         """The best chunks for a :class:`~bunko.requests.SearchRequest`, best first.
 
         ``search("query", 5, mode="hybrid")`` builds the request from the query and its options;
-        the request's ``collection`` is this retriever's. ``reranker`` is the reranker object the
-        request's ``rerank`` names (the engine builds it once; R22, see :mod:`bunko.rerankers`).
+        the request's ``collection`` is this retriever's. The request's ``rerank`` names the
+        reranker (R22, see :mod:`bunko.rerankers`); ``reranker`` passes a reranker object instead.
 
         ``fusion`` (hybrid only) overrides the fusion method and weights per request; the
         default is the collection's ``config["fusion"]``, else ``DEFAULT_FUSION``.
@@ -255,6 +268,7 @@ class Retriever:
         if top_k is not None:
             options["top_k"] = top_k
         request = SearchRequest.build(request, self.collection, **options).resolved()
+        reranker = reranker if reranker is not None else self._reranker(request.rerank)
         query, mode, document_ids, threshold = request.query, request.mode, request.document_ids, request.threshold
         fusion, mmr_lambda, dedupe = request.fusion, request.mmr_lambda, request.dedupe
         top_k = request.top_k
