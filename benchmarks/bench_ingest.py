@@ -91,11 +91,11 @@ class Timers:
 
 def instrument(timers: Timers) -> None:
     """Wrap the loader, embedder and store-write entry points with timers."""
-    import bunko.engine as engine
+    import bunko.ingest as ingest
     from bunko.embedders import BaseEmbedder
     from bunko.indexing import IndexManager
 
-    original_load = engine.load_path
+    original_load = ingest.load_path
 
     def timed_load(*args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
@@ -104,7 +104,7 @@ def instrument(timers: Timers) -> None:
         finally:
             timers.add("load (threads)", time.perf_counter() - t)
 
-    engine.load_path = timed_load  # type: ignore[assignment]
+    ingest.load_path = timed_load  # type: ignore[assignment]
 
     original_embed = BaseEmbedder.embed_array
 

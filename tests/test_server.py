@@ -326,3 +326,68 @@ def test_property_based_run_finds_no_server_errors(server: LiveServer) -> None:
     assert done.returncode == 0, output[-6000:]
     assert " passed" in output and "generated" in output, output[-2000:]
     assert server.proc.poll() is None  # and the server is still up
+
+
+def test_uploading_a_changed_file_with_the_same_name_makes_a_new_version(server: LiveServer, tmp_path: Path) -> None:
+    """R4 over HTTP: the file name is the document's key in its collection; the id stays, the version goes up."""
+    from bunko import Bunko
+
+    alice, bob = server.client(server.key("acme", "alice")), server.client(server.key("acme", "bob"))
+    note = tmp_path / "note.md"
+    note.write_text("# 避難メモ\n\n集合場所は公園です。", encoding="utf-8")
+    first = _upload(alice, note, wait=True, tags="v1")
+    note.write_text("# 避難メモ\n\n集合場所は小学校の体育館に変わりました。", encoding="utf-8")
+    second = _upload(alice, note, wait=True, tags="v2")
+    assert first["status"] == second["status"] == "completed", (first, second)
+    assert second["documentId"] == first["documentId"]
+    listing = alice.get("/api/v1/documents").json()
+    assert listing["totalCount"] == 1 and listing["documents"][0]["id"] == first["documentId"]
+    assert listing["documents"][0]["metadata"]["tags"] == ["v2"]
+    hits = alice.post("/api/v1/search/keyword", json={"query": "集合場所", "limit": 5}).json()["results"]
+    assert hits and all("公園" not in h["content"] for h in hits) and "体育館" in hits[0]["content"]
+    # Another user's key may not replace alice's document (as it may not delete it).
+    _problem(bob.post("/api/v1/documents/upload", files={"file": ("note.md", b"# bob\n\nbob's text")}), 403,
+             "FORBIDDEN")
+    with Bunko(home=server.env["BUNKO_HOME"]) as engine:
+        (stored,) = engine.tenant("acme").documents("default")
+        assert (stored.id, stored.source, stored.version) == (first["documentId"], "note.md", 2)
+
+
+def test_vector_upsert_and_query_over_http(server: LiveServer) -> None:
+    """R14 over HTTP: records with and without vectors, queries by vector and by text; tenants stay apart."""
+    a, b = server.client(server.key("acme")), server.client(server.key("globex"))
+    given = [0.0] * 512
+    given[7] = 1.0
+    upserted = a.post("/api/v1/collections/notes/vectors", json={"records": [
+        {"id": "own-vector", "content": "brought its own vector", "vector": given, "metadata": {"kind": "given"}},
+        {"content": "非常用の水は一人一日3リットルを目安に備蓄します。", "metadata": {"kind": "embedded"}},
+    ]})
+    assert upserted.status_code == 200, upserted.text
+    body = upserted.json()
+    assert body["collection"] == "notes" and body["upserted"] == 2 and body["ids"][0] == "own-vector"
+    by_vector = a.post("/api/v1/collections/notes/query", json={"vector": given, "topK": 1}).json()
+    assert [r["id"] for r in by_vector["results"]] == ["own-vector"] and by_vector["results"][0]["score"] > 0.999
+    by_text = a.post("/api/v1/collections/notes/query",
+                     json={"text": "水は一日何リットル？", "topK": 1, "includeContent": False}).json()
+    assert [r["id"] for r in by_text["results"]] == [body["ids"][1]] and by_text["results"][0]["content"] is None
+    filtered = a.post("/api/v1/collections/notes/query", json={"text": "水", "filter": {"kind": "given"}}).json()
+    assert [r["id"] for r in filtered["results"]] == ["own-vector"]
+    collections = a.get("/api/v1/collections").json()["collections"]
+    assert [(c["name"], c["chunkCount"], c["embedding"]["dimension"]) for c in collections] == [("notes", 2, 512)]
+
+    _problem(a.post("/api/v1/collections/notes/vectors", json={"records": [{"vector": [0.1, 0.2]}]}), 409,
+             "DIMENSION_MISMATCH")
+    _problem(a.post("/api/v1/collections/notes/query", json={"vector": [0.1, 0.2]}), 409, "DIMENSION_MISMATCH")
+    _problem(a.post("/api/v1/collections/notes/query", json={"vector": given, "text": "both"}), 422,
+             "VALIDATION_ERROR")
+    _problem(a.post("/api/v1/collections/notes/vectors", json={"records": [{"content": " "}]}), 422,
+             "VALIDATION_ERROR")
+
+    # Tenant B: the same collection name is not A's; its own records never show A's.
+    _problem(b.post("/api/v1/collections/notes/query", json={"vector": given}), 404, "COLLECTION_NOT_FOUND")
+    assert b.post("/api/v1/collections/notes/vectors",
+                  json={"records": [{"id": "own-vector", "content": "globex の資料です。"}]}).status_code == 200
+    theirs = b.post("/api/v1/collections/notes/query", json={"vector": given, "topK": 10}).json()["results"]
+    assert [(r["id"], r["content"]) for r in theirs] == [("own-vector", "globex の資料です。")]
+    mine = a.post("/api/v1/collections/notes/query", json={"vector": given, "topK": 10}).json()["results"]
+    assert {r["id"] for r in mine} == set(body["ids"]) and "globex の資料です。" not in {r["content"] for r in mine}

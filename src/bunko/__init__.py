@@ -40,6 +40,7 @@ from .indexing import IndexManager
 from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, register_llm
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
+from .requests import AskRequest, QueryRequest, SearchRequest
 from .retrieval import Retriever
 from .splitters import RecursiveCharacterSplitter, get_splitter, register_splitter
 from .stores import SQLiteBackend, VectorStore, open_backend
@@ -62,6 +63,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AnalyzerMismatchError",
+    "AskRequest",
     "BaseEmbedder",
     "Bunko",
     "BunkoError",
@@ -92,6 +94,7 @@ __all__ = [
     "NotFoundError",
     "PreprocessingError",
     "Preprocessor",
+    "QueryRequest",
     "RAGPipeline",
     "RAGPipelineError",
     "RecursiveCharacterSplitter",
@@ -99,6 +102,7 @@ __all__ = [
     "Retriever",
     "SQLiteBackend",
     "SearchHit",
+    "SearchRequest",
     "SearchResponse",
     "Source",
     "SplitterError",

@@ -36,10 +36,12 @@ from rich.progress import (
 
 from . import __version__
 from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
-from .engine import Bunko, IngestError
+from .engine import Bunko
 from .errors import BunkoError, FilterError
 from .evaluation import MODES as EVAL_MODES
 from .filters import Filter, build_filter
+from .ingest import IngestError
+from .requests import AskRequest, SearchRequest
 from .types import IngestResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -337,8 +339,9 @@ def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: 
     """
     restriction = _restriction(filter_json, file_types, since, until, date_field)
     scope = _engine(ctx, embedder=embedder).tenant(tenant)
-    response = scope.search(query, collection, top_k=top_k, document_ids=list(document_ids) or None,
-                            threshold=threshold, mode=mode, filter=restriction, **ranking)  # type: ignore[arg-type]
+    response = scope.search(SearchRequest(query=query, collection=collection, top_k=top_k,
+                                          document_ids=list(document_ids) or None, threshold=threshold,
+                                          mode=mode, filter=restriction, **ranking))  # type: ignore[arg-type]
     if as_json:
         _emit_json(response.to_dict())
         return
@@ -405,15 +408,16 @@ def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: 
     engine = _engine(ctx, embedder=embedder, llm=llm, llm_base_url=base_url, temperature=temperature,
                      max_tokens=max_tokens, system_prompt=system_prompt)
     scope = engine.tenant(tenant)
-    options: dict[str, Any] = {"top_k": top_k, "document_ids": list(document_ids) or None, "mode": mode,
-                               "filter": restriction, "conversation_id": conversation_id, **ranking}
+    request = AskRequest(query=question, collection=collection, top_k=top_k, document_ids=list(document_ids) or None,
+                         mode=mode, filter=restriction, conversation_id=conversation_id,  # type: ignore[arg-type]
+                         **ranking)
 
     async def answer() -> dict[str, Any] | None:
         try:
             if not stream:
-                return (await scope.aask(question, collection, **options)).to_dict()
+                return (await scope.aask(request)).to_dict()
             response = None
-            async for event in scope.astream_ask(question, collection, **options):
+            async for event in scope.astream_ask(request):
                 if as_json:
                     click.echo(json.dumps(event.to_dict(), ensure_ascii=False))
                     sys.stdout.flush()

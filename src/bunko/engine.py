@@ -12,9 +12,14 @@ below takes a tenant id.
         acme.ingest(["handbook/"], collection="docs")
         print(acme.ask("有給休暇は何日ですか？", collection="docs").answer)
 
-Each operation has an async form (``aingest``, ``asearch``, ``aask``) and a sync
-convenience that runs it on a fresh event loop. ``astream_ask`` streams an answer as
-events (R27), for a server to send as SSE.
+Each operation has an async form (``aingest``, ``asearch``, ``aask``, ``aupsert``, ``aquery``)
+and a sync convenience that runs it on a fresh event loop. ``astream_ask`` streams an answer
+as events (R27), for a server to send as SSE. Searches and questions are
+:mod:`bunko.requests` objects; the keyword arguments of ``search`` and ``ask`` build them.
+
+The tenant only wires the layers together: ingest runs in :mod:`bunko.ingest`, search in
+:class:`~bunko.retrieval.Retriever`, answers in :class:`~bunko.pipeline.RAGPipeline`, and
+conversations in :mod:`bunko.conversations`.
 
 Every embedding call, LLM call, search and upsert a tenant's operation causes is recorded
 in that tenant's usage records (R13, see :mod:`bunko.usage`); ``Tenant.usage()`` sums them.
@@ -25,28 +30,46 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
+from . import ingest as runner
 from . import usage as metering
+from . import vectors
 from .config import DEFAULT_COLLECTION, Settings
+from .conversations import Conversations
 from .embedders import get_embedder
-from .errors import BunkoError
-from .filters import Filter, FilterLike, build_filter
+from .errors import (
+    BunkoError,
+    EmbedderMismatchError,
+    NotFoundError,
+    RAGPipelineError,
+)
+from .filters import Filter
 from .generation import Generator, LLMProvider
 from .indexing import IndexManager
-from .llm import LLMMessage, get_llm
-from .loaders import LoadOptions, Skipped, discover, load_path
+from .ingest import (
+    INGEST_BATCH_CHUNKS,
+    INGEST_BATCH_DOCUMENTS,
+    LOAD_WORKERS,
+    IngestError,
+    IngestItem,
+    IngestProgress,
+    IngestReport,
+    document_item,
+    path_items,
+)
+from .llm import get_llm
+from .loaders import LoadOptions
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
+from .requests import AskRequest, QueryRequest, SearchRequest
 from .rerankers import get_reranker
-from .retrieval import Retriever, SearchMode
+from .retrieval import Retriever
 from .splitters import Splitter, splitter_spec
-from .stores import DocumentWrite, StoreBackend, VectorStore, open_backend
-from .stores.base import check_conversation_id
+from .stores import StoreBackend, VectorStore, open_backend
 from .types import (
     Collection,
     ConversationTurn,
@@ -56,27 +79,10 @@ from .types import (
     IngestResult,
     SearchHit,
     UsageTotal,
+    VectorRecord,
 )
 
 T = TypeVar("T")
-
-# Documents are written in transactions of about this many chunks (or documents): one commit
-# per document would spend most of bulk ingest in commits (FTS5 segments, index pages).
-INGEST_BATCH_CHUNKS = 2000
-INGEST_BATCH_DOCUMENTS = 64
-# Files read and parsed ahead of the embedder, in threads.
-LOAD_WORKERS = 4
-# Chunks of several small documents are embedded together, so the embedder sees full batches.
-EMBED_BATCH_CHUNKS = 256
-# Earlier turns fed back to the LLM are cut to this many characters each (the turn count is a setting).
-HISTORY_TURN_CHARS = 2000
-
-
-def load_url(url: str, options: LoadOptions) -> list[Document]:
-    """Fetch and load a URL (through the SSRF guard of ``loaders.url``)."""
-    from .loaders.url import load_url as fetch
-
-    return fetch(url, options)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -86,44 +92,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     coro.close()
     raise BunkoError("called a sync bunko method inside a running event loop; await the 'a…' form instead")
-
-
-@dataclass(slots=True)
-class IngestError:
-    """A file that could not be ingested, and why."""
-
-    path: str
-    type: str
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        """A JSON-ready dict."""
-        return {"path": self.path, "type": self.type, "message": self.message}
-
-
-@dataclass(slots=True)
-class IngestReport:
-    """What an ingest run did: per-document results, failures and skipped files."""
-
-    documents: list[IngestResult] = field(default_factory=list)
-    errors: list[IngestError] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    elapsed_ms: float = 0.0
-
-    @property
-    def chunks(self) -> int:
-        """Chunks stored by this run (unchanged documents count zero)."""
-        return sum(d.chunks for d in self.documents if d.status != "unchanged")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict in the CLI's ``ingest --json`` shape."""
-        return {
-            "documents": [d.to_dict() for d in self.documents],
-            "chunks": self.chunks,
-            "errors": [e.to_dict() for e in self.errors],
-            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
-            "elapsed_ms": round(self.elapsed_ms, 1),
-        }
 
 
 @dataclass(slots=True)
@@ -141,11 +109,6 @@ class SearchResponse:
         if self.filter is not None:
             data["filter"] = self.filter.spec
         return data
-
-
-# Called with (event, path, result_or_error): event is "total" (result = number of files), "start",
-# "done" or "error".
-IngestProgress = Callable[[str, str, Any], None]
 
 
 class Bunko:
@@ -282,22 +245,31 @@ class Tenant:
 
     @property
     def store(self) -> VectorStore:
-        """The tenant-bound store (for low-level upsert/query/delete, R14)."""
+        """The tenant-bound store (for low-level access; ``upsert`` and ``query`` below embed for you)."""
         return self._store
 
-    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
-                 analyzer: str | None = None) -> RAGPipeline:
-        """A ``RAGPipeline`` over one collection of this tenant.
+    def index_manager(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                      analyzer: str | None = None) -> IndexManager:
+        """An ``IndexManager`` over one collection of this tenant (no LLM involved).
 
         ``splitter`` and ``analyzer`` name the splitter and keyword analyzer of a new collection;
         an existing collection must have been created with the ones named.
         """
         engine = self._engine
         spec = splitter_spec(splitter) if splitter else engine.splitter_spec
-        index_manager = IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
-                                     splitter=spec, analyzer=analyzer or engine.analyzer)
-        retriever = Retriever(engine.embedder, self._store, collection)
-        return RAGPipeline(index_manager, retriever, self.generator())
+        return IndexManager(engine.preprocessor, engine.splitter, engine.embedder, self._store, collection,
+                            splitter=spec, analyzer=analyzer or engine.analyzer)
+
+    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                 analyzer: str | None = None, generator: Generator | None = None) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection of this tenant, answering with ``generator``
+        (default: :meth:`generator`, which builds the LLM client if one is configured)."""
+        return RAGPipeline(self.index_manager(collection, splitter=splitter, analyzer=analyzer),
+                           self.retriever(collection), generator or self.generator())
+
+    def retriever(self, collection: str = DEFAULT_COLLECTION) -> Retriever:
+        """A ``Retriever`` over one collection of this tenant, with the engine's embedder and rerankers."""
+        return Retriever(self._engine.embedder, self._store, collection, rerankers=self._engine.reranker)
 
     def generator(self, *, temperature: float | None = None, max_tokens: int | None = None,
                   system_prompt: str | None = None) -> Generator:
@@ -312,19 +284,23 @@ class Tenant:
             context_tokens=llm.context_tokens,
         )
 
+    def conversations(self) -> Conversations:
+        """This tenant's conversations, as questions with a ``conversation_id`` use them."""
+        return Conversations(self._store, self._engine.settings.llm.history_turns)  # type: ignore[arg-type]
+
     def _recorder(self) -> metering.UsageRecorder:
         return metering.UsageRecorder(self._store, anonymize_queries=self._engine.settings.anonymize_search_logs)
 
-    # -- ingest ---------------------------------------------------------------------
-    async def aadd_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
-        """Index one ``Document``."""
+    async def _metered(self, work: Awaitable[T]) -> T:
+        """Run ``work`` with its usage recorded for this tenant (written when it ends, also on error)."""
         recorder = self._recorder()
         try:
             with metering.recording(recorder):
-                return await self.pipeline(collection).index_document(document)
+                return await work
         finally:
             await recorder.aflush()
 
+    # -- ingest ---------------------------------------------------------------------
     async def aingest(
         self,
         paths: Iterable[str | os.PathLike[str]],
@@ -338,121 +314,36 @@ class Tenant:
     ) -> IngestReport:
         """Load and index files, folders and URLs; a failing one is reported, the rest go on.
 
-        Files are read and parsed by ``workers`` threads ahead of the embedder, in order.
-        Embedded documents are written in batches (one transaction per batch of about
-        ``INGEST_BATCH_CHUNKS`` chunks): each document is stored whole or not at all, and
-        an interrupted run leaves only whole documents behind; running again finishes it.
+        See :mod:`bunko.ingest`: files are read by ``workers`` threads ahead of the embedder,
+        embedded with the embedder's concurrency and written in batches; each document is
+        stored whole or not at all, so an interrupted run leaves only whole documents behind
+        and running again finishes it.
         """
-        recorder = self._recorder()
-        try:
-            with metering.recording(recorder):
-                return await self._ingest(paths, collection, progress=progress, splitter=splitter,
-                                          analyzer=analyzer, options=options, workers=workers)
-        finally:
-            await recorder.aflush()
-
-    async def _ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str, *,
-                      progress: IngestProgress | None, splitter: str | None, analyzer: str | None,
-                      options: LoadOptions | None, workers: int) -> IngestReport:
-        started = time.perf_counter()
-        files, skipped = discover(paths)
-        report = IngestReport(skipped=skipped)
-        if progress:
-            progress("total", "", len(files))
-        manager = self.pipeline(collection, splitter=splitter, analyzer=analyzer).index_manager
-        await asyncio.to_thread(manager.check_collection)  # another analyzer or splitter: fail before loading
-        options = options or LoadOptions()
-        semaphore = asyncio.Semaphore(max(1, workers))
-
-        async def load(item: Path | str) -> list[Document]:
-            async with semaphore:
-                return await asyncio.to_thread(load_url if isinstance(item, str) else load_path, item, options)
-
-        # Start loading up to ``workers`` files ahead; results are consumed in order.
-        loads: dict[int, asyncio.Task[list[Document]]] = {}
-        scheduled = 0
-
-        def schedule(upto: int) -> None:
-            nonlocal scheduled
-            while scheduled < min(upto, len(files)):
-                loads[scheduled] = asyncio.ensure_future(load(files[scheduled]))
-                scheduled += 1
-
-        order: dict[str, int] = {}
-        to_embed: list[tuple[str, DocumentWrite]] = []  # split, waiting for the embedder
-        pending: list[tuple[str, DocumentWrite]] = []  # embedded, waiting to be written
-
-        def fail(paths: Iterable[str], exc: BunkoError) -> None:
-            for path in dict.fromkeys(paths):
-                error = IngestError(path, type(exc).__name__, exc.message)
-                report.errors.append(error)
-                if progress:
-                    progress("error", path, error)
-
-        async def embed() -> None:
-            if not to_embed:
-                return
-            batch = list(to_embed)
-            to_embed.clear()
-            try:
-                await manager.embed([write for _, write in batch])
-            except BunkoError as exc:
-                fail((p for p, _ in batch), exc)
-                return
-            pending.extend(batch)
-
-        async def flush() -> None:
-            await embed()
-            if not pending:
-                return
-            batch = list(pending)
-            pending.clear()
-            try:
-                report.documents.extend(await manager.write([write for _, write in batch]))
-            except BunkoError as exc:
-                fail((p for p, _ in batch), exc)
-
-        async def run_all() -> None:
-            for i, path in enumerate(files):
-                schedule(i + 1 + max(1, workers))
-                if progress:
-                    progress("start", str(path), None)
-                try:
-                    prepared: list[DocumentWrite | IngestResult] = []
-                    for document in await loads.pop(i):
-                        prepared.append(await manager.prepare(document, embed=False))
-                except BunkoError as exc:
-                    fail([str(path)], exc)
-                    continue
-                for item in prepared:  # only now: a file's documents go in together or not at all
-                    order.setdefault(item.source, len(order))
-                    if isinstance(item, IngestResult):
-                        report.documents.append(item)
-                    else:
-                        to_embed.append((str(path), item))
-                if sum(len(w.chunks) for _, w in to_embed) >= EMBED_BATCH_CHUNKS:
-                    await embed()
-                if progress:
-                    progress("done", str(path), None)
-                waiting = sum(len(w.chunks) for _, w in pending)
-                if waiting >= INGEST_BATCH_CHUNKS or len(pending) >= INGEST_BATCH_DOCUMENTS:
-                    await flush()
-            await flush()
-
-        # A backend that indexes better after a load (PostgreSQL's HNSW) defers its index to the end.
-        bulk = getattr(self._store, "bulk_load", None)
-        if bulk is None:
-            await run_all()
-        else:
-            context = bulk(collection)
-            await asyncio.to_thread(context.__enter__)
-            try:
-                await run_all()
-            finally:
-                await asyncio.to_thread(context.__exit__, None, None, None)
-        report.documents.sort(key=lambda r: order.get(r.source, len(order)))
-        report.elapsed_ms = (time.perf_counter() - started) * 1000
+        items, skipped = path_items(paths, options)
+        report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
+                                          analyzer=analyzer, workers=workers, bulk=True)
+        report.skipped[:0] = skipped
         return report
+
+    async def aingest_items(self, items: Sequence[IngestItem], collection: str = DEFAULT_COLLECTION, *,
+                            progress: IngestProgress | None = None, splitter: str | None = None,
+                            analyzer: str | None = None, workers: int = LOAD_WORKERS,
+                            bulk: bool = False) -> IngestReport:
+        """Ingest prepared items (:class:`~bunko.ingest.IngestItem`: what uploads and ``aingest`` hand over)."""
+        manager = self.index_manager(collection, splitter=splitter, analyzer=analyzer)
+        return await self._metered(runner.run(manager, items, progress=progress, workers=workers, bulk=bulk))
+
+    async def aadd_document(self, document: Document, collection: str = DEFAULT_COLLECTION) -> IngestResult:
+        """Index one ``Document``; a new version of its source replaces the old one."""
+        report = await self.aingest_items([document_item(document)], collection)
+        if report.errors:
+            error = report.errors[0].exception
+            if error is None or isinstance(error, NotFoundError | EmbedderMismatchError):
+                raise error or BunkoError(report.errors[0].message)
+            raise RAGPipelineError(f"{document.source}: {error.message}") from error
+        result = report.documents[0]
+        result.processing_time_ms = report.elapsed_ms
+        return result
 
     def ingest(self, paths: Iterable[str | os.PathLike[str]], collection: str = DEFAULT_COLLECTION,
                **options: Any) -> IngestReport:
@@ -464,204 +355,136 @@ class Tenant:
         return _run(self.aadd_document(document, collection))
 
     # -- search and answers -------------------------------------------------------------
-    async def asearch(
-        self,
-        query: str,
-        collection: str = DEFAULT_COLLECTION,
-        *,
-        top_k: int = 5,
-        document_ids: Sequence[str] | None = None,
-        threshold: float | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        file_types: Sequence[str] | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        date_field: str | None = None,
-        fusion: Mapping[str, Any] | None = None,
-        mmr_lambda: float | None = None,
-        dedupe: bool = False,
-        rerank: str | None = None,
-    ) -> SearchResponse:
-        """The best chunks for ``query``, inside the restriction (R18, R21).
+    async def asearch(self, query: str | SearchRequest, collection: str | None = None,
+                      **options: Any) -> SearchResponse:
+        """The best chunks for a :class:`~bunko.requests.SearchRequest` (R18–R22).
 
-        ``document_ids`` restricts to those documents; ``filter`` is a metadata filter
-        (:mod:`bunko.filters`); ``file_types`` (``["pdf", "md"]``) and ``since``/``until`` on
-        ``date_field`` (default ``created_at``) are shortcuts ANDed with it. ``fusion``
-        (``{"method", "vector_weight", "keyword_weight", "k"}``) tunes a hybrid search;
-        ``mmr_lambda``, ``dedupe`` and ``rerank`` (``"cohere:rerank-v3.5"``) trim and reorder
-        the hits (see ``Retriever.search``).
+        ``asearch("水", "docs", top_k=3, mode="hybrid")`` builds the request from the query and
+        the options (``top_k``, ``mode``, ``document_ids``, ``threshold``, ``filter``,
+        ``file_types``, ``since``, ``until``, ``date_field``, ``fusion``, ``mmr_lambda``,
+        ``dedupe``, ``rerank``); a request is taken as it is.
         """
         started = time.perf_counter()
-        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
-        recorder = self._recorder()
-        try:
-            with metering.recording(recorder):
-                retriever = Retriever(self._engine.embedder, self._store, collection)
-                hits = await retriever.search(query, top_k, document_ids=document_ids, threshold=threshold,
-                                              mode=mode, filter=flt, **self._search_options(
-                                                  fusion, mmr_lambda, dedupe, rerank))
-        finally:
-            await recorder.aflush()
-        return SearchResponse(hits, (time.perf_counter() - started) * 1000, flt)
+        request = SearchRequest.build(query, collection, **options).resolved()
+        hits = await self._metered(self.retriever(request.collection).search(request))
+        return SearchResponse(hits, (time.perf_counter() - started) * 1000, request.restriction)
 
-    def _search_options(self, fusion: Mapping[str, Any] | None, mmr_lambda: float | None, dedupe: bool,
-                        rerank: str | None) -> dict[str, Any]:
-        """Retriever options beyond the restriction; the reranker is built once per engine and spec."""
-        options: dict[str, Any] = {"fusion": fusion, "mmr_lambda": mmr_lambda, "dedupe": dedupe}
-        if rerank:
-            options["reranker"] = self._engine.reranker(rerank)
-        return options
-
-    def search(self, query: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> SearchResponse:
+    def search(self, query: str | SearchRequest, collection: str | None = None, **options: Any) -> SearchResponse:
         """Sync form of :meth:`asearch`."""
         return _run(self.asearch(query, collection, **options))
 
-    async def _history(self, conversation_id: str | None) -> tuple[list[LLMMessage], str | None]:
-        """Earlier turns of a conversation for the LLM (bounded), and the last question asked in it."""
-        limit = self._engine.settings.llm.history_turns
-        if conversation_id is None:
-            return [], None
-        turns = await asyncio.to_thread(self._store.conversation, conversation_id, limit) if limit else []
-        history = [LLMMessage(t.role, t.content[:HISTORY_TURN_CHARS]) for t in turns]
-        last_question = next((t.content for t in reversed(turns) if t.role == "user"), None)
-        return history, last_question
+    def _answering(self, request: AskRequest) -> RAGPipeline:
+        """The pipeline that answers ``request``: one Generator, with the request's LLM settings."""
+        return self.pipeline(request.collection, generator=self.generator(
+            temperature=request.temperature, max_tokens=request.max_tokens, system_prompt=request.system_prompt))
 
-    async def _remember(self, conversation_id: str | None, question: str, response: dict[str, Any]) -> None:
-        if conversation_id is None:
-            return
-        sources = [s["chunk_id"] for s in response.get("sources", [])]
-        await asyncio.to_thread(self._store.append_turns, conversation_id, [
-            ConversationTurn("user", question),
-            ConversationTurn("assistant", response["answer"], {"sources": sources, "model": response["model"]}),
-        ])
+    async def aask(self, question: str | AskRequest, collection: str | None = None,
+                   **options: Any) -> GenerationResult:
+        """An answer to an :class:`~bunko.requests.AskRequest` with ``[N]`` citations and the cited sources.
 
-    def _ask_arguments(self, question: str, history: list[LLMMessage], last_question: str | None) -> dict[str, Any]:
-        # A follow-up ("それは何日分？") searches together with the question before it.
-        search_query = f"{last_question}\n{question}" if last_question else None
-        return {"history": history, "search_query": search_query}
-
-    async def aask(
-        self,
-        question: str,
-        collection: str = DEFAULT_COLLECTION,
-        *,
-        top_k: int = 5,
-        document_ids: Sequence[str] | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        file_types: Sequence[str] | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        date_field: str | None = None,
-        fusion: Mapping[str, Any] | None = None,
-        mmr_lambda: float | None = None,
-        dedupe: bool = False,
-        rerank: str | None = None,
-        conversation_id: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        system_prompt: str | None = None,
-    ) -> GenerationResult:
-        """An answer to ``question`` with ``[N]`` citations and the cited sources.
-
-        The chunks come from inside the restriction (``document_ids``, ``filter`` and the
-        shortcuts, as in :meth:`asearch`). With ``conversation_id``, the conversation's last
+        Takes the options of :meth:`asearch`, plus ``conversation_id``, ``temperature``,
+        ``max_tokens`` and ``system_prompt``. With ``conversation_id``, the conversation's last
         turns go to the LLM, a follow-up question is searched together with the one before it,
         and this question and its answer are added to the conversation (stored in this tenant only).
         """
-        if conversation_id is not None:
-            check_conversation_id(conversation_id)
-        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
-        recorder = self._recorder()
-        try:
-            with metering.recording(recorder):
-                history, last_question = await self._history(conversation_id)
-                pipeline = self.pipeline(collection)
-                pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
-                                                    system_prompt=system_prompt)
-                result = await pipeline.query(question, top_k, document_ids, mode=mode, filter=flt,
-                                              search_options=self._search_options(fusion, mmr_lambda, dedupe, rerank),
-                                              **self._ask_arguments(question, history, last_question))
-                if history:
-                    result.usage["history_turns"] = len(history)
-                await self._remember(conversation_id, question, result.to_dict())
-                return result
-        finally:
-            await recorder.aflush()
+        request = AskRequest.build(question, collection, **options).resolved()
+        conversations = self.conversations()
+        conversations.check_id(request.conversation_id)
 
-    def ask(self, question: str, collection: str = DEFAULT_COLLECTION, **options: Any) -> GenerationResult:
+        async def answer() -> GenerationResult:
+            context = await conversations.context(request.conversation_id)
+            result = await self._answering(request).query(
+                request, history=context.history, search_query=context.search_query(request.query))
+            context.annotate(result.usage)
+            await conversations.remember(request.conversation_id, request.query, result.to_dict())
+            return result
+
+        return await self._metered(answer())
+
+    def ask(self, question: str | AskRequest, collection: str | None = None, **options: Any) -> GenerationResult:
         """Sync form of :meth:`aask`."""
         return _run(self.aask(question, collection, **options))
 
-    def astream_ask(
-        self,
-        question: str,
-        collection: str = DEFAULT_COLLECTION,
-        *,
-        top_k: int = 5,
-        document_ids: Sequence[str] | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        file_types: Sequence[str] | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        date_field: str | None = None,
-        fusion: Mapping[str, Any] | None = None,
-        mmr_lambda: float | None = None,
-        dedupe: bool = False,
-        rerank: str | None = None,
-        conversation_id: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        system_prompt: str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    def astream_ask(self, question: str | AskRequest, collection: str | None = None,
+                    **options: Any) -> AsyncIterator[StreamEvent]:
         """:meth:`aask` as a stream of events (R27): ``async for event in scope.astream_ask(...)``.
 
         Events: ``search_start``, ``search_results {count}``, ``generation_start``,
         ``token {content}``, ``citation {source}``, ``done {response}``. Errors are raised
         from the iteration. Usage is recorded when the stream ends, also when it is closed early.
         """
-        if conversation_id is not None:
-            check_conversation_id(conversation_id)
-        flt = build_filter(filter, file_types=file_types, since=since, until=until, date_field=date_field)
+        request = AskRequest.build(question, collection, **options).resolved()
+        conversations = self.conversations()
+        conversations.check_id(request.conversation_id)
 
         async def events() -> AsyncIterator[StreamEvent]:
-            history, last_question = await self._history(conversation_id)
-            pipeline = self.pipeline(collection)
-            pipeline.generator = self.generator(temperature=temperature, max_tokens=max_tokens,
-                                                system_prompt=system_prompt)
-            stream = pipeline.stream(question, top_k, document_ids, mode=mode, filter=flt,
-                                     search_options=self._search_options(fusion, mmr_lambda, dedupe, rerank),
-                                     **self._ask_arguments(question, history, last_question))
+            context = await conversations.context(request.conversation_id)
+            stream = self._answering(request).stream(
+                request, history=context.history, search_query=context.search_query(request.query))
             try:
                 async for event in stream:
                     if event.type == "done":
-                        if history:
-                            event.data["response"]["usage"]["history_turns"] = len(history)
-                        await self._remember(conversation_id, question, event.data["response"])
+                        response = event.data["response"]
+                        context.annotate(response["usage"])
+                        await conversations.remember(request.conversation_id, request.query, response)
                     yield event
             finally:
-                await stream.aclose()
+                await stream.aclose()  # type: ignore[attr-defined]
 
         return metering.metered(self._recorder(), events())
+
+    # -- vectors (R14) -------------------------------------------------------------------
+    async def aupsert(self, collection: str, records: Sequence[VectorRecord | Mapping[str, Any]]) -> list[str]:
+        """Insert or update records; returns their ids (generated when missing, R14).
+
+        A record (a ``VectorRecord``, or a dict with ``content``, ``metadata``, ``id``, ``vector``,
+        ``document_id``) may carry its own vector; one without is embedded from its content by the
+        engine's embedder, which must be the collection's. A missing collection is created for the
+        engine's embedder. A vector of another dimension than the collection's raises
+        ``DimensionMismatchError``; one that is not a list of finite numbers ``VectorStoreError``.
+        """
+        items = [vectors.record(r, i) for i, r in enumerate(records)]
+        if not items:
+            return []
+        return await self._metered(vectors.upsert(self.index_manager(collection), self.retriever(collection), items))
+
+    def upsert(self, collection: str, records: Sequence[VectorRecord | Mapping[str, Any]]) -> list[str]:
+        """Sync form of :meth:`aupsert`."""
+        return _run(self.aupsert(collection, records))
+
+    async def aquery(self, collection: str | QueryRequest = DEFAULT_COLLECTION, **options: Any) -> list[SearchHit]:
+        """The ``top_k`` records nearest to a vector, or to a text embedded by the collection's embedder (R14).
+
+        ``aquery("notes", vector=[...])`` or ``aquery("notes", text="...")``, with ``top_k``,
+        ``threshold``, ``filter``, ``document_ids`` and ``include_content``; or a
+        :class:`~bunko.requests.QueryRequest`. A vector of another dimension than the
+        collection's raises ``DimensionMismatchError``.
+        """
+        request = collection if isinstance(collection, QueryRequest) else QueryRequest(collection=collection,
+                                                                                      **options)
+        request.check()
+        return await self._metered(vectors.query(self.retriever(request.collection), request))
+
+    def query(self, collection: str | QueryRequest = DEFAULT_COLLECTION, **options: Any) -> list[SearchHit]:
+        """Sync form of :meth:`aquery`."""
+        return _run(self.aquery(collection, **options))
 
     # -- usage and conversations -------------------------------------------------------
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage (R13) per operation, provider and model, since ``since`` if given."""
-        return self._store.usage_summary(since)
+        return self._store.usage_summary(since)  # type: ignore[attr-defined, no-any-return]
 
     def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
         """This tenant's latest searches (R33), newest first."""
-        return self._store.search_log(limit)
+        return self._store.search_log(limit)  # type: ignore[attr-defined, no-any-return]
 
     def conversation(self, conversation_id: str) -> list[ConversationTurn]:
         """The stored turns of one of this tenant's conversations, oldest first."""
-        return self._store.conversation(conversation_id)
+        return self.conversations().turns(conversation_id)
 
     def delete_conversation(self, conversation_id: str) -> int:
         """Delete one of this tenant's conversations; returns how many turns it had."""
-        return self._store.delete_conversation(conversation_id)
+        return self.conversations().delete(conversation_id)
 
     # -- listing and deletion --------------------------------------------------------------
     def collections(self) -> list[Collection]:
@@ -676,3 +499,7 @@ class Tenant:
     def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
         """Delete documents by id (in any of this tenant's collections unless one is named)."""
         return self._store.delete_documents(document_ids, collection)
+
+
+__all__ = ["INGEST_BATCH_CHUNKS", "INGEST_BATCH_DOCUMENTS", "Bunko", "IngestError", "IngestReport",
+           "SearchResponse", "Tenant"]

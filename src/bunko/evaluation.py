@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ConfigError, NotFoundError, PreprocessingError
-from .stores.base import DocumentWrite
+from .ingest import IngestItem, document_item
 from .types import Document, SearchHit
 
 if TYPE_CHECKING:
@@ -44,8 +44,6 @@ MIN_TOP_K = max(NDCG_K, MRR_K, *RECALL_KS)
 # ranked document, so asking for more chunks than k still leaves k distinct documents.
 CHUNKS_PER_DOCUMENT = 3
 MAX_CHUNKS = 100  # the retriever's own top_k limit
-# Documents prepared, embedded and written together (one transaction per batch).
-INGEST_BATCH_DOCUMENTS = 256
 
 CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
@@ -219,44 +217,39 @@ def _temporary_collection(dataset_name: str) -> str:
 
 async def _ingest(tenant: Tenant, collection: str, dataset: Dataset, progress: EvalProgress | None,
                   analyzer: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
-    """Store the corpus in ``collection``, batch by batch; returns source -> corpus id and counts."""
-    manager = tenant.pipeline(collection, analyzer=analyzer).index_manager
-    entries = list(dataset.corpus.items())
-    total = len(entries)
-    corpus_ids: dict[str, str] = {}
-    skipped: list[str] = []
-    chunks = 0
+    """Store the corpus in ``collection`` through the ingest runner; returns source -> corpus id and counts.
+
+    Entries with no text (before or after normalisation) are left out and counted; any other
+    failure ends the evaluation.
+    """
     started = time.perf_counter()
+    sources: dict[str, str] = {}
+    skipped: list[str] = []
+    items: list[IngestItem] = []
+    for corpus_id, (title, text) in dataset.corpus.items():
+        document = document_for(dataset.name, corpus_id, title, text)
+        if not document.content.strip():
+            skipped.append(corpus_id)
+            continue
+        sources[document.source] = corpus_id
+        items.append(document_item(document))
+    total, done = len(dataset.corpus), len(skipped)
     if progress:
-        progress("ingest", 0, total)
-    for start in range(0, total, INGEST_BATCH_DOCUMENTS):
-        batch = entries[start : start + INGEST_BATCH_DOCUMENTS]
-        writes: list[DocumentWrite] = []
-        for corpus_id, (title, text) in batch:
-            document = document_for(dataset.name, corpus_id, title, text)
-            if not document.content.strip():
-                skipped.append(corpus_id)
-                continue
-            try:
-                prepared = await manager.prepare(document, embed=False)
-            except PreprocessingError:  # no text left after normalisation: the document is left out
-                skipped.append(corpus_id)
-                continue
-            corpus_ids[document.source] = corpus_id
-            if isinstance(prepared, DocumentWrite):  # a new collection has no unchanged documents
-                writes.append(prepared)
-        batch_chunks = sum(len(w.chunks) for w in writes)
+        progress("ingest", done, total)
 
-        def embedded(done: int, start: int = start, size: int = len(batch), of: int = batch_chunks) -> None:
-            if progress and of:
-                progress("ingest", start + size * done // of, total)
+    def advanced(event: str, label: str, result: Any) -> None:
+        nonlocal done
+        if event in ("done", "error") and progress:
+            done += 1
+            progress("ingest", done, total)
 
-        await manager.embed(writes, progress=embedded)
-        await manager.write(writes)
-        chunks += batch_chunks
-        if progress:
-            progress("ingest", start + len(batch), total)
-    stats = {"documents": len(corpus_ids), "skipped_documents": len(skipped), "chunks": chunks,
+    report = await tenant.aingest_items(items, collection, progress=advanced, analyzer=analyzer, bulk=True)
+    for error in report.errors:
+        if not isinstance(error.exception, PreprocessingError):  # no text left after normalisation: left out
+            raise error.exception or ConfigError(error.message)
+        skipped.append(sources.pop(error.path))
+    corpus_ids = {r.source: sources[r.source] for r in report.documents}
+    stats = {"documents": len(corpus_ids), "skipped_documents": len(skipped), "chunks": report.chunks,
              "ingest_ms": round((time.perf_counter() - started) * 1000, 1)}
     return corpus_ids, stats
 

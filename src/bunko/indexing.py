@@ -23,7 +23,7 @@ from .errors import BunkoError, CollectionNotFoundError, ConfigError, EmbeddingE
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
 from .stores.base import ChunkWrite, DocumentWrite, VectorStore, check_analyzer
-from .types import Document, IngestResult, UsageEvent, new_id
+from .types import Collection, Document, IngestResult, UsageEvent, new_id
 from .usage import route, store_kind
 
 ProgressCallback = Callable[[int], None]
@@ -68,6 +68,7 @@ class IndexManager:
         self.analyzer = analyzer
         self._info_cache: Any = None
         self._ready = False
+        self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
     def _info(self) -> Any:
@@ -95,6 +96,13 @@ class IndexManager:
                 )
             self.chunker = build_splitter(stored, self.embedder)
         self._ready = True
+
+    async def ensure_collection(self) -> Collection:
+        """The collection, created for this manager's embedder (and splitter, analyzer) if it is missing."""
+        if not self._ready:
+            await self._learn_dimension()
+            await asyncio.to_thread(self._ensure_collection)
+        return await asyncio.to_thread(self.vector_store.get_collection, self.collection)
 
     def check_collection(self) -> None:
         """Fail early on an unknown analyzer, or a collection created with another analyzer or splitter."""
@@ -174,25 +182,67 @@ class IndexManager:
             await self.embed([write], progress=progress)
         return write
 
+    @property
+    def batch_size(self) -> int:
+        """Texts per embedding request: the embedder's own batch size."""
+        return max(1, int(getattr(self.embedder, "batch_size", 64) or 64))
+
+    @property
+    def concurrency(self) -> int:
+        """Embedding requests this manager keeps in flight at most: the embedder's own concurrency."""
+        return max(1, int(getattr(self.embedder, "concurrency", 1) or 1))
+
+    def _embed_gate(self) -> asyncio.Semaphore:
+        # One gate per manager (and event loop), shared by every ``embed`` call on it, so several
+        # documents embedded at once still keep no more than ``concurrency`` requests in flight.
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate[0] is not loop:
+            self._gate = (loop, asyncio.Semaphore(self.concurrency))
+        return self._gate[1]
+
     async def embed(self, writes: list[DocumentWrite], *, progress: ProgressCallback | None = None) -> None:
         """Embed the chunks of several documents together, filling each one's ``vectors``.
 
-        Batching across documents keeps the embedder's batches full when documents are small.
+        The texts go out in requests of the embedder's ``batch_size``, up to its ``concurrency``
+        at a time (counted over every ``embed`` call running on this manager). Batching across
+        documents keeps the requests full when documents are small. ``progress`` is called with
+        the number of texts embedded so far, request by request.
         """
         texts = [c.content for w in writes for c in w.chunks]
         if not texts:
             return
-        batch = getattr(self.embedder, "batch_size", 64) or 64
-        parts = []
-        for start in range(0, len(texts), batch):
-            parts.append(np.asarray(await self._vectors(texts[start : start + batch]), dtype=np.float32))
-            if progress is not None:
-                progress(min(start + batch, len(texts)))
-        matrix = np.concatenate(parts)
+        matrix = await self.embed_texts(texts, progress=progress)
         offset = 0
         for write in writes:
             write.vectors = matrix[offset : offset + len(write.chunks)]
             offset += len(write.chunks)
+
+    async def embed_texts(self, texts: list[str], *, progress: ProgressCallback | None = None) -> np.ndarray:
+        """The vectors of ``texts`` (as documents), one row each, in requests of ``batch_size``.
+
+        Up to ``concurrency`` requests are in flight, counted over every call on this manager.
+        """
+        size, gate = self.batch_size, self._embed_gate()
+        done = 0
+
+        async def one(start: int) -> np.ndarray:
+            nonlocal done
+            async with gate:
+                vectors = np.asarray(await self._vectors(texts[start : start + size]), dtype=np.float32)
+            done += min(size, len(texts) - start)
+            if progress is not None:
+                progress(done)
+            return vectors
+
+        tasks = [asyncio.ensure_future(one(start)) for start in range(0, len(texts), size)]
+        try:
+            parts = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:  # one request failed: stop the others instead of paying for them
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return np.concatenate(parts)
 
     def normalize(self, document: Document) -> tuple[str, list[tuple[int, int, dict[str, Any]]]]:
         """The normalised text, and where each part (page, section) lies in it.

@@ -13,16 +13,16 @@ as a dict). A server turns each event into one SSE ``data:`` line with ``event.t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RAGPipelineError
-from .filters import FilterLike
 from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
 from .llm import LLMMessage
-from .retrieval import Retriever, SearchMode
+from .requests import AskRequest
+from .retrieval import Retriever
 from .types import Document, GenerationResult, IngestResult
 
 EVENT_TYPES = ("search_start", "search_results", "generation_start", "token", "citation", "done")
@@ -59,30 +59,18 @@ class RAGPipeline:
         except BunkoError as exc:
             raise RAGPipelineError(f"{document.source}: {exc.message}") from exc
 
-    async def query(
-        self,
-        query: str,
-        top_k: int = 5,
-        document_ids: Sequence[str] | None = None,
-        *,
-        threshold: float | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        history: Sequence[LLMMessage] = (),
-        search_query: str | None = None,
-        search_options: Mapping[str, Any] | None = None,
-    ) -> GenerationResult:
-        """Retrieve the ``top_k`` best chunks (inside ``document_ids`` and ``filter``) and answer from them.
+    async def query(self, request: AskRequest | str, top_k: int | None = None, *, history: Sequence[LLMMessage] = (),
+                    search_query: str | None = None, **options: Any) -> GenerationResult:
+        """Retrieve the best chunks for an :class:`~bunko.requests.AskRequest` and answer from them.
 
-        ``history`` holds earlier turns of a conversation for the LLM; ``search_query`` (default
-        ``query``) is what is searched, so a follow-up can search with its context.
+        ``query("question", 5, mode="hybrid")`` builds the request from the question and its
+        options. ``history`` holds earlier turns of a conversation for the LLM; ``search_query``
+        (default: the question) is what is searched, so a follow-up can search with its context.
         """
+        request = self._request(request, top_k, options)
         try:
-            hits = await self.retriever.search(
-                search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
-                filter=filter, **(search_options or {}),
-            )
-            result = await self.generator.generate(query, hits, history)
+            hits = await self.retriever.search(request.search_for(search_query or request.query))
+            result = await self.generator.generate(request.query, hits, history)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
@@ -91,29 +79,16 @@ class RAGPipeline:
         result.processing_time_ms += self.retriever.last_search_ms
         return result
 
-    async def stream(
-        self,
-        query: str,
-        top_k: int = 5,
-        document_ids: Sequence[str] | None = None,
-        *,
-        threshold: float | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        history: Sequence[LLMMessage] = (),
-        search_query: str | None = None,
-        search_options: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: AskRequest | str, top_k: int | None = None, *, history: Sequence[LLMMessage] = (),
+                     search_query: str | None = None, **options: Any) -> AsyncIterator[StreamEvent]:
         """:meth:`query` as a stream of events; errors are raised as :meth:`query` raises them."""
+        request = self._request(request, top_k, options)
         try:
             yield StreamEvent("search_start")
-            hits = await self.retriever.search(
-                search_query or query, top_k, document_ids=document_ids, threshold=threshold, mode=mode,
-                filter=filter, **(search_options or {}),
-            )
+            hits = await self.retriever.search(request.search_for(search_query or request.query))
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")
-            async for event in self.generator.stream(query, hits, history):
+            async for event in self.generator.stream(request.query, hits, history):
                 if event.type == "token":
                     yield StreamEvent("token", {"content": event.content})
                 elif event.type == "citation" and event.source is not None:
@@ -127,3 +102,8 @@ class RAGPipeline:
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
+
+    def _request(self, request: AskRequest | str, top_k: int | None, options: dict[str, Any]) -> AskRequest:
+        if top_k is not None:
+            options["top_k"] = top_k
+        return AskRequest.build(request, self.retriever.collection, **options)

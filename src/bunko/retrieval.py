@@ -12,21 +12,19 @@ from __future__ import annotations
 import asyncio
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from .embedders import BaseEmbedder
 from .errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
-from .filters import Filter, FilterLike, as_filter
+from .filters import Filter
+from .requests import MODES, SearchMode, SearchRequest
 from .stores.base import VectorStore
 from .types import Collection, SearchHit, UsageEvent
 from .usage import route, store_kind
-
-SearchMode = Literal["vector", "keyword", "hybrid"]
-MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
 
 # Hybrid fusion (R19). The seed's weights are semantic 0.7 / keyword 0.3 by reciprocal rank
 # fusion (SEED_FUSION); they assume a strong hosted embedder. The default is chosen by
@@ -181,17 +179,47 @@ def mmr(hits: Sequence[SearchHit], vectors: Mapping[str, Any], lam: float, top_k
 class Retriever:
     """Searches one collection with one embedder."""
 
-    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default") -> None:
+    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default", *,
+                 rerankers: Callable[[str], Any] | None = None) -> None:
+        """``rerankers`` turns a request's ``rerank`` spec into a reranker (default: ``get_reranker``;
+        the engine passes its own, which builds each one once)."""
         self.embedder = embedder
         self.vector_store = vector_store
         self.collection = collection
+        self.rerankers = rerankers
         self.last_search_ms = 0.0
 
-    async def _query_vector(self, query: str) -> Any:
+    def _reranker(self, spec: str | None) -> Any:
+        if not spec:
+            return None
+        if self.rerankers is not None:
+            return self.rerankers(spec)
+        from .rerankers import get_reranker
+
+        return get_reranker(spec)
+
+    async def query_vector(self, query: str) -> Any:
+        """The vector of a search query (embedded with the provider's query input type, if it has one)."""
         if isinstance(self.embedder, BaseEmbedder):
             return (await self.embedder.embed_array([query], query=True))[0]
         embed_query = getattr(self.embedder, "embed_query", None)  # providers with query/document input types
         return await (embed_query(query) if embed_query is not None else self.embedder.embed(query))
+
+    def check_embedder(self, collection: Collection) -> None:
+        """Refuse to embed queries for ``collection`` with an embedder other than the one it was built with."""
+        # Provider and model first: a hosted embedder may learn its dimension only from its first answer.
+        provider, model = str(getattr(self.embedder, "provider", "")), str(getattr(self.embedder, "model", ""))
+        dimension = int(getattr(self.embedder, "dimension", 0) or 0)
+        if (collection.embedding_provider, collection.embedding_model) != (provider, model) or (
+            dimension and dimension != collection.dimension
+        ):
+            shown = f"{dimension}-d" if dimension else "dimension not known yet"
+            raise EmbedderMismatchError(
+                f"collection {collection.name!r} was built with {collection.embedding_provider}:"
+                f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
+                f"{provider}:{model} ({shown}). A collection keeps the embedder it was built with: use that "
+                "one (--embedder / BUNKO_EMBEDDER), or another collection"
+            )
 
     async def _keyword_leg(self, query: str, top_k: int, document_ids: Sequence[str] | None,
                            flt: Filter | None) -> list[SearchHit]:
@@ -201,20 +229,8 @@ class Retriever:
 
     async def _vector_leg(self, collection: Collection, query: str, top_k: int, document_ids: Sequence[str] | None,
                           threshold: float | None, flt: Filter | None) -> list[SearchHit]:
-        # Provider and model first: a hosted embedder may learn its dimension only from its first answer.
-        provider, model = str(getattr(self.embedder, "provider", "")), str(getattr(self.embedder, "model", ""))
-        dimension = int(getattr(self.embedder, "dimension", 0) or 0)
-        if (collection.embedding_provider, collection.embedding_model) != (provider, model) or (
-            dimension and dimension != collection.dimension
-        ):
-            shown = f"{dimension}-d" if dimension else "dimension not known yet"
-            raise EmbedderMismatchError(
-                f"collection {self.collection!r} was built with {collection.embedding_provider}:"
-                f"{collection.embedding_model} ({collection.dimension}-d); the query embedder is "
-                f"{provider}:{model} ({shown}). A collection keeps the embedder it was built with: use that "
-                "one (--embedder / BUNKO_EMBEDDER), or another collection"
-            )
-        vector = await self._query_vector(query)
+        self.check_embedder(collection)
+        vector = await self.query_vector(query)
         return await asyncio.to_thread(
             self.vector_store.query, self.collection, vector, top_k, threshold=threshold, document_ids=document_ids,
             filter=flt,
@@ -228,46 +244,35 @@ class Retriever:
             return fusion
         return Fusion.from_dict(fusion, base)
 
-    async def search(
-        self,
-        query: str,
-        top_k: int = 5,
-        *,
-        document_ids: Sequence[str] | None = None,
-        threshold: float | None = None,
-        mode: SearchMode = "vector",
-        filter: FilterLike = None,
-        fusion: Fusion | Mapping[str, Any] | None = None,
-        mmr_lambda: float | None = None,
-        dedupe: bool = False,
-        reranker: Any = None,
-    ) -> list[SearchHit]:
-        """The ``top_k`` best chunks for ``query``, best first.
+    async def search(self, request: SearchRequest | str, top_k: int | None = None, *, reranker: Any = None,
+                     **options: Any) -> list[SearchHit]:
+        """The best chunks for a :class:`~bunko.requests.SearchRequest`, best first.
+
+        ``search("query", 5, mode="hybrid")`` builds the request from the query and its options;
+        the request's ``collection`` is this retriever's. The request's ``rerank`` names the
+        reranker (R22, see :mod:`bunko.rerankers`); ``reranker`` passes a reranker object instead.
 
         ``fusion`` (hybrid only) overrides the fusion method and weights per request; the
         default is the collection's ``config["fusion"]``, else ``DEFAULT_FUSION``.
 
         After the search, on a wider candidate pool (``CANDIDATE_FACTOR`` × ``top_k``):
-        ``dedupe`` drops chunks whose text nearly repeats a better one; ``reranker`` (R22,
-        see :mod:`bunko.rerankers`) reorders the candidates; ``mmr_lambda`` (R20, 0–1) picks
-        by maximal marginal relevance: ``lambda`` × relevance − (1 − ``lambda``) × the
-        highest cosine similarity to a chunk already picked (1 = relevance only).
+        ``dedupe`` drops chunks whose text nearly repeats a better one; the reranker reorders
+        the candidates; ``mmr_lambda`` (R20, 0–1) picks by maximal marginal relevance:
+        ``lambda`` × relevance − (1 − ``lambda``) × the highest cosine similarity to a chunk
+        already picked (1 = relevance only).
 
         ``document_ids`` and ``filter`` (a metadata filter, see :mod:`bunko.filters`) restrict every
         mode; in hybrid mode both legs get the same restriction. A malformed filter raises
         ``FilterError`` before anything is embedded.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise RetrievalError("the query is empty")
-        if mode not in MODES:
-            raise RetrievalError(f"unknown search mode {mode!r}; use one of: {', '.join(MODES)}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= 100:
-            raise RetrievalError(f"top_k must be an integer from 1 to 100; got {top_k!r}")
-        if mmr_lambda is not None and (
-            isinstance(mmr_lambda, bool) or not isinstance(mmr_lambda, int | float) or not 0 <= mmr_lambda <= 1
-        ):
-            raise RetrievalError(f"mmr_lambda must be a number from 0 to 1; got {mmr_lambda!r}")
-        flt = as_filter(filter)
+        if top_k is not None:
+            options["top_k"] = top_k
+        request = SearchRequest.build(request, self.collection, **options).resolved()
+        reranker = reranker if reranker is not None else self._reranker(request.rerank)
+        query, mode, document_ids, threshold = request.query, request.mode, request.document_ids, request.threshold
+        fusion, mmr_lambda, dedupe = request.fusion, request.mmr_lambda, request.dedupe
+        top_k = request.top_k
+        flt = request.restriction
         wanted = top_k
         if mmr_lambda is not None or dedupe or reranker is not None:
             top_k = min(100, top_k * CANDIDATE_FACTOR)
@@ -305,3 +310,7 @@ class Retriever:
         route(UsageEvent("search", store_kind(self.vector_store), mode, latency_ms=self.last_search_ms,
                          items=len(hits), metadata={"query": query, "mode": mode, "collection": self.collection}))
         return hits
+
+
+__all__ = ["DEFAULT_FUSION", "MODES", "Fusion", "Retriever", "SearchMode", "fuse", "fuse_rrf", "mmr",
+           "remove_near_duplicates"]

@@ -1,5 +1,9 @@
 """Upload jobs: the file is spooled under ``BUNKO_HOME/spool`` and processed in the background.
 
+Processing is the ingest runner's (:mod:`bunko.ingest`), as for ``bunko ingest``. The document's
+source is the file name within its collection, so an upload of a file with the same name is a new
+version of the same document; its job then carries the document's id (see ``routes.upload_document``).
+
 The job's state lives in the store (:mod:`bunko.stores.service`), so any worker answers
 ``GET /documents/{id}``. The worker that took the upload processes it, renewing the job's lease
 while it runs; if that worker dies, the lease runs out and the next reader marks the job
@@ -18,12 +22,29 @@ from typing import Any
 
 from ..engine import Tenant
 from ..errors import BunkoError
+from ..ingest import IngestItem
 from ..loaders import LoadOptions, load_path
 from ..stores.base import VectorStore
 from ..stores.service import LEASE_SECONDS, Job, ServiceRecords
 from ..types import Document
 
 logger = logging.getLogger(__name__)
+
+
+def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
+    """The upload as one document whose source is its file name: uploading a changed file with the
+    same name into the same collection makes a new version of the same document (R4)."""
+
+    def load() -> list[Document]:
+        documents = load_path(path, LoadOptions(max_bytes=max_bytes))
+        document = documents[0] if len(documents) == 1 else Document(
+            "\n\n".join(d.content for d in documents), dict(documents[0].metadata) if documents else {})
+        document.id = job.id
+        document.metadata.update(job.metadata)
+        document.metadata.update(source=job.filename, source_type="api", filename=job.filename)
+        return [document]
+
+    return IngestItem(job.filename, load)
 
 
 class JobRunner:
@@ -52,22 +73,20 @@ class JobRunner:
                 logger.warning("could not renew the lease of job %s: %s", job_id, exc.message)
 
     async def run(self, scope: Tenant, store: VectorStore, job: Job, path: Path) -> Job:
-        """Load, index and record the outcome of one upload."""
+        """Load, index and record the outcome of one upload (through the same runner as ``bunko ingest``)."""
         renew = asyncio.create_task(self._renew(store, job.id))
         started = time.perf_counter()
         status, chunks, code, error = "completed", 0, None, None
         try:
             async with self._semaphore:
-                documents = await asyncio.to_thread(load_path, path, LoadOptions(max_bytes=self.max_bytes))
-                document = documents[0] if len(documents) == 1 else Document(
-                    "\n\n".join(d.content for d in documents), dict(documents[0].metadata) if documents else {})
-                document.id = job.id
-                document.metadata.update(job.metadata)
-                document.metadata.update(source=f"upload:{job.id}/{job.filename}", source_type="api",
-                                         filename=job.filename)
-                result = await scope.aadd_document(document, job.collection)
-                chunks = result.chunks
-        except BunkoError as exc:
+                report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
+            if report.errors:
+                failure = report.errors[0]
+                status, code = "failed", failure.code
+                error = failure.message.replace(str(path), job.filename).replace(str(path.parent), "")
+            else:
+                chunks = report.documents[0].chunks
+        except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...)
             status, code = "failed", exc.code
             error = exc.message.replace(str(path), job.filename).replace(str(path.parent), "")
         except Exception:

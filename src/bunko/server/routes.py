@@ -15,8 +15,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, FilterError, FilterProblem, LoaderError
-from ..filters import build_filter
+from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
 from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
 from ..stores.service import LEASE_SECONDS, Job
 from ..types import DocumentInfo as StoredDocument
@@ -30,7 +29,7 @@ NameParam = Annotated[str, PathParam(pattern=schemas.NAME_PATTERN)]
 IdParam = Annotated[str, PathParam(pattern=schemas.ID_PATTERN)]
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": schemas.ProblemDocument, "content": {"application/problem+json": {}}}
-    for code in (401, 403, 404, 422, 429)
+    for code in (401, 403, 404, 409, 422, 429)
 }
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f/\\]+")
 
@@ -98,7 +97,8 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
 
 
 @router.post("/documents/upload", status_code=202, response_model=schemas.UploadResponse,
-             responses={**PROBLEM_RESPONSES, 413: PROBLEM_RESPONSES[422], 415: PROBLEM_RESPONSES[422]},
+             responses={**PROBLEM_RESPONSES, 413: PROBLEM_RESPONSES[422],
+                        415: PROBLEM_RESPONSES[422]},
              summary="Upload a document; it is processed as a job")
 async def upload_document(
     request: Request,
@@ -112,11 +112,15 @@ async def upload_document(
     collection: Annotated[str, Form(pattern=schemas.NAME_PATTERN)] = "default",
     wait: Annotated[bool, Query(description="answer when processing has finished")] = False,
 ) -> schemas.UploadResponse:
-    """Store the file, start processing it, and answer ``processing`` with the document id at once."""
+    """Store the file, start processing it, and answer ``processing`` with the document id at once.
+
+    The file name is the document's key in its collection: uploading a file with the same name
+    again makes a new version of the same document (same id; unchanged content is not re-embedded).
+    """
     state = _state(request)
     extra = _form_metadata(metadata, tags, category, description)
     filename = _safe_filename(file.filename)
-    job_id = new_id()
+    job_id, previous = await _upload_target(state, caller, collection, filename)
     folder = state.spool / job_id
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
@@ -128,6 +132,8 @@ async def upload_document(
     job = Job(job_id, collection, filename, size, mime_type(kind), caller.user_id, metadata=extra,
               lease_until=time.time() + LEASE_SECONDS)
     try:
+        if previous is not None:  # the job of the earlier version gives way to this one
+            await asyncio.to_thread(state.records.delete_jobs, caller.store, [previous.id])
         await asyncio.to_thread(state.records.create_job, caller.store, job)
     except BaseException:
         await asyncio.to_thread(_remove, folder)
@@ -138,6 +144,28 @@ async def upload_document(
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,  # type: ignore[arg-type]
                                   chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
+
+
+async def _upload_target(state: Any, caller: Caller, collection: str, filename: str) -> tuple[str, Job | None]:
+    """The id of the upload's document, and the job of its earlier version if there is one.
+
+    A document stored under this file name in the collection keeps its id (a new version);
+    otherwise the id is new. Refused: a file of that name still being processed (409), and a
+    user key replacing another user's document (403, as for deleting it).
+    """
+    existing = await asyncio.to_thread(caller.store.find_by_source, collection, filename)
+    jobs = await asyncio.to_thread(state.records.list_jobs, caller.store)
+    busy = next((j for j in jobs if j.status == "processing" and j.collection == collection
+                 and j.filename == filename), None)
+    if busy is not None:
+        raise Problem(409, "UPLOAD_IN_PROGRESS", f"{filename!r} is still being processed in collection "
+                      f"{collection!r} (document {busy.id}); upload the new version when it has finished")
+    if existing is None:
+        return new_id(), None
+    previous = next((j for j in jobs if j.id == existing.id), None)
+    if not caller.may_manage(previous.user_id if previous is not None else None):
+        raise Problem(403, "FORBIDDEN", "this key may replace only the documents its user uploaded")
+    return existing.id, previous
 
 
 async def _spool(file: UploadFile, path: Path, limit: int) -> int:
@@ -253,16 +281,6 @@ async def delete_document(request: Request, caller: CallerDep, document_id: IdPa
 
 
 # -- search -----------------------------------------------------------------------------------
-def _restriction(body: schemas.Restriction) -> dict[str, Any]:
-    if body.filter is not None and "\x00" in json.dumps(body.filter):
-        raise FilterError([FilterProblem("", "NUL characters are not allowed")])
-    since = until = date_field = None
-    if body.dateRange is not None:
-        since, until, date_field = body.dateRange.start, body.dateRange.end, body.dateRange.field
-    flt = build_filter(body.filter, file_types=body.fileTypes, since=since, until=until, date_field=date_field)
-    return {"document_ids": body.documentIds, "filter": flt}
-
-
 def _result(hit: Any) -> schemas.SearchResult:
     meta = hit.metadata
     page = meta.get("page_number")
@@ -275,16 +293,11 @@ def _result(hit: Any) -> schemas.SearchResult:
                                 metadata=meta)
 
 
-_MODES = {"semantic": "vector", "keyword": "keyword", "hybrid": "hybrid"}
-
-
 async def _search(caller: Caller, body: schemas.SearchRequest, kind: str) -> schemas.SearchResponse:
-    restriction = _restriction(body)
+    request = body.to_request(kind)
     started = time.perf_counter()
     try:
-        response = await caller.scope.asearch(body.query, body.collection, top_k=body.limit, mode=_MODES[kind],
-                                              threshold=body.threshold, **restriction)
-        hits = response.results
+        hits = (await caller.scope.asearch(request)).results
     except CollectionNotFoundError:  # nothing uploaded yet: no matches
         hits = []
     return schemas.SearchResponse(results=[_result(h) for h in hits], totalMatches=len(hits),
@@ -307,9 +320,10 @@ async def search_keyword(caller: CallerDep, body: schemas.SearchRequest) -> sche
 
 
 @router.post("/search/hybrid", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
-             summary="Hybrid search (RRF of semantic 0.7 and keyword 0.3)")
+             summary="Hybrid search (semantic and keyword results fused)")
 async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
-    """Vector and keyword results fused by reciprocal rank."""
+    """Vector and keyword results fused (by default min-max scores, vector 0.2 / keyword 0.8; see
+    docs/ARCHITECTURE.md "Hybrid defaults")."""
     return await _search(caller, body, "hybrid")
 
 
@@ -335,17 +349,13 @@ async def search_logs(
 async def chat_rag(caller: CallerDep, body: schemas.ChatRequest) -> StreamingResponse:
     """Events: ``search_start``, ``search_results``, ``generation_start``, ``token``, ``citation``, ``done``
     (with the full response and its sources); a failure midway ends the stream with an ``error`` event."""
-    params = body.searchParams or schemas.SearchParams()
-    restriction = _restriction(params)
-    document_ids = body.documentIds if body.documentIds is not None else restriction["document_ids"]
+    request = body.to_request()
     try:
-        await asyncio.to_thread(caller.store.get_collection, body.collection)
+        await asyncio.to_thread(caller.store.get_collection, request.collection)
     except CollectionNotFoundError:
-        raise Problem(404, "COLLECTION_NOT_FOUND", f"collection {body.collection!r} has no documents in this "
+        raise Problem(404, "COLLECTION_NOT_FOUND", f"collection {request.collection!r} has no documents in this "
                       "tenant; upload some first") from None
-    stream = caller.scope.astream_ask(body.message, body.collection, top_k=params.topK,
-                                      document_ids=document_ids, mode=_MODES[params.mode],  # type: ignore[arg-type]
-                                      filter=restriction["filter"], conversation_id=body.conversationId)
+    stream = caller.scope.astream_ask(request)
 
     async def events() -> AsyncIterator[bytes]:
         try:
@@ -411,6 +421,32 @@ async def delete_collection(caller: CallerDep, name: NameParam) -> schemas.Delet
         raise Problem(403, "FORBIDDEN", "only a tenant admin key or a tenant key may delete collections")
     await asyncio.to_thread(caller.store.delete_collection, name)
     return schemas.Deleted(deleted=True, id=name)
+
+
+@router.post("/collections/{name}/vectors", response_model=schemas.UpsertResponse, responses=PROBLEM_RESPONSES,
+             summary="Upsert records with their own vectors, or content to embed (R14)")
+async def upsert_vectors(caller: CallerDep, name: NameParam, body: schemas.UpsertRequest) -> schemas.UpsertResponse:
+    """Insert or update records (ids are generated when missing; an existing id is updated).
+
+    A record without a vector is embedded by the collection's embedder. A missing collection is
+    created for the server's embedder; a vector of another dimension than the collection's is
+    refused (409, DIMENSION_MISMATCH)."""
+    ids = await caller.scope.aupsert(name, [r.to_record() for r in body.records])
+    return schemas.UpsertResponse(collection=name, ids=ids, upserted=len(ids))
+
+
+@router.post("/collections/{name}/query", response_model=schemas.QueryResponse, responses=PROBLEM_RESPONSES,
+             summary="The nearest records to a vector or a text (R14)")
+async def query_vectors(caller: CallerDep, name: NameParam, body: schemas.VectorQuery) -> schemas.QueryResponse:
+    """Top-k by cosine similarity, inside ``filter`` and ``documentIds``, above ``threshold``."""
+    request = body.to_request(name)
+    started = time.perf_counter()
+    hits = await caller.scope.aquery(request)
+    return schemas.QueryResponse(
+        results=[schemas.QueryResult(id=h.chunk_id, score=round(float(h.score), 6), documentId=h.document_id or None,
+                                     content=h.content if request.include_content else None, metadata=h.metadata)
+                 for h in hits],
+        totalMatches=len(hits), searchTime=round((time.perf_counter() - started) * 1000, 2))
 
 
 @router.get("/usage", response_model=schemas.UsageResponse, responses=PROBLEM_RESPONSES,

@@ -1,10 +1,18 @@
-"""Request and response bodies of the API, in seed 002's (camelCase) shapes."""
+"""Request and response bodies of the API, in seed 002's (camelCase) shapes.
+
+Request bodies turn into the engine's request objects (:mod:`bunko.requests`) with
+``to_request()``; the engine checks them as it checks a Python caller's.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .. import requests
+from ..errors import FilterError, FilterProblem
 
 # Names the stores accept (collections, document and conversation ids); text without NUL characters.
 NAME_PATTERN = r"^[\w][\w.\-]{0,99}$"
@@ -14,6 +22,8 @@ USER_PATTERN = r"^[\w][\w.@\-]{0,99}$"
 TEXT_PATTERN = r"^[^\x00]*$"
 
 DocumentId = Annotated[str, Field(pattern=ID_PATTERN)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+MAX_DIMENSION = 16_384
 FileType = Annotated[str, Field(min_length=1, max_length=20, pattern=r"^[\w.\-]+$")]
 
 
@@ -35,6 +45,22 @@ class Restriction(_Model):
     filter: dict[str, Any] | None = Field(None, description="metadata filter: {\"year\": {\"$gte\": 2020}}")
     fileTypes: list[FileType] | None = Field(None, max_length=50)
     dateRange: DateRange | None = None
+    diversityLambda: float | None = Field(None, ge=0, le=1, description="MMR diversity (seed 002: 0.5): 1 ranks by "
+                                          "relevance only, 0 by diversity only; default: off")
+
+    def options(self) -> dict[str, Any]:
+        """The restriction and ranking as options of :class:`bunko.requests.SearchRequest`."""
+        if self.filter is not None and "\x00" in json.dumps(self.filter):
+            raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+        since = until = date_field = None
+        if self.dateRange is not None:
+            since, until, date_field = self.dateRange.start, self.dateRange.end, self.dateRange.field
+        return {"document_ids": self.documentIds, "filter": self.filter, "file_types": self.fileTypes,
+                "since": since, "until": until, "date_field": date_field, "mmr_lambda": self.diversityLambda}
+
+
+# The API's names of the search modes (seed 002) and the engine's.
+MODES: dict[str, requests.SearchMode] = {"semantic": "vector", "keyword": "keyword", "hybrid": "hybrid"}
 
 
 class SearchRequest(Restriction):
@@ -42,6 +68,11 @@ class SearchRequest(Restriction):
     limit: int = Field(10, ge=1, le=100)
     threshold: float | None = Field(None, ge=-1.0, le=1.0, description="minimum cosine similarity (semantic)")
     collection: str = Field("default", pattern=NAME_PATTERN)
+
+    def to_request(self, kind: str) -> requests.SearchRequest:
+        """The engine's search request, in mode ``kind`` (semantic, keyword, hybrid)."""
+        return requests.SearchRequest(query=self.query, collection=self.collection, top_k=self.limit,
+                                      mode=MODES[kind], threshold=self.threshold, **self.options())
 
 
 class SearchResult(BaseModel):
@@ -74,6 +105,88 @@ class ChatRequest(_Model):
     documentIds: list[DocumentId] | None = Field(None, max_length=1000)
     collection: str = Field("default", pattern=NAME_PATTERN)
     searchParams: SearchParams | None = None
+
+    def to_request(self) -> requests.AskRequest:
+        """The engine's question; ``documentIds`` here wins over the one in ``searchParams``."""
+        params = self.searchParams or SearchParams()
+        options = params.options()
+        if self.documentIds is not None:
+            options["document_ids"] = self.documentIds
+        return requests.AskRequest(query=self.message, collection=self.collection, top_k=params.topK,
+                                   mode=MODES[params.mode], conversation_id=self.conversationId, **options)
+
+
+class VectorRecord(_Model):
+    """A record to upsert (R14): its own vector, or content the collection's embedder embeds."""
+
+    id: str | None = Field(None, pattern=ID_PATTERN, description="generated when missing; an existing id is updated")
+    content: str = Field("", max_length=100_000, pattern=TEXT_PATTERN)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    vector: list[FiniteFloat] | None = Field(None, min_length=1, max_length=MAX_DIMENSION)
+    documentId: DocumentId | None = Field(None, description="attach the record to a stored document")
+
+    @model_validator(mode="after")
+    def _something_to_store(self) -> VectorRecord:
+        if self.vector is None and not self.content.strip():
+            raise ValueError("give a vector, or content to embed")
+        if "\x00" in json.dumps(self.metadata):
+            raise ValueError("metadata: NUL characters are not allowed")
+        return self
+
+    def to_record(self) -> dict[str, Any]:
+        """The record as ``Tenant.upsert`` takes it."""
+        return {"id": self.id, "content": self.content, "metadata": self.metadata, "vector": self.vector,
+                "document_id": self.documentId}
+
+
+class UpsertRequest(_Model):
+    records: list[VectorRecord] = Field(..., min_length=1, max_length=1000)
+
+
+class UpsertResponse(BaseModel):
+    collection: str
+    ids: list[str]
+    upserted: int
+
+
+class VectorQuery(_Model):
+    """A query by ``vector`` or by ``text`` (embedded by the collection's embedder); give exactly one."""
+
+    vector: list[FiniteFloat] | None = Field(None, min_length=1, max_length=MAX_DIMENSION)
+    text: str | None = Field(None, min_length=1, max_length=4000, pattern=TEXT_PATTERN)
+    topK: int = Field(5, ge=1, le=100)
+    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="minimum cosine similarity")
+    filter: dict[str, Any] | None = Field(None, description="metadata filter: {\"year\": {\"$gte\": 2020}}")
+    documentIds: list[DocumentId] | None = Field(None, max_length=1000)
+    includeContent: bool = True
+
+    @model_validator(mode="after")
+    def _one_of_vector_and_text(self) -> VectorQuery:
+        if (self.vector is None) == (self.text is None):
+            raise ValueError("give exactly one of vector and text")
+        return self
+
+    def to_request(self, collection: str) -> requests.QueryRequest:
+        """The engine's query of ``collection``."""
+        if self.filter is not None and "\x00" in json.dumps(self.filter):
+            raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+        return requests.QueryRequest(collection=collection, vector=self.vector, text=self.text, top_k=self.topK,
+                                     threshold=self.threshold, filter=self.filter, document_ids=self.documentIds,
+                                     include_content=self.includeContent)
+
+
+class QueryResult(BaseModel):
+    id: str
+    score: float
+    documentId: str | None = None
+    content: str | None = None
+    metadata: dict[str, Any]
+
+
+class QueryResponse(BaseModel):
+    results: list[QueryResult]
+    totalMatches: int
+    searchTime: float = Field(description="milliseconds")
 
 
 class DocumentError(BaseModel):
