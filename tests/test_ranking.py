@@ -86,11 +86,14 @@ def test_fusion_methods_weights_and_validation(tenant) -> None:
             tenant.search("水", "notes", mode="hybrid", fusion=bad)
 
 
-def test_a_hosted_reranker_reorders_the_candidates(tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hosted_reranker_reorders_the_candidates(tenant, engine: Bunko, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COHERE_API_KEY", "test-key")
     with CohereFake(api_key="test-key") as server:
+        # The reranker's address is a setting of the engine (BUNKO_RERANK_BASE_URL, [rerank] base_url).
         monkeypatch.setenv("BUNKO_RERANK_BASE_URL", server.url)
-        hits = tenant.search("ラジオ 懐中電灯 乾電池", "notes", top_k=2, rerank="cohere:rerank-v3.5").results
+        with Bunko(engine.settings.database_url, embedder=engine.embedder) as reranking:
+            scope = reranking.tenant("acme")
+            hits = scope.search("ラジオ 懐中電灯 乾電池", "notes", top_k=2, rerank="cohere:rerank-v3.5").results
         (request,) = [r for r in server.requests if r.path == "/v2/rerank"]
     assert request.json["query"] == "ラジオ 懐中電灯 乾電池"
     assert len(request.json["documents"]) == len(TEXTS)  # the whole candidate pool went to the reranker

@@ -310,7 +310,7 @@ def ranking_options(func: F) -> F:
 
 mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default="vector",
                            show_default=True,
-                           help="Vector (semantic), keyword (BM25) or hybrid (weighted reciprocal rank fusion).")
+                           help="Vector (semantic), keyword (BM25) or hybrid (both legs fused; see --fusion).")
 
 
 @cli.command()

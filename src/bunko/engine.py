@@ -181,11 +181,12 @@ class Bunko:
     def reranker(self, spec: str) -> Any:
         """The reranker ``"provider:model"`` (R22), built once.
 
-        API keys come from the provider's environment variable; ``BUNKO_RERANK_BASE_URL`` points
-        a hosted reranker at another server (a proxy, a self-hosted Jina-compatible one).
+        API keys come from the provider's environment variable; the ``rerank.base_url`` setting
+        (``BUNKO_RERANK_BASE_URL``, ``[rerank] base_url``) points a hosted reranker at another server
+        (a proxy, a self-hosted Jina-compatible one).
         """
         if spec not in self._rerankers:
-            base_url = os.environ.get("BUNKO_RERANK_BASE_URL")
+            base_url = self.settings.rerank.base_url
             reranker = get_reranker(spec, **({"base_url": base_url} if base_url else {}))
             metering.install(reranker)
             self._rerankers[spec] = reranker

@@ -1,7 +1,8 @@
 """``Retriever``: embed the query and search one collection of a tenant-bound store (R28).
 
 Modes: ``vector`` (cosine over the collection), ``keyword`` (BM25 over the analyzed
-text) and ``hybrid`` (both, fused by RRF). Every mode can be restricted to given
+text) and ``hybrid`` (both legs, fused by normalised scores, vector 0.2 / keyword 0.8, by default;
+weighted reciprocal rank fusion on request). Every mode can be restricted to given
 documents and by a metadata filter (R18, R21). Store and embedder
 failures become ``RetrievalError``; "not found" errors pass through unchanged so
 callers can tell a missing collection from a failing search.
