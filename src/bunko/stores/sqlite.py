@@ -45,13 +45,22 @@ _PAGE_SIZE = 65536
 # Rows read per step when (re)loading a collection's vectors into memory.
 _LOAD_BATCH = 4096
 
+# Lists longer than this travel as one JSON parameter (SQLite allows 32,766 parameters); shorter ones
+# as literal marks, which let the planner look rows up by their keys.
+_MAX_MARKS = 10_000
+
+
+def _any(column: str, values: list[Any]) -> tuple[str, list[Any]]:
+    if len(values) <= _MAX_MARKS:
+        return f"{column} IN ({', '.join('?' * len(values))})", values
+    return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(values)]
+
+
 SQLITE = Dialect(
     name="sqlite",
     mark="?",
     now="strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-    # A list travels as one JSON parameter: no limit on its length, one statement for any size.
-    any_sql="{column} IN (SELECT value FROM json_each(?))",
-    any_param=json.dumps,
+    any_list=_any,
     time_in=lambda moment: moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     vector_out=lambda blob: np.frombuffer(blob, dtype=np.float32),
     compile_filter=compile_sqlite,
@@ -479,10 +488,11 @@ class SQLiteVectorStore(SQLStore):
                        document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
         d = self._d
         if document_pks is not None:  # document row ids are unique: the chunks_document index answers
-            where, params = f"tenant_id = ? AND {d.any('document_id')}", (tenant_pk, d.listed(document_pks))
+            listed, values = d.any("document_id", document_pks)
+            where, params = f"tenant_id = ? AND {listed}", (tenant_pk, *values)
         else:
-            where, params = (f"tenant_id = ? AND collection_id = ? AND {d.any('uid')}",
-                             (tenant_pk, collection_pk, d.listed(uids or [])))
+            listed, values = d.any("uid", uids or [])
+            where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
@@ -552,9 +562,10 @@ class SQLiteVectorStore(SQLStore):
 
     def _document_pks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                       document_ids: Sequence[str]) -> np.ndarray:
+        listed, values = self._d.any("uid", [str(d) for d in document_ids])
         return np.fromiter((r[0] for r in conn.execute(
-            f"SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? AND {self._d.any('uid')}",
-            (tenant_pk, collection_pk, self._d.listed([str(d) for d in document_ids])),
+            f"SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? AND {listed}",
+            (tenant_pk, collection_pk, *values),
         )), dtype=np.int64)
 
     def query(
@@ -649,8 +660,9 @@ class SQLiteVectorStore(SQLStore):
                 wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids).tolist()
                 if not wanted:
                     return []
-                sql += f" AND {self._d.any('c.document_id')}"
-                params.append(self._d.listed(wanted))
+                listed, values = self._d.any("c.document_id", wanted)
+                sql += f" AND {listed}"
+                params.extend(values)
             if flt is not None:
                 where, where_params = compile_sqlite(flt)
                 sql += f" AND {where}"

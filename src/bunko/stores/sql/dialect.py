@@ -32,9 +32,8 @@ class Dialect:
     mark: str
     # The SQL expression of the current time, as the timestamp columns store it.
     now: str
-    # ``column IN (...)`` for a list given as one parameter: (SQL with one "?", how to pass the list).
-    any_sql: str
-    any_param: Callable[[Sequence[Any]], Any]
+    # ``column`` is one of a list of values: (column, values) -> (SQL with "?" marks, its parameters).
+    any_list: Callable[[str, list[Any]], tuple[str, list[Any]]]
     # A Python value into a JSON column, and a JSON column's value back into Python.
     json_in: Callable[[Any], Any] = _dumps
     json_out: Callable[[Any], Any] = json.loads
@@ -57,13 +56,9 @@ class Dialect:
         """A core statement in this dialect (placeholders converted, ``{now}`` filled in)."""
         return _translate(statement, self.mark, self.now)
 
-    def any(self, column: str) -> str:
-        """``column`` is one of a list passed as a single parameter (see :meth:`listed`)."""
-        return self.any_sql.format(column=column)
-
-    def listed(self, values: Sequence[Any]) -> Any:
-        """The parameter for :meth:`any`."""
-        return self.any_param(list(values))
+    def any(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values``: a condition and its parameters."""
+        return self.any_list(column, list(values))
 
     def limit(self, limit: int | None) -> Any:
         """A LIMIT parameter; None means no limit."""

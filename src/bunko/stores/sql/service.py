@@ -185,8 +185,9 @@ class SQLServiceRecords:
             return 0
         scoped = self._scoped(store)
         with scoped.session(write=True) as (conn, tenant_pk):
-            return int(scoped.run(conn, f"DELETE FROM jobs WHERE tenant_id = ? AND {self._d.any('uid')}",
-                                  (tenant_pk, self._d.listed(job_ids))).rowcount)
+            listed, params = self._d.any("uid", job_ids)
+            return int(scoped.run(conn, f"DELETE FROM jobs WHERE tenant_id = ? AND {listed}",
+                                  (tenant_pk, *params)).rowcount)
 
     def erase_user(self, store: VectorStore, user_id: str) -> Erasure:
         """Delete a user's documents (with chunks and vectors), jobs, search logs, usage records, conversations."""

@@ -356,12 +356,12 @@ class SQLStore:
             same_analyzer(row[10], analyzer, collection)
             collection_pk, dim = int(row[0]), int(row[5])
             vectors = [checked_vectors(collection, dim, document) for document in documents]
+            listed, params = d.any("source", [doc.source for doc in documents])
             existing = {
                 r[0]: StoredDocument(int(r[1]), r[2], r[3], int(r[4]), int(r[5]))
                 for r in self.run(conn, "SELECT source, id, uid, content_hash, chunk_count, version FROM documents "
-                                        "WHERE tenant_id = ? AND collection_id = ? "
-                                        f"AND {d.any('source')}{d.for_update}",
-                                  (tenant_pk, collection_pk, d.listed([doc.source for doc in documents])))
+                                        f"WHERE tenant_id = ? AND collection_id = ? AND {listed}{d.for_update}",
+                                  (tenant_pk, collection_pk, *params))
             }
             plans = plan_writes(existing, documents)
             replaced = [p for p in plans if p.status == "replaced"]
@@ -380,9 +380,9 @@ class SQLStore:
                               [(p.uid, tenant_pk, collection_pk, documents[p.position].source,
                                 documents[p.position].content_hash, d.json_in(documents[p.position].metadata),
                                 p.chunk_count) for p in created])
+                listed, params = d.any("uid", [p.uid for p in created])
                 pk_by_uid = {uid: int(pk) for uid, pk in self.run(
-                    conn, f"SELECT uid, id FROM documents WHERE tenant_id = ? AND {d.any('uid')}",
-                    (tenant_pk, d.listed([p.uid for p in created])))}
+                    conn, f"SELECT uid, id FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *params))}
                 doc_pks.update((p.position, pk_by_uid[p.uid]) for p in created)
                 self._count_documents(conn, tenant_pk, collection_pk, len(created))
             written = [p for p in plans if p.status != "unchanged"]
@@ -456,8 +456,9 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return 0
-            query, params = f"SELECT id, collection_id FROM documents WHERE tenant_id = ? AND {d.any('uid')}", \
-                [tenant_pk, d.listed(ids)]
+            listed, listed_params = d.any("uid", ids)
+            query, params = f"SELECT id, collection_id FROM documents WHERE tenant_id = ? AND {listed}", \
+                [tenant_pk, *listed_params]
             if collection is not None:
                 query += " AND collection_id = ?"
                 params.append(self._collection_row(conn, tenant_pk, collection)[0])
@@ -467,8 +468,8 @@ class SQLStore:
                 by_collection.setdefault(int(collection_pk), []).append(int(doc_pk))
             for collection_pk, doc_pks in by_collection.items():
                 self._delete_chunks(conn, tenant_pk, collection_pk, document_pks=doc_pks)
-                self.run(conn, f"DELETE FROM documents WHERE tenant_id = ? AND {d.any('id')}",
-                         (tenant_pk, d.listed(doc_pks)))
+                listed, listed_params = d.any("id", doc_pks)
+                self.run(conn, f"DELETE FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *listed_params))
                 self._count_documents(conn, tenant_pk, collection_pk, -len(doc_pks))
         return len(rows)
 
@@ -527,9 +528,9 @@ class SQLStore:
         d = self._d
         with self.session() as (conn, tenant_pk):
             collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            listed, params = d.any("uid", [str(i) for i in chunk_ids])
             rows = self.run(conn, f"SELECT uid, embedding FROM chunks WHERE tenant_id = ? AND collection_id = ? "
-                                  f"AND {d.any('uid')}",
-                            (tenant_pk, collection_pk, d.listed([str(i) for i in chunk_ids]))).fetchall()
+                                  f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall()
         return {uid: d.vector_out(vector) for uid, vector in rows}
 
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
@@ -551,12 +552,13 @@ class SQLStore:
         if not ranked:
             return []
         d = self._d
+        listed, params = d.any("c.id", [int(pk) for pk, _ in ranked])
         rows = self.run(
             conn,
             "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
             "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count "
-            f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND {d.any('c.id')}",
-            (tenant_pk, d.listed([int(pk) for pk, _ in ranked])),
+            f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND {listed}",
+            (tenant_pk, *params),
         ).fetchall()
         by_id = {r[0]: r for r in rows}
         hits = []
