@@ -533,6 +533,7 @@ class PostgresVectorStore(SQLStore):
         flt = as_filter(filter)
         with self.session() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
             collection_pk, dim, total = int(row[0]), int(row[5]), int(row[8])
             check_dimension(dim, q.shape[0], collection)
             plan = self.plan(conn, tenant_pk, collection_pk, dim, total, top_k, document_ids, flt)
@@ -540,7 +541,7 @@ class PostgresVectorStore(SQLStore):
             if threshold is not None:
                 ranked = [(pk, s) for pk, s in ranked if s >= threshold]
             self.last_plan = plan.strategy
-            return self._hits(conn, tenant_pk, ranked, include_content)
+            return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
 
     def plan(self, conn: Any, tenant_pk: int, collection_pk: int, dim: int, total: int, top_k: int,
              document_ids: Sequence[str] | None, flt: Filter | None = None) -> _Plan:
@@ -604,6 +605,7 @@ class PostgresVectorStore(SQLStore):
         flt = as_filter(filter)
         with self.session() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
             # The query is analyzed as the collection's chunks were, and sent as a tsquery literal:
             # user text is never parsed as tsquery syntax.
             phrases = get_analyzer(row[10]).query_phrases(query)
@@ -642,7 +644,7 @@ class PostgresVectorStore(SQLStore):
                      settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
                      tenant_pk, *restrict_params, top_k],
                 ).fetchall()
-            return self._hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
+            return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked], True)
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:

@@ -445,9 +445,6 @@ class SQLiteVectorStore(SQLStore):
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
 
-    def __init__(self, backend: SQLiteBackend, tenant: str) -> None:
-        super().__init__(backend, tenant)
-
     # -- what the core asks of a backend -------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> str:
         return fts5_document(analyzer.index_tokens(content))
@@ -616,8 +613,8 @@ class SQLiteVectorStore(SQLStore):
                     order = order[scores[order] >= threshold]
                 picked = order if positions is None else positions[order]
                 rowids = matrix.rowids[picked]
-                hits = self._hits(conn, tenant_pk, list(zip(rowids.tolist(), scores[order].tolist(), strict=True)),
-                                  include_content)
+                ranked = list(zip(rowids.tolist(), scores[order].tolist(), strict=True))
+                hits = self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
             if len(hits) == len(rowids):
                 return hits
             # A concurrent delete removed rows after our snapshot of the matrix: reload and retry.
@@ -673,7 +670,7 @@ class SQLiteVectorStore(SQLStore):
                 rows = conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
-            return self._hits(conn, tenant_pk, [(r[0], float(r[1])) for r in rows])
+            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows])
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:

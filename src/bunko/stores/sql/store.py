@@ -179,7 +179,7 @@ class SQLStore:
         return self._backend
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(tenant={self._tenant!r}, url={self._backend.url!r})"
+        return f"{type(self).__name__}(tenant={self._tenant!r}, backend={self._backend!r})"
 
     # -- scope: every statement runs inside one of these ---------------------------------------
     @contextmanager
@@ -546,9 +546,10 @@ class SQLStore:
                                 (tenant_pk, row[0], *params)).fetchone()[0])
 
     # -- search results -------------------------------------------------------------------------
-    def _hits(self, conn: Any, tenant_pk: int, ranked: Sequence[tuple[int, float]],
+    def _hits(self, conn: Any, tenant_pk: int, collection_pk: int, ranked: Sequence[tuple[int, float]],
               include_content: bool = True) -> list[SearchHit]:
-        """Search hits for ranked (chunk row id, score) pairs, in that order; rows gone meanwhile are left out."""
+        """Search hits for ranked (chunk row id, score) pairs of a collection, in that order; rows gone
+        meanwhile are left out."""
         if not ranked:
             return []
         d = self._d
@@ -557,8 +558,9 @@ class SQLStore:
             conn,
             "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
             "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count "
-            f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND {listed}",
-            (tenant_pk, *params),
+            # The collection narrows the lookup to the (tenant, collection, id) index on SQLite.
+            f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}",
+            (tenant_pk, collection_pk, *params),
         ).fetchall()
         by_id = {r[0]: r for r in rows}
         hits = []
