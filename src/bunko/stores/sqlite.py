@@ -444,6 +444,7 @@ class SQLiteVectorStore(SQLStore):
     # Upserted records may join a document, so a document's chunks are counted, not read from its row.
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
+    _hydrate_by_collection = True
 
     # -- what the core asks of a backend -------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> str:

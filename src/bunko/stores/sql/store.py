@@ -161,6 +161,10 @@ class SQLStore:
     _collection_extra = ""
     # How a document row reports its chunk count.
     _document_chunks = "d.chunk_count"
+    # Whether hit hydration also names the collection. Planners differ: SQLite's then looks the rows
+    # up by its (tenant, collection, id) index and otherwise scans the tenant's; PostgreSQL's would
+    # scan the collection instead of using the primary key.
+    _hydrate_by_collection = False
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
@@ -554,13 +558,15 @@ class SQLStore:
             return []
         d = self._d
         listed, params = d.any("c.id", [int(pk) for pk, _ in ranked])
+        scope, scope_params = "c.tenant_id = ?", [tenant_pk]
+        if self._hydrate_by_collection:
+            scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", [tenant_pk, collection_pk]
         rows = self.run(
             conn,
             "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
             "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count "
-            # The collection narrows the lookup to the (tenant, collection, id) index on SQLite.
-            f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}",
-            (tenant_pk, collection_pk, *params),
+            f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}",
+            (*scope_params, *params),
         ).fetchall()
         by_id = {r[0]: r for r in rows}
         hits = []
