@@ -18,6 +18,10 @@ Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` 
   exact scan (few rows, or no index), an HNSW iterative index scan (pgvector 0.8+,
   verified with ``SHOW``), or an over-fetch-and-retry loop, so that when k matching
   chunks exist, k come back in the right order.
+
+Collections, documents, records and the server's records are the SQL core's
+(:mod:`bunko.stores.sql`), run with ``bunko`` first on the search path; this module keeps
+the pool and RLS settings, migrations, COPY, document versions, HNSW upkeep and both searches.
 """
 
 from __future__ import annotations
@@ -209,8 +213,9 @@ class PostgresBackend(SQLBackend):
             conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(pg_migrations.APP_ROLE)))
         # COPY cannot write into a table with row-level security, so bulk rows go through this
         # session-private staging table and then one INSERT ... SELECT that RLS checks.
-        # The SQL core writes unqualified table names (pgvector's types live in public).
-        conn.execute("SET search_path = bunko, public")
+        # The SQL core writes unqualified table names: bunko's schema first, then the role's own path
+        # (where the pgvector types were installed).
+        conn.execute("SELECT set_config('search_path', 'bunko, ' || current_setting('search_path'), false)")
         conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
             "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "

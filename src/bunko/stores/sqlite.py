@@ -11,6 +11,10 @@ inserts only append rows with larger rowids (AUTOINCREMENT). A search reads
 ``(mutation_seq, max(rowid))``: an unchanged pair reuses the matrix, new rows are
 appended, a changed ``mutation_seq`` reloads. So two processes can share the file
 and each sees the other's writes on its next search.
+
+Collections, documents, records and the server's records are the SQL core's
+(:mod:`bunko.stores.sql`); this module adds the connections and transactions, the
+migrations, the chunk insert with its FTS5 rows, and the two searches.
 """
 
 from __future__ import annotations
