@@ -133,6 +133,14 @@ def _fields(cls: type) -> list[tuple[str, Any]]:
     return [(f.name, getattr(default, f.name)) for f in fields(cls)]
 
 
+def _one(conn: Any, query: str) -> Any:
+    """The single value of a statement that always returns one row."""
+    row = conn.execute(query).fetchone()
+    if row is None:  # pragma: no cover - the statements passed here always return a row
+        raise VectorStoreError(f"PostgreSQL returned no row for {query!r}")
+    return row[0]
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
@@ -227,9 +235,7 @@ class PostgresBackend(SQLBackend):
     def _check_schema(self) -> None:
         try:
             with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
-                version = conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations"
-                ).fetchone()[0]
+                version = _one(conn, "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations")
         except psycopg.errors.UndefinedTable as exc:
             raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`") from exc
         except psycopg.OperationalError as exc:
@@ -310,7 +316,7 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
                         applied.append(name)
                     for statement in pg_migrations.GRANTS:
                         conn.execute(statement)
-                    if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+                    if not _one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
                         conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(
                             sql.Identifier(pg_migrations.APP_ROLE)))
             finally:
@@ -336,7 +342,7 @@ def schema_status(conninfo: str) -> dict[str, Any]:
         raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
     try:
         with psycopg.connect(conninfo, connect_timeout=10) as conn:
-            server = conn.execute("SHOW server_version").fetchone()[0]
+            server = _one(conn, "SHOW server_version")
             vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
             try:
                 rows = conn.execute("SELECT version, name, applied_at FROM bunko.schema_migrations ORDER BY version")
@@ -399,6 +405,7 @@ class PostgresVectorStore(SQLStore):
 
     def _delete_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, *,
                        document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
+        params: tuple[Any, ...]
         if document_pks is not None:
             where, params = "tenant_id = %s AND document_id = ANY(%s)", (tenant_pk, list(document_pks))
         else:
