@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +52,8 @@ def test_api_keys_are_hashed_scoped_and_revocable(backend: StoreBackend, records
     # Only the hash is stored.
     listed = records.list_api_keys("acme")
     assert [k.id for k in listed] == [record.id] and listed[0].prefix == key[:8]
-    if backend.scheme == "sqlite":  # type: ignore[attr-defined]
-        with backend._read() as conn:  # type: ignore[attr-defined]
+    if backend.scheme == "sqlite":
+        with closing(sqlite3.connect(backend.url.removeprefix("sqlite:///"))) as conn:
             stored = [r[0] for r in conn.execute("SELECT key_hash FROM api_keys")]
         assert hash_key(key) in stored and key not in stored
     assert records.revoke_api_key(record.id) is True and records.revoke_api_key(record.id) is False

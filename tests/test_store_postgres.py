@@ -333,7 +333,7 @@ def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
                                               metadata={"source": f"d{i}", "half": i % 2}) for i in range(50)])
     store.query("c", vectors[0], 5, filter={"half": 1})
     assert store.last_plan == "hnsw-iterative"
-    with store._tx() as (conn, tenant_pk):
+    with store.session() as (conn, tenant_pk):
         plan = store.plan(conn, tenant_pk, 1, INFO.dimension, 2_500, 5, None, parse_filter({"half": 1}))
         where, params = compile_postgres(parse_filter({"half": 1}))
         assert plan.where == (where, params)

@@ -2,29 +2,31 @@
 
 ``open_backend(None)`` gives the embedded SQLite default; ``sqlite:///path`` an
 explicit file. Other backends register an opener for their URL scheme with
-``register_backend``.
+``register_backend`` (or as a ``bunko.backends`` entry point); every backend serves
+the whole store contract, the HTTP server's records included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import UnknownProviderError
-from .base import ChunkWrite, DocumentWrite, StoreBackend, VectorStore
+from ..registry import Registry
+from .base import ChunkWrite, DocumentWrite, RecordStore, StoreBackend, VectorStore
 from .sqlite import SQLiteBackend, SQLiteVectorStore, open_sqlite
 
 BackendOpener = Callable[[str], StoreBackend]
-_BACKENDS: dict[str, BackendOpener] = {}
+# Openers by URL scheme; an opener takes the whole URL.
+BACKENDS: Registry[StoreBackend] = Registry("store backend", "bunko.backends")
 
 
 def register_backend(scheme: str, opener: BackendOpener) -> None:
     """Register ``opener`` for URLs that start with ``scheme:``."""
-    _BACKENDS[scheme] = opener
+    BACKENDS.register(scheme, opener)
 
 
 def available_backends() -> list[str]:
     """The URL schemes that have a backend."""
-    return sorted(_BACKENDS)
+    return BACKENDS.names()
 
 
 def open_backend(url: str) -> StoreBackend:
@@ -32,13 +34,7 @@ def open_backend(url: str) -> StoreBackend:
     scheme, sep, _ = url.partition("://")
     if not sep:
         return open_sqlite(url)
-    base = scheme.split("+", 1)[0].lower()
-    opener = _BACKENDS.get(base)
-    if opener is None:
-        raise UnknownProviderError(
-            f"no store backend for {base!r} URLs; available: {', '.join(available_backends())}"
-        )
-    return opener(url)
+    return BACKENDS.get(scheme.split("+", 1)[0].lower())(url)
 
 
 def _open_postgres(url: str) -> StoreBackend:
@@ -53,8 +49,10 @@ register_backend("postgresql", _open_postgres)
 register_backend("postgres", _open_postgres)
 
 __all__ = [
+    "BACKENDS",
     "ChunkWrite",
     "DocumentWrite",
+    "RecordStore",
     "SQLiteBackend",
     "SQLiteVectorStore",
     "StoreBackend",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from ..types import (
     UsageTotal,
     VectorRecord,
 )
+
+if TYPE_CHECKING:
+    from .service import ServiceRecords
 
 
 @dataclass(slots=True)
@@ -98,8 +102,42 @@ def make_hit(row: Sequence[Any], score: float, document_metadata: dict[str, Any]
 
 
 @runtime_checkable
-class VectorStore(Protocol):
-    """Storage and search inside one tenant (R14, R15). Every method is tenant-bound."""
+class RecordStore(Protocol):
+    """Per-tenant records next to the data (R13, R33, conversations); every store has them."""
+
+    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
+        ...
+
+    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+        ...
+
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
+                   user_id: str | None = None) -> None:
+        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
+        ...
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches, newest first."""
+        ...
+
+    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to one of this tenant's conversations (created on first use)."""
+        ...
+
+    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        ...
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete a conversation; returns how many turns it had."""
+        ...
+
+
+@runtime_checkable
+class VectorStore(RecordStore, Protocol):
+    """Storage and search inside one tenant (R14, R15), with its records. Every method is tenant-bound."""
 
     @property
     def tenant(self) -> str:
@@ -108,10 +146,11 @@ class VectorStore(Protocol):
 
     # Collections (R3)
     def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
-                          config: dict[str, Any] | None = None) -> Collection:
-        """Return the collection, creating it (with ``config``) for this embedder if missing.
+                          config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
+        """Return the collection, creating it (with ``config`` and ``analyzer``) for this embedder if missing.
 
-        Refuses another embedder. ``config`` is only stored on creation (the splitter, ...).
+        Refuses another embedder, or a named analyzer other than the collection's. ``config`` is
+        only stored on creation (the splitter, ...).
         """
         ...
 
@@ -150,6 +189,14 @@ class VectorStore(Protocol):
 
     def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
         """Delete documents (and their chunks); returns how many existed in this tenant."""
+        ...
+
+    def bulk_load(self, collection: str) -> AbstractContextManager[None]:
+        """A context for many writes to ``collection``; a backend may defer index upkeep to its end."""
+        ...
+
+    def build_index(self, collection: str) -> str | None:
+        """Build the collection's vector index if the backend keeps one (name returned), else None."""
         ...
 
     # Chunks and vectors (R14)
@@ -203,9 +250,10 @@ class VectorStore(Protocol):
 
 @runtime_checkable
 class StoreBackend(Protocol):
-    """A database that hands out tenant-bound stores."""
+    """A database that hands out tenant-bound stores, and keeps the HTTP server's records."""
 
     url: str
+    scheme: str
 
     def for_tenant(self, tenant: str) -> VectorStore:
         """A store bound to ``tenant``; the only way to reach data."""
@@ -213,6 +261,10 @@ class StoreBackend(Protocol):
 
     def close(self) -> None:
         """Release connections and caches."""
+        ...
+
+    def service_records(self) -> ServiceRecords:
+        """The HTTP server's records (API keys, rate windows, jobs, erasure) in this database."""
         ...
 
 
@@ -256,37 +308,3 @@ def add_usage(totals: dict[tuple[str, str, str], UsageTotal], row: Sequence[Any]
     total.output_tokens += int(row[5] or 0)
     total.items += int(row[6] or 0)
     total.latency_ms += float(row[7] or 0.0)
-
-
-@runtime_checkable
-class RecordStore(Protocol):
-    """Per-tenant records next to the data (R13, R33, conversations); both backends implement it."""
-
-    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
-        ...
-
-    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
-        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
-        ...
-
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
-                   user_id: str | None = None) -> None:
-        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
-        ...
-
-    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
-        ...
-
-    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
-        """Append turns to one of this tenant's conversations (created on first use)."""
-        ...
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
-        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
-        ...
-
-    def delete_conversation(self, conversation_id: str) -> int:
-        """Delete a conversation; returns how many turns it had."""
-        ...

@@ -18,6 +18,10 @@ Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` 
   exact scan (few rows, or no index), an HNSW iterative index scan (pgvector 0.8+,
   verified with ``SHOW``), or an over-fetch-and-retry loop, so that when k matching
   chunks exist, k come back in the right order.
+
+Collections, documents, records and the server's records are the SQL core's
+(:mod:`bunko.stores.sql`), run with ``bunko`` first on the search path; this module keeps
+the pool and RLS settings, migrations, COPY, document versions, HNSW upkeep and both searches.
 """
 
 from __future__ import annotations
@@ -25,49 +29,31 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
-from ..errors import (
-    CollectionNotFoundError,
-    ConfigError,
-    DimensionMismatchError,
-    DocumentNotFoundError,
-    EmbedderMismatchError,
-    VectorStoreError,
-)
+from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
-from ..types import (
-    Collection,
-    ConversationTurn,
-    DocumentInfo,
-    EmbedderInfo,
-    IngestResult,
-    SearchHit,
-    UsageEvent,
-    UsageTotal,
-    VectorRecord,
-    new_id,
-)
+from ..types import SearchHit
 from . import pg_migrations
-from .base import (
-    DocumentWrite,
-    add_usage,
-    check_analyzer,
-    check_conversation_id,
-    check_query_vector,
-    check_turns,
-    make_hit,
-    utc,
+from .base import DocumentWrite, check_query_vector
+from .sql import (
+    ChunkRow,
+    Dialect,
+    PlannedWrite,
+    SQLBackend,
+    SQLStore,
+    check_dimension,
+    check_name,
+    check_top_k,
+    iso_text,
+    json_value,
 )
-from .sqlite import _check_name, _check_top_k, _same_analyzer
 
 try:  # optional dependencies: the "postgres" extra
     import psycopg
@@ -88,14 +74,50 @@ logger = logging.getLogger(__name__)
 from ..config import PostgresSettings  # noqa: E402
 
 
+def _one(conn: Any, query: str) -> Any:
+    """The single value of a statement that always returns one row."""
+    row = conn.execute(query).fetchone()
+    if row is None:  # pragma: no cover - the statements passed here always return a row
+        raise VectorStoreError(f"PostgreSQL returned no row for {query!r}")
+    return row[0]
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-class PostgresBackend:
+
+
+def _executemany(conn: Any, statement: str, rows: list[Sequence[Any]]) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(statement, rows)
+
+
+def _vector(value: Any) -> np.ndarray:
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+
+
+POSTGRES = Dialect(
+    name="postgresql",
+    mark="%s",
+    now="now()",
+    any_list=lambda column, values: (f"{column} = ANY(?)", [values]),
+    json_in=lambda value: Jsonb(value),
+    json_out=json_value,
+    time_out=iso_text,
+    vector_out=_vector,
+    compile_filter=compile_postgres,
+    executemany=_executemany,
+    no_limit=None,
+    for_update=" FOR UPDATE",
+)
+
+
+class PostgresBackend(SQLBackend):
     """A PostgreSQL database that hands out tenant-bound stores."""
 
     scheme = "postgresql"
+    dialect = POSTGRES
 
     def __init__(self, url: str, *, settings: PostgresSettings | None = None, migrate: bool = True) -> None:
         if not HAVE_POSTGRES:
@@ -140,6 +162,9 @@ class PostgresBackend:
             conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(pg_migrations.APP_ROLE)))
         # COPY cannot write into a table with row-level security, so bulk rows go through this
         # session-private staging table and then one INSERT ... SELECT that RLS checks.
+        # The SQL core writes unqualified table names: bunko's schema first, then the role's own path
+        # (where the pgvector types were installed).
+        conn.execute("SELECT set_config('search_path', 'bunko, ' || current_setting('search_path'), false)")
         conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
             "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
@@ -151,9 +176,7 @@ class PostgresBackend:
     def _check_schema(self) -> None:
         try:
             with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
-                version = conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations"
-                ).fetchone()[0]
+                version = _one(conn, "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations")
         except psycopg.errors.UndefinedTable as exc:
             raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`") from exc
         except psycopg.OperationalError as exc:
@@ -169,13 +192,16 @@ class PostgresBackend:
             return conn.execute(query).fetchone()[0]
 
     @contextmanager
-    def transaction(self, tenant: str, tenant_pk: int | None) -> Iterator[Any]:
-        """A pooled connection in a transaction with the tenant settings RLS checks."""
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True) -> Iterator[Any]:
+        """A pooled connection in a transaction with the tenant settings RLS checks.
+
+        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows).
+        """
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute(
                     "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true)",
-                    (tenant, "" if tenant_pk is None else str(tenant_pk)),
+                    (tenant or "", "" if tenant_pk is None else str(tenant_pk)),
                 )
                 yield conn
         except psycopg.errors.UndefinedFile as exc:
@@ -187,9 +213,13 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
+    def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
+        """Set the tenant row id that RLS checks, for the rest of the transaction."""
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
+
     def for_tenant(self, tenant: str) -> PostgresVectorStore:
         """A store bound to ``tenant``; the only way to reach data."""
-        return PostgresVectorStore(self, _check_name("tenant", tenant))
+        return PostgresVectorStore(self, check_name("tenant", tenant))
 
     def close(self) -> None:
         """Close the pool."""
@@ -227,7 +257,7 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
                         applied.append(name)
                     for statement in pg_migrations.GRANTS:
                         conn.execute(statement)
-                    if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+                    if not _one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
                         conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(
                             sql.Identifier(pg_migrations.APP_ROLE)))
             finally:
@@ -253,7 +283,7 @@ def schema_status(conninfo: str) -> dict[str, Any]:
         raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
     try:
         with psycopg.connect(conninfo, connect_timeout=10) as conn:
-            server = conn.execute("SHOW server_version").fetchone()[0]
+            server = _one(conn, "SHOW server_version")
             vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
             try:
                 rows = conn.execute("SELECT version, name, applied_at FROM bunko.schema_migrations ORDER BY version")
@@ -273,256 +303,94 @@ def _vector_literal_type(dim: int) -> str:
     return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
 
 
-class PostgresVectorStore:
-    """The PostgreSQL store bound to one tenant. Build it with ``PostgresBackend.for_tenant``."""
+class PostgresVectorStore(SQLStore):
+    """The PostgreSQL store bound to one tenant. Build it with ``PostgresBackend.for_tenant``.
+
+    The SQL core does collections, documents, records and hydration; this class adds the binary
+    COPY of chunks with their tsvector, document versions, the HNSW index's upkeep, the vector
+    search planner and BM25 in SQL.
+    """
+
+    _backend: PostgresBackend
+    _collection_extra = ", keyword_tokens"
 
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
-        self._backend = backend
-        self._tenant = tenant
-        self._tenant_pk: int | None = None
+        super().__init__(backend, tenant)
         self._bulk = False
         self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
 
-    @property
-    def tenant(self) -> str:
-        """The tenant this store is bound to (read-only)."""
-        return self._tenant
+    # -- what the core asks of a backend ---------------------------------------------------
+    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int]:
+        return _keyword_columns(analyzer, content)
 
-    def __repr__(self) -> str:
-        return f"PostgresVectorStore(tenant={self._tenant!r})"
-
-    # -- scope ----------------------------------------------------------------------------
-    @contextmanager
-    def _tx(self, *, create: bool = False) -> Iterator[tuple[Any, int | None]]:
-        """A transaction scoped to this tenant: (connection, tenant_pk or None if it has no data)."""
-        with self._backend.transaction(self._tenant, self._tenant_pk) as conn:
-            if self._tenant_pk is None:
-                row = conn.execute("SELECT id FROM bunko.tenants WHERE name = %s", (self._tenant,)).fetchone()
-                if row is None and create:
-                    conn.execute("INSERT INTO bunko.tenants (name) VALUES (%s) ON CONFLICT (name) DO NOTHING",
-                                 (self._tenant,))
-                    row = conn.execute("SELECT id FROM bunko.tenants WHERE name = %s", (self._tenant,)).fetchone()
-                if row is not None:
-                    self._tenant_pk = int(row[0])
-                    conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(self._tenant_pk),))
-            yield conn, self._tenant_pk
-
-    def _collection_row(self, conn: Any, tenant_pk: int | None, name: str) -> tuple:
-        row = None
-        if tenant_pk is not None:
-            row = conn.execute(_COLLECTION_SELECT + " WHERE tenant_id = %s AND name = %s", (tenant_pk, name)).fetchone()
-        if row is None:
-            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
-        return row
+    def _collection_settings(self) -> dict[str, Any]:
+        settings = self._backend.settings
+        return {"hnsw_m": settings.hnsw_m, "hnsw_ef_construction": settings.hnsw_ef_construction}
 
     @staticmethod
-    def _collection(row: tuple) -> Collection:
-        return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
-                          dimension=int(row[5]), created_at=row[6].isoformat(), document_count=int(row[7]),
-                          chunk_count=int(row[8]), config=dict(row[9]), analyzer=row[10])
-
-    @staticmethod
-    def _count(conn: Any, tenant_pk: int, collection_pk: int, documents: int, chunks: int, tokens: int = 0) -> None:
+    def _count(conn: Any, tenant_pk: int, collection_pk: int, chunks: int, tokens: int) -> None:
         conn.execute(
-            "UPDATE bunko.collections SET document_count = document_count + %s, chunk_count = chunk_count + %s, "
-            "keyword_tokens = keyword_tokens + %s WHERE tenant_id = %s AND id = %s",
-            (documents, chunks, tokens, tenant_pk, collection_pk),
+            "UPDATE bunko.collections SET chunk_count = chunk_count + %s, keyword_tokens = keyword_tokens + %s "
+            "WHERE tenant_id = %s AND id = %s",
+            (chunks, tokens, tenant_pk, collection_pk),
         )
 
-    @staticmethod
-    def _delete_chunks(conn: Any, where: str, params: Sequence[Any]) -> tuple[int, int]:
-        """Delete chunks matching ``where``; returns (chunks, keyword tokens) removed."""
-        row = conn.execute(
+    def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
+                       vectors: np.ndarray, keywords: list[Any]) -> None:
+        self._copy_chunks(conn, [
+            (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
+             vectors[i], *keywords[i])
+            for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
+        ])
+        self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
+
+    def _delete_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, *,
+                       document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
+        params: tuple[Any, ...]
+        if document_pks is not None:
+            where, params = "tenant_id = %s AND document_id = ANY(%s)", (tenant_pk, list(document_pks))
+        else:
+            where, params = ("tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                             (tenant_pk, collection_pk, list(uids or [])))
+        removed, tokens = conn.execute(
             f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts_length) "
             "SELECT count(*), coalesce(sum(fts_length), 0) FROM gone",
             params,
         ).fetchone()
-        return int(row[0]), int(row[1])
+        if removed:
+            self._count(conn, tenant_pk, collection_pk, -int(removed), -int(tokens))
+        return int(removed)
 
-    def _analyzer(self, collection: str) -> Analyzer:
-        """The analyzer a collection records (fixed at creation)."""
-        return get_analyzer(self.get_collection(collection).analyzer)
+    def _record_versions(self, conn: Any, tenant_pk: int,
+                         written: list[tuple[int, PlannedWrite, DocumentWrite]]) -> list[int | None]:
+        """One ``document_versions`` row per written document, and the documents point at it."""
+        if not written:
+            return []
+        rows = conn.execute(
+            "INSERT INTO bunko.document_versions (tenant_id, document_id, version, content_hash, metadata, "
+            "chunk_count) SELECT %s, d, v, h, m, n "
+            "FROM unnest(%s::int8[], %s::int4[], %s::text[], %s::jsonb[], %s::int4[]) AS t(d, v, h, m, n) "
+            "RETURNING document_id, id",
+            (tenant_pk, [pk for pk, _, _ in written], [p.version for _, p, _ in written],
+             [d.content_hash for _, _, d in written], [Jsonb(d.metadata) for _, _, d in written],
+             [p.chunk_count for _, p, _ in written]),
+        ).fetchall()
+        by_document = {int(d): int(v) for d, v in rows}
+        conn.execute(
+            "UPDATE bunko.documents d SET current_version_id = t.v FROM unnest(%s::int8[], %s::int8[]) "
+            "AS t(d, v) WHERE d.tenant_id = %s AND d.id = t.d",
+            ([pk for pk, _, _ in written], [by_document[pk] for pk, _, _ in written], tenant_pk),
+        )
+        return [by_document[pk] for pk, _, _ in written]
 
-    # -- collections ----------------------------------------------------------------------
-    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
-                          config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
-        """Return the collection, creating it for this embedder and analyzer if missing; refuse others."""
-        _check_name("collection", name)
-        analyzer_name = get_analyzer(analyzer).name  # an unknown name fails before anything is written
-        settings = self._backend.settings
-        with self._tx(create=True) as (conn, tenant_pk):
-            conn.execute(
-                "INSERT INTO bunko.collections (tenant_id, name, description, embedding_provider, embedding_model, "
-                "dimension, analyzer, hnsw_m, hnsw_ef_construction, config) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING",
-                (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                 analyzer_name, settings.hnsw_m, settings.hnsw_ef_construction, Jsonb(config or {})),
-            )
-            collection = self._collection(self._collection_row(conn, tenant_pk, name))
-        if collection.embedder != embedder:
-            raise EmbedderMismatchError(
-                f"collection {name!r} was built with {collection.embedding_provider}:{collection.embedding_model} "
-                f"({collection.dimension} dimensions); the embedder in use is {embedder.provider}:{embedder.model} "
-                f"({embedder.dimension} dimensions). Use the same embedder, or another collection"
-            )
-        check_analyzer(collection, analyzer)
-        return collection
+    def _drop_collection(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
+        conn.execute("SELECT bunko.drop_hnsw_index(%s)", (collection_pk,))
 
-    def get_collection(self, name: str) -> Collection:
-        """The collection, or ``CollectionNotFoundError``."""
-        with self._tx() as (conn, tenant_pk):
-            return self._collection(self._collection_row(conn, tenant_pk, name))
+    def _forget_collection(self, collection_pk: int) -> None:
+        self._backend._indexed.discard(collection_pk)
 
-    def list_collections(self) -> list[Collection]:
-        """This tenant's collections, by name."""
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            rows = conn.execute(_COLLECTION_SELECT + " WHERE tenant_id = %s ORDER BY name", (tenant_pk,)).fetchall()
-        return [self._collection(r) for r in rows]
-
-    def delete_collection(self, name: str) -> None:
-        """Delete a collection with all its documents, chunks, vectors and its index."""
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, name)
-            conn.execute("SELECT bunko.drop_hnsw_index(%s)", (row[0],))
-            self._backend._indexed.discard(int(row[0]))
-            conn.execute("DELETE FROM bunko.collections WHERE tenant_id = %s AND id = %s", (tenant_pk, row[0]))
-
-    # -- documents ------------------------------------------------------------------------
-    def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
-        """Store a document and its chunks atomically; replace an older one with the same source."""
-        return self.write_documents(collection, [document])[0]
-
-    def write_documents(self, collection: str, documents: Sequence[DocumentWrite]) -> list[IngestResult]:
-        """Store several documents in one transaction: a fixed number of set-based statements, chunks by COPY.
-
-        However many documents the batch holds, it costs one lookup of the existing sources, one
-        insert of the new documents, one of their versions, one update of the current versions,
-        one COPY of the chunks and one counter update (plus one delete and update per replaced
-        document). Per-document round trips used to dominate small-document loads.
-        """
-        started = time.perf_counter()
-        analyzer = self._analyzer(collection)
-        # Analysis (possibly morphological, so slow) runs before the transaction opens.
-        keywords = [[_keyword_columns(analyzer, c.content) for c in d.chunks] for d in documents]
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            _same_analyzer(row[10], analyzer, collection)
-            collection_pk, dim = int(row[0]), int(row[5])
-            assert tenant_pk is not None
-            prepared = [(document, self._checked_vectors(collection, dim, document)) for document in documents]
-            sources = [document.source for document, _ in prepared]
-            if len(set(sources)) != len(sources):
-                raise VectorStoreError("write_documents got the same source twice in one call")
-            existing = {
-                r[0]: r[1:]
-                for r in conn.execute(
-                    "SELECT source, id, uid, content_hash, chunk_count, version FROM bunko.documents "
-                    "WHERE tenant_id = %s AND collection_id = %s AND source = ANY(%s) FOR UPDATE",
-                    (tenant_pk, collection_pk, sources),
-                )
-            }
-            results: list[IngestResult | None] = [None] * len(prepared)
-            new: list[int] = []  # positions of documents to create
-            doc_pks: dict[int, int] = {}  # position -> documents.id
-            versions: dict[int, int] = {}  # position -> version number
-            removed = removed_tokens = 0
-            for position, (document, _) in enumerate(prepared):
-                old = existing.get(document.source)
-                if old is None:
-                    new.append(position)
-                    versions[position] = 1
-                    continue
-                old_pk, old_uid, old_hash, old_chunks, old_version = old
-                if document.content_hash and old_hash == document.content_hash:
-                    results[position] = IngestResult(old_uid, document.source, int(old_chunks), "unchanged",
-                                                     version=old_version)
-                    continue
-                doc_pks[position], versions[position] = int(old_pk), int(old_version) + 1
-                results[position] = IngestResult(old_uid, document.source, len(document.chunks), "replaced",
-                                                 version=versions[position])
-            replaced = list(doc_pks)
-            if replaced:
-                removed, removed_tokens = self._delete_chunks(
-                    conn, "tenant_id = %s AND document_id = ANY(%s)", (tenant_pk, [doc_pks[p] for p in replaced]))
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        "UPDATE bunko.documents SET content_hash = %s, metadata = %s, chunk_count = %s, "
-                        "version = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
-                        [(prepared[p][0].content_hash, Jsonb(prepared[p][0].metadata), len(prepared[p][0].chunks),
-                          versions[p], tenant_pk, doc_pks[p]) for p in replaced],
-                    )
-            if new:
-                created = conn.execute(
-                    "INSERT INTO bunko.documents (uid, tenant_id, collection_id, source, content_hash, metadata, "
-                    "chunk_count) SELECT u, %s, %s, s, h, m, n "
-                    "FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[]) AS t(u, s, h, m, n) "
-                    "RETURNING uid, id",
-                    (tenant_pk, collection_pk, [prepared[p][0].id for p in new], [prepared[p][0].source for p in new],
-                     [prepared[p][0].content_hash for p in new], [Jsonb(prepared[p][0].metadata) for p in new],
-                     [len(prepared[p][0].chunks) for p in new]),
-                ).fetchall()
-                pk_by_uid = {uid: int(pk) for uid, pk in created}
-                for p in new:
-                    document = prepared[p][0]
-                    doc_pks[p] = pk_by_uid[document.id]
-                    results[p] = IngestResult(document.id, document.source, len(document.chunks), "created",
-                                              version=1)
-            written = [p for p in range(len(prepared)) if p in doc_pks]
-            version_pks: dict[int, int] = {}
-            if written:
-                version_rows = conn.execute(
-                    "INSERT INTO bunko.document_versions (tenant_id, document_id, version, content_hash, metadata, "
-                    "chunk_count) SELECT %s, d, v, h, m, n "
-                    "FROM unnest(%s::int8[], %s::int4[], %s::text[], %s::jsonb[], %s::int4[]) AS t(d, v, h, m, n) "
-                    "RETURNING document_id, id",
-                    (tenant_pk, [doc_pks[p] for p in written], [versions[p] for p in written],
-                     [prepared[p][0].content_hash for p in written], [Jsonb(prepared[p][0].metadata) for p in written],
-                     [len(prepared[p][0].chunks) for p in written]),
-                ).fetchall()
-                version_by_doc = {int(d): int(v) for d, v in version_rows}
-                version_pks = {p: version_by_doc[doc_pks[p]] for p in written}
-                conn.execute(
-                    "UPDATE bunko.documents d SET current_version_id = t.v FROM unnest(%s::int8[], %s::int8[]) "
-                    "AS t(d, v) WHERE d.tenant_id = %s AND d.id = t.d",
-                    ([doc_pks[p] for p in written], [version_pks[p] for p in written], tenant_pk),
-                )
-            copy_rows: list[tuple] = []
-            for p in written:
-                document, vectors = prepared[p]
-                for i, chunk in enumerate(document.chunks):
-                    copy_rows.append((chunk.id, tenant_pk, collection_pk, doc_pks[p], version_pks[p], chunk.index,
-                                      chunk.start, chunk.end, chunk.token_count, chunk.content,
-                                      Jsonb(chunk.metadata), vectors[i], *keywords[p][i]))
-            self._copy_chunks(conn, copy_rows)
-            added = len(copy_rows) - removed
-            tokens = sum(r[-1] for r in copy_rows) - removed_tokens
-            self._count(conn, tenant_pk, collection_pk, len(new), added, tokens)
-            total = int(row[8]) + added
-        self._maybe_build_index(collection_pk, total)
-        elapsed = (time.perf_counter() - started) * 1000
-        final = [r for r in results if r is not None]
-        for result in final:
-            result.processing_time_ms = elapsed / max(1, len(final))
-        return final
-
-    @staticmethod
-    def _checked_vectors(collection: str, dim: int, document: DocumentWrite) -> np.ndarray:
-        vectors = np.asarray(document.vectors, dtype=np.float32)
-        if not document.chunks:
-            return vectors
-        if vectors.ndim != 2 or vectors.shape[0] != len(document.chunks):
-            raise VectorStoreError(
-                f"document {document.source!r}: {len(document.chunks)} chunks but vectors of shape {vectors.shape}"
-            )
-        if vectors.shape[1] != dim:
-            raise DimensionMismatchError(
-                f"collection {collection!r} holds {dim}-dimensional vectors; got {vectors.shape[1]} dimensions"
-            )
-        if not np.all(np.isfinite(vectors)):
-            raise VectorStoreError("vectors contain NaN or infinite values")
-        return vectors
+    def _after_write(self, collection_pk: int, chunk_count: int) -> None:
+        self._maybe_build_index(collection_pk, chunk_count)
 
     _CHUNK_COLUMNS = ("uid, tenant_id, collection_id, document_id, version_id, chunk_index, start_offset, end_offset, "
                       "token_count, content, metadata, embedding")
@@ -569,19 +437,19 @@ class PostgresVectorStore:
         finally:
             self._bulk = False
             try:
-                with self._tx() as (conn, tenant_pk):
+                with self.session() as (conn, tenant_pk):
                     row = self._collection_row(conn, tenant_pk, collection)
                     collection_pk, total = int(row[0]), int(row[8])
             except CollectionNotFoundError:
                 return
             self._maybe_build_index(collection_pk, total)
-            with self._tx() as (conn, _):
+            with self.session() as (conn, _):
                 conn.execute("SELECT bunko.analyze_tables()")
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
         """Build (if missing) the HNSW index of a collection; returns its name."""
         settings = self._backend.settings
-        with self._backend._index_lock, self._tx() as (conn, tenant_pk):
+        with self._backend._index_lock, self.session() as (conn, tenant_pk):
             if collection_pk is None:
                 collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
             return conn.execute(
@@ -600,142 +468,6 @@ class PostgresVectorStore:
             self._backend._indexed.add(collection_pk)
         return found
 
-    def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
-        """The document stored under ``source``, or None (also when the collection is missing)."""
-        with self._tx() as (conn, tenant_pk):
-            try:
-                row = self._collection_row(conn, tenant_pk, collection)
-            except CollectionNotFoundError:
-                return None
-            found = conn.execute(_DOC_SELECT + " AND d.collection_id = %s AND d.source = %s",
-                                 (tenant_pk, row[0], source)).fetchone()
-        return None if found is None else _doc_info(found)
-
-    def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
-        """Documents of a collection, oldest first."""
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            rows = conn.execute(_DOC_SELECT + " AND d.collection_id = %s ORDER BY d.id LIMIT %s OFFSET %s",
-                                (tenant_pk, row[0], limit, int(offset))).fetchall()
-        return [_doc_info(r) for r in rows]
-
-    def get_document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
-        """One document of this tenant, or ``DocumentNotFoundError``."""
-        with self._tx() as (conn, tenant_pk):
-            found = None
-            if tenant_pk is not None:
-                query, params = _DOC_SELECT + " AND d.uid = %s", [tenant_pk, document_id]
-                if collection is not None:
-                    query += " AND d.collection_id = %s"
-                    params.append(self._collection_row(conn, tenant_pk, collection)[0])
-                found = conn.execute(query, params).fetchone()
-        if found is None:
-            raise DocumentNotFoundError(f"document {document_id!r} does not exist in tenant {self._tenant!r}")
-        return _doc_info(found)
-
-    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
-        """Delete documents (and their chunks); returns how many existed in this tenant."""
-        ids = [str(i) for i in document_ids]
-        if not ids:
-            return 0
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return 0
-            query, params = ("SELECT id, collection_id, chunk_count FROM bunko.documents "
-                             "WHERE tenant_id = %s AND uid = ANY(%s)"), [tenant_pk, ids]
-            if collection is not None:
-                query += " AND collection_id = %s"
-                params.append(self._collection_row(conn, tenant_pk, collection)[0])
-            rows = conn.execute(query + " FOR UPDATE", params).fetchall()
-            for doc_pk, collection_pk, _ in rows:
-                removed, tokens = self._delete_chunks(conn, "tenant_id = %s AND document_id = %s", (tenant_pk, doc_pk))
-                conn.execute("DELETE FROM bunko.documents WHERE tenant_id = %s AND id = %s", (tenant_pk, doc_pk))
-                self._count(conn, tenant_pk, collection_pk, -1, -removed, -tokens)
-        return len(rows)
-
-    # -- chunks and vectors -----------------------------------------------------------------
-    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
-        """Insert or update records that carry vectors; ids are generated when missing (R14)."""
-        if not records:
-            return []
-        for record in records:
-            if record.vector is None:
-                raise VectorStoreError("upsert needs a vector on every record; embed the content first")
-        ids = [r.id or new_id() for r in records]
-        if len(set(ids)) != len(ids):
-            raise VectorStoreError("upsert got the same id twice in one call")
-        vectors = np.asarray([r.vector for r in records], dtype=np.float32)
-        analyzer = self._analyzer(collection)
-        keywords = [_keyword_columns(analyzer, r.content) for r in records]
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            _same_analyzer(row[10], analyzer, collection)
-            collection_pk, dim = int(row[0]), int(row[5])
-            if vectors.ndim != 2 or vectors.shape[1] != dim:
-                raise DimensionMismatchError(
-                    f"collection {collection!r} holds {dim}-dimensional vectors; got {vectors.shape[-1]} dimensions"
-                )
-            if not np.all(np.isfinite(vectors)):
-                raise VectorStoreError("vectors contain NaN or infinite values")
-            doc_pks: dict[str, int] = {}
-            for record in records:
-                if record.document_id and record.document_id not in doc_pks:
-                    found = conn.execute(
-                        "SELECT id FROM bunko.documents WHERE tenant_id = %s AND collection_id = %s AND uid = %s",
-                        (tenant_pk, collection_pk, record.document_id),
-                    ).fetchone()
-                    if found is None:
-                        raise DocumentNotFoundError(
-                            f"document {record.document_id!r} does not exist in collection {collection!r}"
-                        )
-                    doc_pks[record.document_id] = int(found[0])
-            removed, removed_tokens = self._delete_chunks(
-                conn, "tenant_id = %s AND collection_id = %s AND uid = ANY(%s)", (tenant_pk, collection_pk, ids))
-            rows = [(ids[i], tenant_pk, collection_pk, doc_pks.get(r.document_id or ""), None,
-                     int(r.metadata.get("chunk_index", 0)), 0, len(r.content), 0, r.content, Jsonb(r.metadata),
-                     vectors[i], *keywords[i]) for i, r in enumerate(records)]
-            self._copy_chunks(conn, rows)
-            self._count(conn, tenant_pk, collection_pk, 0, len(records) - removed,
-                        sum(k[1] for k in keywords) - removed_tokens)
-        return ids
-
-    def delete(self, collection: str, ids: Sequence[str]) -> int:
-        """Delete chunks by id; returns how many existed in this tenant's collection."""
-        if not ids:
-            return 0
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            removed, tokens = self._delete_chunks(conn, "tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
-                                                  (tenant_pk, row[0], [str(i) for i in ids]))
-            self._count(conn, tenant_pk, row[0], 0, -removed, -tokens)
-        return int(removed)
-
-    def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """The stored vectors of these chunks of this tenant's collection (unknown ids are left out)."""
-        if not chunk_ids:
-            return {}
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            rows = conn.execute(
-                "SELECT uid, embedding FROM bunko.chunks WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
-                (tenant_pk, row[0], [str(i) for i in chunk_ids]),
-            ).fetchall()
-        return {uid: np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
-                for uid, vector in rows}
-
-    def count(self, collection: str, *, filter: FilterLike = None) -> int:
-        """Number of chunks in a collection (that pass ``filter``, if given)."""
-        flt = as_filter(filter)
-        if flt is None:
-            return self.get_collection(collection).chunk_count
-        where, params = compile_postgres(flt)
-        with self._tx() as (conn, tenant_pk):
-            row = self._collection_row(conn, tenant_pk, collection)
-            return int(conn.execute(
-                f"SELECT count(*) FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s AND c.collection_id = %s "
-                f"AND {where}", [tenant_pk, row[0], *params],
-            ).fetchone()[0])
-
     # -- search ---------------------------------------------------------------------------
     def query(
         self,
@@ -749,22 +481,20 @@ class PostgresVectorStore:
         filter: FilterLike = None,
     ) -> list[SearchHit]:
         """Top-k by cosine similarity, best first; restricted to ``document_ids`` and ``filter`` if given (R21)."""
-        top_k = _check_top_k(top_k)
+        top_k = check_top_k(top_k)
         q = check_query_vector(vector)
         flt = as_filter(filter)
-        with self._tx() as (conn, tenant_pk):
+        with self.session() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
             collection_pk, dim, total = int(row[0]), int(row[5]), int(row[8])
-            if q.shape[0] != dim:
-                raise DimensionMismatchError(
-                    f"collection {collection!r} holds {dim}-dimensional vectors; got {q.shape[0]} dimensions"
-                )
+            check_dimension(dim, q.shape[0], collection)
             plan = self.plan(conn, tenant_pk, collection_pk, dim, total, top_k, document_ids, flt)
             ranked = plan.run(conn, q)
             if threshold is not None:
                 ranked = [(pk, s) for pk, s in ranked if s >= threshold]
             self.last_plan = plan.strategy
-            return _fetch_hits(conn, tenant_pk, ranked, include_content)
+            return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
 
     def plan(self, conn: Any, tenant_pk: int, collection_pk: int, dim: int, total: int, top_k: int,
              document_ids: Sequence[str] | None, flt: Filter | None = None) -> _Plan:
@@ -824,10 +554,11 @@ class PostgresVectorStore:
         ``document_ids`` and ``filter`` restrict the matches; BM25's document frequencies are the
         collection's.
         """
-        top_k = _check_top_k(top_k)
+        top_k = check_top_k(top_k)
         flt = as_filter(filter)
-        with self._tx() as (conn, tenant_pk):
+        with self.session() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
             # The query is analyzed as the collection's chunks were, and sent as a tsquery literal:
             # user text is never parsed as tsquery syntax.
             phrases = get_analyzer(row[10]).query_phrases(query)
@@ -866,101 +597,7 @@ class PostgresVectorStore:
                      settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
                      tenant_pk, *restrict_params, top_k],
                 ).fetchall()
-            return _fetch_hits(conn, tenant_pk, [(r[0], float(r[1])) for r in ranked], True)
-
-    # -- usage records, search logs and conversations --------------------------------------
-    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
-        items = list(events)
-        if not items:
-            return
-        with self._tx(create=True) as (conn, tenant_pk), conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO bunko.usage_records (tenant_id, user_id, operation, provider, model, input_tokens, "
-                "output_tokens, latency_ms, items, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens), int(e.output_tokens),
-                  float(e.latency_ms), int(e.items), Jsonb(e.metadata)) for e in items],
-            )
-
-    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
-        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            where, params = "tenant_id = %s", [tenant_pk]
-            if since is not None:
-                where += " AND created_at >= %s"
-                params.append(utc(since))
-            rows = conn.execute(
-                "SELECT operation, provider, model, count(*), sum(input_tokens), sum(output_tokens), sum(items), "
-                f"sum(latency_ms) FROM bunko.usage_records WHERE {where} GROUP BY operation, provider, model "
-                "ORDER BY operation, provider, model",
-                params,
-            ).fetchall()
-        totals: dict[tuple[str, str, str], UsageTotal] = {}
-        for row in rows:
-            add_usage(totals, row)
-        return list(totals.values())
-
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
-                   user_id: str | None = None) -> None:
-        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
-        with self._tx(create=True) as (conn, tenant_pk):
-            conn.execute(
-                "INSERT INTO bunko.search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
-                "search_type) VALUES (%s, %s, %s, %s, %s, %s)",
-                (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type),
-            )
-
-    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            rows = conn.execute(
-                "SELECT query, result_count, search_time_ms, search_type, created_at FROM bunko.search_logs "
-                "WHERE tenant_id = %s ORDER BY id DESC LIMIT %s",
-                (tenant_pk, int(limit)),
-            ).fetchall()
-        return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
-                 "created_at": r[4].isoformat()} for r in rows]
-
-    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
-        """Append turns to one of this tenant's conversations (created on first use)."""
-        check_conversation_id(conversation_id)
-        items = check_turns(turns)
-        if not items:
-            return
-        with self._tx(create=True) as (conn, tenant_pk), conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO bunko.conversation_turns (tenant_id, conversation_id, role, content, metadata) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                [(tenant_pk, conversation_id, t.role, t.content, Jsonb(t.metadata)) for t in items],
-            )
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
-        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
-        check_conversation_id(conversation_id)
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            rows = conn.execute(
-                "SELECT role, content, metadata, created_at FROM bunko.conversation_turns "
-                "WHERE tenant_id = %s AND conversation_id = %s ORDER BY id DESC LIMIT %s",
-                (tenant_pk, conversation_id, limit),
-            ).fetchall()
-        return [ConversationTurn(r[0], r[1], dict(r[2]), r[3].isoformat()) for r in reversed(rows)]
-
-    def delete_conversation(self, conversation_id: str) -> int:
-        """Delete a conversation; returns how many turns it had."""
-        check_conversation_id(conversation_id)
-        with self._tx() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return 0
-            return conn.execute(
-                "DELETE FROM bunko.conversation_turns WHERE tenant_id = %s AND conversation_id = %s",
-                (tenant_pk, conversation_id),
-            ).rowcount
+            return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked], True)
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:
@@ -1106,33 +743,9 @@ class _Plan:
             fetch = min(self.total, fetch * 4)
 
 
-def _fetch_hits(conn: Any, tenant_pk: int, ranked: list[tuple[int, float]], include_content: bool) -> list[SearchHit]:
-    if not ranked:
-        return []
-    rows = conn.execute(
-        "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
-        "coalesce(d.metadata, '{}'::jsonb), c.start_offset, c.end_offset, c.token_count, d.chunk_count "
-        "FROM bunko.chunks c LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id "
-        "WHERE c.tenant_id = %s AND c.id = ANY(%s)",
-        (tenant_pk, [pk for pk, _ in ranked]),
-    ).fetchall()
-    by_id = {r[0]: r for r in rows}
-    hits = []
-    for pk, score in ranked:
-        r = by_id.get(pk)
-        if r is None:
-            continue
-        hits.append(make_hit(r, score, r[7], r[6], include_content))
-    return hits
-
 
 # Metadata filters read the chunk as c and its document as d.
 _DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
-
-_COLLECTION_SELECT = (
-    "SELECT id, name, description, embedding_provider, embedding_model, dimension, created_at, document_count, "
-    "chunk_count, config, analyzer, keyword_tokens FROM bunko.collections"
-)
 
 
 def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int]:
@@ -1140,17 +753,7 @@ def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int]:
     tokens = analyzer.index_tokens(content)
     return tsvector_literal(tokens), len(tokens)
 
-_DOC_SELECT = (
-    "SELECT d.uid, d.source, d.chunk_count, d.metadata, d.content_hash, d.created_at, d.version "
-    "FROM bunko.documents d WHERE d.tenant_id = %s"
-)
-
-
-def _doc_info(row: tuple) -> DocumentInfo:
-    return DocumentInfo(row[0], row[1], int(row[2]), dict(row[3]), row[4], row[5].isoformat(), int(row[6]))
-
 
 def open_postgres(url: str) -> PostgresBackend:
     """Open a ``postgresql://`` URL as a backend (migrating the schema if needed)."""
     return PostgresBackend(url)
-

@@ -1,0 +1,225 @@
+"""The HTTP server's records over any :class:`~bunko.stores.sql.store.SQLBackend`, written once.
+
+API keys and rate-limit windows are looked up before a tenant is known (the key names it), so
+they run in a transaction bound to no tenant; jobs and erasure are tenant data and run in the
+tenant store's own scoped transactions. See :mod:`bunko.stores.service` for the records' rules.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any
+
+from ...errors import ConfigError, DocumentNotFoundError, VectorStoreError
+from ..base import VectorStore
+from ..service import APIKey, Erasure, Job, check_user_id, conversation_prefix, hash_key, new_api_key
+from .store import SQLBackend, SQLStore
+
+_JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, status, chunk_count, processing_time_ms, "
+                "error_code, error, metadata, lease_until, created_at, updated_at")
+_KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
+_ABANDONED = ("JOB_ABANDONED", "processing stopped: the server worker handling this upload exited before it "
+              "finished (restart or crash); upload the file again")
+_USER_TABLES = ("jobs", "search_logs", "usage_records")
+
+
+class SQLServiceRecords:
+    """API keys, rate windows, jobs and erasure in a SQL backend (implements ``ServiceRecords``)."""
+
+    def __init__(self, backend: SQLBackend) -> None:
+        self.backend = backend
+        self._d = backend.dialect
+
+    # -- not tenant-bound: keys and rate windows ------------------------------------------------
+    def _run(self, conn: Any, statement: str, params: tuple[Any, ...] = ()) -> Any:
+        return conn.execute(self._d.sql(statement), params)
+
+    def _key(self, row: Any) -> APIKey:
+        return APIKey(int(row[0]), row[1], row[2], row[3], bool(row[4]), self._d.time_out(row[5]), row[6] is not None)
+
+    def _scoped(self, store: VectorStore) -> SQLStore:
+        """The store as this backend's SQL store of the same tenant."""
+        if isinstance(store, SQLStore) and store.backend is self.backend:
+            return store
+        return self.backend.for_tenant(store.tenant)
+
+    def create_tenant(self, tenant: str) -> bool:
+        """Register a tenant; False if it already existed."""
+        existed = self.tenant_exists(tenant)
+        with self.backend.for_tenant(tenant).session(create=True):
+            pass
+        return not existed
+
+    def tenant_exists(self, tenant: str) -> bool:
+        """Whether the tenant is registered (or has data)."""
+        with self.backend.for_tenant(tenant).session() as (_, tenant_pk):
+            return tenant_pk is not None
+
+    def create_api_key(self, tenant: str, user_id: str | None = None, *, admin: bool = False) -> tuple[str, APIKey]:
+        """A new key for an existing tenant: (the key, shown once; its record)."""
+        if user_id is not None:
+            check_user_id(user_id)
+        if not self.tenant_exists(tenant):
+            raise ConfigError(f"tenant {tenant!r} does not exist; create it with `bunko admin tenants create`")
+        key = new_api_key()
+        with self.backend.transaction(None, None, write=True) as conn:
+            row = self._run(conn, "INSERT INTO api_keys (key_hash, prefix, tenant, user_id, admin) "
+                                  f"VALUES (?, ?, ?, ?, ?) RETURNING {_KEY_COLUMNS}",
+                            (hash_key(key), key[:8], tenant, user_id, bool(admin))).fetchone()
+        return key, self._key(row)
+
+    def authenticate(self, api_key: str) -> APIKey | None:
+        """The record of a valid, unrevoked key, or None."""
+        digest = hash_key(api_key)
+        with self.backend.transaction(None, None, write=False) as conn:
+            row = self._run(conn, f"SELECT {_KEY_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?",
+                            (digest,)).fetchone()
+        if row is None or row[6] is not None or not hmac.compare_digest(row[7], digest):
+            return None
+        return self._key(row)
+
+    def revoke_api_key(self, key_id: int) -> bool:
+        """Revoke a key; False if there was no such key."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            return int(self._run(conn, "UPDATE api_keys SET revoked_at = {now} WHERE id = ? AND revoked_at IS NULL",
+                                 (key_id,)).rowcount) > 0
+
+    def list_api_keys(self, tenant: str) -> list[APIKey]:
+        """The keys of a tenant (without the keys themselves)."""
+        with self.backend.transaction(None, None, write=False) as conn:
+            rows = self._run(conn, f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE tenant = ? ORDER BY id",
+                             (tenant,)).fetchall()
+        return [self._key(r) for r in rows]
+
+    def hit(self, key_id: int, window_start: int) -> int:
+        """Count one request of a key in a window; returns the window's count so far."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            count = int(self._run(
+                conn, "INSERT INTO rate_windows (key_id, window_start, hits) VALUES (?, ?, 1) ON CONFLICT "
+                      "(key_id, window_start) DO UPDATE SET hits = rate_windows.hits + 1 RETURNING hits",
+                (key_id, window_start)).fetchone()[0])
+            if count == 1:  # a new window: forget the old ones of this key
+                self._run(conn, "DELETE FROM rate_windows WHERE key_id = ? AND window_start < ?",
+                          (key_id, window_start))
+        return count
+
+    # -- tenant data: jobs and erasure ----------------------------------------------------------
+    def _job(self, row: Any) -> Job:
+        d = self._d
+        return Job(row[0], row[1], row[2], int(row[3]), row[4], row[5], row[6], int(row[7]),
+                   None if row[8] is None else float(row[8]), row[9], row[10], dict(d.json_out(row[11]) or {}),
+                   float(row[12]), d.time_out(row[13]), d.time_out(row[14]))
+
+    def create_job(self, store: VectorStore, job: Job) -> None:
+        """Record a new job in the store's tenant."""
+        scoped = self._scoped(store)
+        with scoped.session(create=True) as (conn, tenant_pk):
+            scoped.run(conn, "INSERT INTO jobs (uid, tenant_id, collection, filename, file_size, mime_type, user_id, "
+                             "status, metadata, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (job.id, tenant_pk, job.collection, job.filename, job.file_size, job.mime_type, job.user_id,
+                        job.status, self._d.json_in(job.metadata), job.lease_until))
+
+    def _fail_abandoned(self, scoped: SQLStore) -> None:
+        """Fail the tenant's processing jobs whose lease ran out (their worker died)."""
+        with scoped.session(write=True) as (conn, tenant_pk):
+            scoped.run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, updated_at = {now} "
+                             "WHERE tenant_id = ? AND status = 'processing' AND lease_until < ?",
+                       (*_ABANDONED, tenant_pk, time.time()))
+
+    def get_job(self, store: VectorStore, job_id: str) -> Job:
+        """A job of the store's tenant, or ``DocumentNotFoundError``; a job whose worker died is failed first."""
+        scoped = self._scoped(store)
+        for _ in range(2):
+            with scoped.session() as (conn, tenant_pk):
+                row = None if tenant_pk is None else scoped.run(
+                    conn, f"SELECT {_JOB_COLUMNS} FROM jobs WHERE tenant_id = ? AND uid = ?",
+                    (tenant_pk, job_id)).fetchone()
+            if row is None:
+                raise DocumentNotFoundError(f"document {job_id!r} does not exist in tenant {store.tenant!r}")
+            job = self._job(row)
+            if job.status != "processing" or job.lease_until >= time.time():
+                return job
+            self._fail_abandoned(scoped)
+        return job
+
+    def list_jobs(self, store: VectorStore) -> list[Job]:
+        """All jobs of the store's tenant, oldest first (dead workers' jobs failed first)."""
+        scoped = self._scoped(store)
+        with scoped.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            abandoned = scoped.run(conn, "SELECT 1 FROM jobs WHERE tenant_id = ? AND status = 'processing' "
+                                         "AND lease_until < ? LIMIT 1", (tenant_pk, time.time())).fetchone()
+        if abandoned is not None:
+            self._fail_abandoned(scoped)
+        with scoped.session() as (conn, tenant_pk):
+            rows = scoped.run(conn, f"SELECT {_JOB_COLUMNS} FROM jobs WHERE tenant_id = ? ORDER BY id",
+                              (tenant_pk,)).fetchall()
+        return [self._job(r) for r in rows]
+
+    def renew_job(self, store: VectorStore, job_id: str, lease_until: float) -> None:
+        """Extend a processing job's lease."""
+        scoped = self._scoped(store)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            scoped.run(conn, "UPDATE jobs SET lease_until = ? WHERE tenant_id = ? AND uid = ? "
+                             "AND status = 'processing'",
+                       (lease_until, tenant_pk, job_id))
+
+    def finish_job(self, store: VectorStore, job_id: str, status: str, *, chunk_count: int = 0,
+                   processing_time_ms: float | None = None, error_code: str | None = None,
+                   error: str | None = None) -> bool:
+        """Set a processing job's final state; False if the job no longer exists (erased meanwhile)."""
+        if status not in ("completed", "failed"):
+            raise VectorStoreError(f"a job ends completed or failed, not {status!r}")
+        scoped = self._scoped(store)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            return int(scoped.run(
+                conn, "UPDATE jobs SET status = ?, chunk_count = ?, processing_time_ms = ?, error_code = ?, error = ?, "
+                      "updated_at = {now} WHERE tenant_id = ? AND uid = ?",
+                (status, chunk_count, processing_time_ms, error_code, error, tenant_pk, job_id)).rowcount) > 0
+
+    def delete_jobs(self, store: VectorStore, job_ids: list[str]) -> int:
+        """Delete jobs of the store's tenant; returns how many existed."""
+        if not job_ids:
+            return 0
+        scoped = self._scoped(store)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            listed, params = self._d.any("uid", job_ids)
+            return int(scoped.run(conn, f"DELETE FROM jobs WHERE tenant_id = ? AND {listed}",
+                                  (tenant_pk, *params)).rowcount)
+
+    def erase_user(self, store: VectorStore, user_id: str) -> Erasure:
+        """Delete a user's documents (with chunks and vectors), jobs, search logs, usage records, conversations."""
+        check_user_id(user_id)
+        scoped = self._scoped(store)
+        with scoped.session() as (conn, tenant_pk):
+            document_ids = [] if tenant_pk is None else [r[0] for r in scoped.run(
+                conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND user_id = ?", (tenant_pk, user_id))]
+        erasure = Erasure(documents=scoped.delete_documents(document_ids) if document_ids else 0)
+        prefix = conversation_prefix(user_id)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return erasure
+            counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ? AND user_id = ?",
+                                     (tenant_pk, user_id)).rowcount) for table in _USER_TABLES]
+            erasure.jobs, erasure.search_logs, erasure.usage_records = counts
+            erasure.conversation_turns = int(scoped.run(
+                conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND substr(conversation_id, 1, ?) = ?",
+                (tenant_pk, len(prefix), prefix)).rowcount)
+        return erasure
+
+    def erase_tenant(self, store: VectorStore) -> Erasure:
+        """Delete all data of the store's tenant (its keys stay valid)."""
+        scoped = self._scoped(store)
+        collections = scoped.list_collections()
+        erasure = Erasure(documents=sum(c.document_count for c in collections), collections=len(collections))
+        for collection in collections:
+            scoped.delete_collection(collection.name)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return erasure
+            counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
+                      for table in (*_USER_TABLES, "conversation_turns")]
+            erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
+        return erasure

@@ -1,0 +1,660 @@
+"""The SQL core: one tenant-bound store class, written once, above the backend seam.
+
+:class:`SQLStore` implements every part of the store contract that is the same SQL on
+every database -- collections, documents and their versions, write planning, upsert
+validation, hit hydration, usage records, search logs and conversations -- through a
+:class:`~bunko.stores.sql.dialect.Dialect`. A backend subclasses it and supplies only what
+really differs (see the ``_`` hooks below): how chunks are inserted and deleted with their
+keyword index, vector and keyword ranking, and index upkeep. :class:`SQLBackend` is the
+matching base of a database: transactions that bind a tenant, and the server's records.
+
+Isolation (R15): a store is bound to one tenant; every statement here filters by the
+tenant's row id, which :meth:`SQLStore.session` resolves inside the transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...analysis import Analyzer, get_analyzer
+from ...errors import (
+    AnalyzerMismatchError,
+    CollectionNotFoundError,
+    DimensionMismatchError,
+    DocumentNotFoundError,
+    EmbedderMismatchError,
+    VectorStoreError,
+)
+from ...filters import FilterLike, as_filter
+from ...types import (
+    Collection,
+    ConversationTurn,
+    DocumentInfo,
+    EmbedderInfo,
+    IngestResult,
+    SearchHit,
+    UsageEvent,
+    UsageTotal,
+    VectorRecord,
+    new_id,
+)
+from ..base import (
+    DocumentWrite,
+    add_usage,
+    check_analyzer,
+    check_conversation_id,
+    check_turns,
+    make_hit,
+    utc,
+)
+from .dialect import Dialect
+from .plan import PlannedWrite, StoredDocument, plan_writes
+
+if TYPE_CHECKING:
+    from ..service import ServiceRecords
+
+MAX_TOP_K = 1000
+_NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
+
+# A chunk to insert: (uid, document row id, version row id, chunk_index, start, end, token_count,
+# content, metadata). Vectors and the analyzed keyword payloads travel beside, in the same order.
+ChunkRow = tuple[str, int | None, int | None, int, int, int, int, str, dict[str, Any]]
+
+# Metadata filters read the chunk as c and its document as d.
+DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
+
+
+def check_name(kind: str, name: str) -> str:
+    """A tenant or collection name as given, or ``VectorStoreError``."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise VectorStoreError(
+            f"invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_top_k(top_k: int) -> int:
+    """``top_k`` as given, or ``VectorStoreError`` unless it is an integer from 1 to 1000."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
+        raise VectorStoreError(f"top_k must be an integer from 1 to {MAX_TOP_K}; got {top_k!r}")
+    return top_k
+
+
+def check_dimension(expected: int, got: int, collection: str) -> None:
+    """Refuse vectors whose dimension is not the collection's."""
+    if expected != got:
+        raise DimensionMismatchError(
+            f"collection {collection!r} holds {expected}-dimensional vectors; got {got} dimensions"
+        )
+
+
+def same_analyzer(recorded: str, analyzer: Analyzer, collection: str) -> None:
+    """Refuse a write analyzed with another analyzer than the collection records now."""
+    if recorded != analyzer.name:  # the collection was dropped and re-created while we analyzed
+        raise AnalyzerMismatchError(f"collection {collection!r} now uses the {recorded!r} analyzer; write again")
+
+
+def checked_vectors(collection: str, dim: int, document: DocumentWrite) -> np.ndarray:
+    """A document's vectors as float32, one finite row of the collection's dimension per chunk."""
+    if not document.chunks:
+        return np.zeros((0, dim), dtype=np.float32)
+    vectors = np.asarray(document.vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(document.chunks):
+        raise VectorStoreError(
+            f"document {document.source!r}: {len(document.chunks)} chunks but vectors of shape {vectors.shape}"
+        )
+    check_dimension(dim, vectors.shape[1], collection)
+    if not np.all(np.isfinite(vectors)):
+        raise VectorStoreError("vectors contain NaN or infinite values")
+    return vectors
+
+
+class SQLBackend(ABC):
+    """A SQL database that hands out tenant-bound :class:`SQLStore` s and serves the server's records."""
+
+    scheme: str
+    url: str
+    dialect: Dialect
+
+    @abstractmethod
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *,
+                    write: bool) -> AbstractContextManager[Any]:
+        """A connection inside one transaction, bound to ``tenant`` (None: no tenant's data is visible).
+
+        Driver errors come out as ``VectorStoreError``.
+        """
+
+    def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
+        """Tell the open transaction which tenant row it works on (for databases that check it)."""
+        return None
+
+    @abstractmethod
+    def for_tenant(self, tenant: str) -> SQLStore:
+        """A store bound to ``tenant``; the only way to reach data."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and caches."""
+
+    def service_records(self) -> ServiceRecords:
+        """The HTTP server's records (API keys, rate windows, jobs, erasure) in this database."""
+        from .service import SQLServiceRecords
+
+        return SQLServiceRecords(self)
+
+
+class SQLStore:
+    """The store contract over a SQL database, bound to one tenant. Backends subclass it."""
+
+    # Columns of a collection row; a backend may select more after these (see _collection_extra).
+    _COLLECTION_COLUMNS = ("id, name, description, embedding_provider, embedding_model, dimension, created_at, "
+                           "document_count, chunk_count, config, analyzer")
+    _collection_extra = ""
+    # How a document row reports its chunk count.
+    _document_chunks = "d.chunk_count"
+    # Whether hit hydration also names the collection. Planners differ: SQLite's then looks the rows
+    # up by its (tenant, collection, id) index and otherwise scans the tenant's; PostgreSQL's would
+    # scan the collection instead of using the primary key.
+    _hydrate_by_collection = False
+
+    def __init__(self, backend: SQLBackend, tenant: str) -> None:
+        self._backend = backend
+        self._tenant = tenant
+        self._tenant_id: int | None = None  # the tenant's row id, once a transaction that saw it committed
+        self._d = backend.dialect
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this store is bound to (read-only)."""
+        return self._tenant
+
+    @property
+    def backend(self) -> SQLBackend:
+        """The database this store reads and writes."""
+        return self._backend
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(tenant={self._tenant!r}, backend={self._backend!r})"
+
+    # -- scope: every statement runs inside one of these ---------------------------------------
+    @contextmanager
+    def session(self, *, write: bool = False, create: bool = False) -> Iterator[tuple[Any, int | None]]:
+        """A transaction scoped to this tenant: (connection, the tenant's row id or None if it has no data).
+
+        ``create`` registers the tenant if it is missing (and implies ``write``).
+        """
+        known = self._tenant_id
+        pk = known
+        with self._backend.transaction(self._tenant, known, write=write or create) as conn:
+            if pk is None:
+                pk = self._find_tenant(conn, create)
+                if pk is not None:
+                    self._backend.bind_tenant(conn, pk)
+            yield conn, pk
+        if known is None and pk is not None:  # only a committed row id is remembered
+            self._tenant_id = pk
+
+    def run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> Any:
+        """Execute a core statement (``?`` placeholders, unqualified tables) in this backend's dialect."""
+        return conn.execute(self._d.sql(statement), params)
+
+    def run_many(self, conn: Any, statement: str, rows: list[Sequence[Any]]) -> None:
+        """Execute a core statement once per row of parameters."""
+        if rows:
+            self._d.executemany(conn, self._d.sql(statement), rows)
+
+    def _find_tenant(self, conn: Any, create: bool) -> int | None:
+        row = self.run(conn, "SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
+        if row is None and create:
+            self.run(conn, "INSERT INTO tenants (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (self._tenant,))
+            row = self.run(conn, "SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _collection_row(self, conn: Any, tenant_pk: int | None, name: str) -> Any:
+        """A collection's row in this tenant, or ``CollectionNotFoundError``."""
+        row = None
+        if tenant_pk is not None:
+            row = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM collections "
+                                 "WHERE tenant_id = ? AND name = ?", (tenant_pk, name)).fetchone()
+        if row is None:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+        return row
+
+    def _collection(self, row: Any) -> Collection:
+        return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
+                          dimension=int(row[5]), created_at=self._d.time_out(row[6]), document_count=int(row[7]),
+                          chunk_count=int(row[8]), config=self._d.json_out(row[9]), analyzer=row[10])
+
+    def _count_documents(self, conn: Any, tenant_pk: int, collection_pk: int, delta: int) -> None:
+        if delta:
+            self.run(conn, "UPDATE collections SET document_count = document_count + ? WHERE tenant_id = ? AND id = ?",
+                     (delta, tenant_pk, collection_pk))
+
+    def _analyzer(self, collection: str) -> Analyzer:
+        """The analyzer a collection records (fixed at creation)."""
+        return get_analyzer(self.get_collection(collection).analyzer)
+
+    # -- what a backend supplies ----------------------------------------------------------------
+    def _keywords(self, analyzer: Analyzer, content: str) -> Any:
+        """A chunk's analyzed keyword payload, computed before the write transaction opens."""
+        raise NotImplementedError
+
+    def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
+                       vectors: np.ndarray, keywords: list[Any]) -> None:
+        """Insert chunks with their vectors and keyword index, and add them to the collection's counters."""
+        raise NotImplementedError
+
+    def _delete_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, *,
+                       document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
+        """Delete a collection's chunks of these documents (or with these ids) with their keyword index,
+        take them off the collection's counters; returns how many there were."""
+        raise NotImplementedError
+
+    def _drop_collection(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
+        """Remove what deleting the collection's row does not cascade to (called before that delete)."""
+
+    def _forget_collection(self, collection_pk: int) -> None:
+        """Drop what this process keeps about a deleted collection (after the commit)."""
+
+    def _record_versions(self, conn: Any, tenant_pk: int,
+                         written: list[tuple[int, PlannedWrite, DocumentWrite]]) -> list[int | None]:
+        """Record a version row per written (document row id, plan, document); their ids, or None each."""
+        return [None] * len(written)
+
+    def _after_write(self, collection_pk: int, chunk_count: int) -> None:
+        """Upkeep after a committed write (an index build, say); must not raise into the write."""
+
+    def _collection_settings(self) -> dict[str, Any]:
+        """Extra columns a new collection row records (index parameters, say)."""
+        return {}
+
+    # -- capabilities every store has (the backend may do more) ---------------------------------
+    @contextmanager
+    def bulk_load(self, collection: str) -> Iterator[None]:
+        """Many writes to ``collection`` follow; a backend may defer index upkeep to the end."""
+        yield
+
+    def build_index(self, collection: str) -> str | None:
+        """Build the collection's vector index if this backend keeps one; its name, or None."""
+        self.get_collection(collection)
+        return None
+
+    # -- collections ----------------------------------------------------------------------------
+    def ensure_collection(self, name: str, embedder: EmbedderInfo, description: str = "",
+                          config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
+        """Return the collection, creating it for this embedder and analyzer if missing; refuse others."""
+        check_name("collection", name)
+        analyzer_name = get_analyzer(analyzer).name  # an unknown name fails before anything is written
+        extra = self._collection_settings()
+        columns = "".join(f", {c}" for c in extra)
+        marks = ", ?" * len(extra)
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run(conn, "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
+                           f"embedding_model, dimension, analyzer, config{columns}) "
+                           f"VALUES (?, ?, ?, ?, ?, ?, ?, ?{marks}) "
+                           "ON CONFLICT (tenant_id, name) DO NOTHING",
+                     (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
+                      analyzer_name, self._d.json_in(config or {}), *extra.values()))
+            collection = self._collection(self._collection_row(conn, tenant_pk, name))
+        if collection.embedder != embedder:
+            raise EmbedderMismatchError(
+                f"collection {name!r} was built with {collection.embedding_provider}:{collection.embedding_model} "
+                f"({collection.dimension} dimensions); the embedder in use is {embedder.provider}:{embedder.model} "
+                f"({embedder.dimension} dimensions). Use the same embedder, or another collection"
+            )
+        check_analyzer(collection, analyzer)
+        return collection
+
+    def get_collection(self, name: str) -> Collection:
+        """The collection, or ``CollectionNotFoundError``."""
+        with self.session() as (conn, tenant_pk):
+            return self._collection(self._collection_row(conn, tenant_pk, name))
+
+    def list_collections(self) -> list[Collection]:
+        """This tenant's collections, by name."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS} FROM collections WHERE tenant_id = ? "
+                                  "ORDER BY name", (tenant_pk,)).fetchall()
+        return [self._collection(r) for r in rows]
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with all its documents, chunks and vectors."""
+        with self.session(write=True) as (conn, tenant_pk):
+            collection_pk = int(self._collection_row(conn, tenant_pk, name)[0])
+            assert tenant_pk is not None
+            self._drop_collection(conn, tenant_pk, collection_pk)
+            self.run(conn, "DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
+        self._forget_collection(collection_pk)
+
+    # -- documents ------------------------------------------------------------------------------
+    def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
+        """Store a document and its chunks atomically; replace an older one with the same source."""
+        return self.write_documents(collection, [document])[0]
+
+    def write_documents(self, collection: str, documents: Sequence[DocumentWrite]) -> list[IngestResult]:
+        """Store several documents in one transaction, each replacing an older one with its source.
+
+        A fixed number of statements per batch, whatever its size: one lookup of the stored
+        sources, one delete of replaced chunks, one update and one insert of document rows, and
+        one bulk insert of the chunks. One commit per batch is what makes bulk ingest fast.
+        """
+        started = time.perf_counter()
+        # Analysis (possibly morphological, so slow) runs before the transaction opens.
+        analyzer = self._analyzer(collection)
+        keywords = [[self._keywords(analyzer, c.content) for c in d.chunks] for d in documents]
+        d = self._d
+        with self.session(write=True) as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
+            same_analyzer(row[10], analyzer, collection)
+            collection_pk, dim = int(row[0]), int(row[5])
+            vectors = [checked_vectors(collection, dim, document) for document in documents]
+            listed, params = d.any("source", [doc.source for doc in documents])
+            existing = {
+                r[0]: StoredDocument(int(r[1]), r[2], r[3], int(r[4]), int(r[5]))
+                for r in self.run(conn, "SELECT source, id, uid, content_hash, chunk_count, version FROM documents "
+                                        f"WHERE tenant_id = ? AND collection_id = ? AND {listed}{d.for_update}",
+                                  (tenant_pk, collection_pk, *params))
+            }
+            plans = plan_writes(existing, documents)
+            replaced = [p for p in plans if p.status == "replaced"]
+            created = [p for p in plans if p.status == "created"]
+            doc_pks: dict[int, int] = {p.position: p.pk for p in replaced if p.pk is not None}
+            if replaced:
+                # A new version of a document: same id, old chunks out, new chunks in, in this transaction.
+                self._delete_chunks(conn, tenant_pk, collection_pk, document_pks=list(doc_pks.values()))
+                self.run_many(conn, "UPDATE documents SET content_hash = ?, metadata = ?, chunk_count = ?, "
+                                    "version = ?, updated_at = {now} WHERE tenant_id = ? AND id = ?",
+                              [(documents[p.position].content_hash, d.json_in(documents[p.position].metadata),
+                                p.chunk_count, p.version, tenant_pk, p.pk) for p in replaced])
+            if created:
+                self.run_many(conn, "INSERT INTO documents (uid, tenant_id, collection_id, source, content_hash, "
+                                    "metadata, chunk_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              [(p.uid, tenant_pk, collection_pk, documents[p.position].source,
+                                documents[p.position].content_hash, d.json_in(documents[p.position].metadata),
+                                p.chunk_count) for p in created])
+                listed, params = d.any("uid", [p.uid for p in created])
+                pk_by_uid = {uid: int(pk) for uid, pk in self.run(
+                    conn, f"SELECT uid, id FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *params))}
+                doc_pks.update((p.position, pk_by_uid[p.uid]) for p in created)
+                self._count_documents(conn, tenant_pk, collection_pk, len(created))
+            written = [p for p in plans if p.status != "unchanged"]
+            version_pks = self._record_versions(
+                conn, tenant_pk, [(doc_pks[p.position], p, documents[p.position]) for p in written])
+            rows: list[ChunkRow] = []
+            flat_keywords: list[Any] = []
+            for plan, version_pk in zip(written, version_pks, strict=True):
+                doc_pk = doc_pks[plan.position]
+                rows.extend((c.id, doc_pk, version_pk, c.index, c.start, c.end, c.token_count, c.content, c.metadata)
+                            for c in documents[plan.position].chunks)
+                flat_keywords.extend(keywords[plan.position])
+            if rows:
+                block = np.concatenate([vectors[p.position] for p in written]) if len(written) > 1 \
+                    else vectors[written[0].position]
+                self._insert_chunks(conn, tenant_pk, collection_pk, rows, block, flat_keywords)
+            total = int(self.run(conn, "SELECT chunk_count FROM collections WHERE tenant_id = ? AND id = ?",
+                                 (tenant_pk, collection_pk)).fetchone()[0])
+        self._after_write(collection_pk, total)
+        elapsed = (time.perf_counter() - started) * 1000
+        return [IngestResult(p.uid, documents[p.position].source, p.chunk_count, p.status, version=p.version,
+                             processing_time_ms=elapsed / max(1, len(plans))) for p in plans]
+
+    def _document_select(self) -> str:
+        return (f"SELECT d.uid, d.source, {self._document_chunks}, d.metadata, d.content_hash, d.created_at, "
+                "d.version FROM documents d WHERE d.tenant_id = ?")
+
+    def _document(self, row: Any) -> DocumentInfo:
+        return DocumentInfo(row[0], row[1], int(row[2]), self._d.json_out(row[3]), row[4], self._d.time_out(row[5]),
+                            int(row[6]))
+
+    def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
+        """The document stored under ``source``, or None (also when the collection is missing)."""
+        with self.session() as (conn, tenant_pk):
+            try:
+                collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            except CollectionNotFoundError:
+                return None
+            found = self.run(conn, self._document_select() + " AND d.collection_id = ? AND d.source = ?",
+                             (tenant_pk, collection_pk, source)).fetchone()
+        return None if found is None else self._document(found)
+
+    def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
+        """Documents of a collection, oldest first."""
+        with self.session() as (conn, tenant_pk):
+            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            rows = self.run(conn, self._document_select() + " AND d.collection_id = ? ORDER BY d.id LIMIT ? OFFSET ?",
+                            (tenant_pk, collection_pk, self._d.limit(limit), int(offset))).fetchall()
+        return [self._document(r) for r in rows]
+
+    def get_document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
+        """One document of this tenant, or ``DocumentNotFoundError``."""
+        with self.session() as (conn, tenant_pk):
+            found = None
+            if tenant_pk is not None:
+                query, params = self._document_select() + " AND d.uid = ?", [tenant_pk, document_id]
+                if collection is not None:
+                    query += " AND d.collection_id = ?"
+                    params.append(self._collection_row(conn, tenant_pk, collection)[0])
+                found = self.run(conn, query, params).fetchone()
+        if found is None:
+            raise DocumentNotFoundError(f"document {document_id!r} does not exist in tenant {self._tenant!r}")
+        return self._document(found)
+
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents (and their chunks); returns how many existed in this tenant."""
+        ids = [str(i) for i in document_ids]
+        if not ids:
+            return 0
+        d = self._d
+        with self.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return 0
+            listed, listed_params = d.any("uid", ids)
+            query, params = f"SELECT id, collection_id FROM documents WHERE tenant_id = ? AND {listed}", \
+                [tenant_pk, *listed_params]
+            if collection is not None:
+                query += " AND collection_id = ?"
+                params.append(self._collection_row(conn, tenant_pk, collection)[0])
+            rows = self.run(conn, query + d.for_update, params).fetchall()
+            by_collection: dict[int, list[int]] = {}
+            for doc_pk, collection_pk in rows:
+                by_collection.setdefault(int(collection_pk), []).append(int(doc_pk))
+            for collection_pk, doc_pks in by_collection.items():
+                self._delete_chunks(conn, tenant_pk, collection_pk, document_pks=doc_pks)
+                listed, listed_params = d.any("id", doc_pks)
+                self.run(conn, f"DELETE FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *listed_params))
+                self._count_documents(conn, tenant_pk, collection_pk, -len(doc_pks))
+        return len(rows)
+
+    # -- chunks and vectors ---------------------------------------------------------------------
+    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing (R14)."""
+        if not records:
+            return []
+        for record in records:
+            if record.vector is None:
+                raise VectorStoreError("upsert needs a vector on every record; embed the content first")
+        ids = [r.id or new_id() for r in records]
+        if len(set(ids)) != len(ids):
+            raise VectorStoreError("upsert got the same id twice in one call")
+        vectors = np.asarray([r.vector for r in records], dtype=np.float32)
+        analyzer = self._analyzer(collection)
+        keywords = [self._keywords(analyzer, r.content) for r in records]
+        with self.session(write=True) as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            assert tenant_pk is not None
+            same_analyzer(row[10], analyzer, collection)
+            collection_pk = int(row[0])
+            check_dimension(int(row[5]), vectors.shape[1] if vectors.ndim == 2 else -1, collection)
+            if not np.all(np.isfinite(vectors)):
+                raise VectorStoreError("vectors contain NaN or infinite values")
+            doc_pks: dict[str, int] = {}
+            for record in records:
+                if record.document_id and record.document_id not in doc_pks:
+                    found = self.run(conn, "SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? "
+                                           "AND uid = ?", (tenant_pk, collection_pk, record.document_id)).fetchone()
+                    if found is None:
+                        raise DocumentNotFoundError(
+                            f"document {record.document_id!r} does not exist in collection {collection!r}"
+                        )
+                    doc_pks[record.document_id] = int(found[0])
+            self._delete_chunks(conn, tenant_pk, collection_pk, uids=ids)
+            rows: list[ChunkRow] = [
+                (ids[i], doc_pks.get(r.document_id or ""), None, int(r.metadata.get("chunk_index", 0)), 0,
+                 len(r.content), 0, r.content, r.metadata) for i, r in enumerate(records)]
+            self._insert_chunks(conn, tenant_pk, collection_pk, rows, vectors, keywords)
+        return ids
+
+    def delete(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection."""
+        if not ids:
+            return 0
+        with self.session(write=True) as (conn, tenant_pk):
+            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
+            assert tenant_pk is not None
+            return self._delete_chunks(conn, tenant_pk, collection_pk, uids=[str(i) for i in ids])
+
+    def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of these chunks of this tenant's collection (unknown ids are left out)."""
+        if not chunk_ids:
+            return {}
+        d = self._d
+        with self.session() as (conn, tenant_pk):
+            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            listed, params = d.any("uid", [str(i) for i in chunk_ids])
+            rows = self.run(conn, f"SELECT uid, embedding FROM chunks WHERE tenant_id = ? AND collection_id = ? "
+                                  f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall()
+        return {uid: d.vector_out(vector) for uid, vector in rows}
+
+    def count(self, collection: str, *, filter: FilterLike = None) -> int:
+        """Number of chunks in a collection (that pass ``filter``, if given)."""
+        flt = as_filter(filter)
+        where, params = self._d.compile_filter(flt) if flt is not None else ("", [])
+        with self.session() as (conn, tenant_pk):
+            row = self._collection_row(conn, tenant_pk, collection)
+            if flt is None:
+                return int(row[8])
+            return int(self.run(conn, f"SELECT count(*) FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? "
+                                      f"AND c.collection_id = ? AND {where}",
+                                (tenant_pk, row[0], *params)).fetchone()[0])
+
+    # -- search results -------------------------------------------------------------------------
+    def _hits(self, conn: Any, tenant_pk: int, collection_pk: int, ranked: Sequence[tuple[int, float]],
+              include_content: bool = True) -> list[SearchHit]:
+        """Search hits for ranked (chunk row id, score) pairs of a collection, in that order; rows gone
+        meanwhile are left out."""
+        if not ranked:
+            return []
+        d = self._d
+        listed, params = d.any("c.id", [int(pk) for pk, _ in ranked])
+        scope, scope_params = "c.tenant_id = ?", [tenant_pk]
+        if self._hydrate_by_collection:
+            scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", [tenant_pk, collection_pk]
+        rows = self.run(
+            conn,
+            "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
+            "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count "
+            f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}",
+            (*scope_params, *params),
+        ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        hits = []
+        for pk, score in ranked:
+            r = by_id.get(int(pk))
+            if r is not None:
+                hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]),
+                                     include_content))
+        return hits
+
+    # -- usage records, search logs and conversations ------------------------------------------
+    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
+        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
+        items = list(events)
+        if not items:
+            return
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run_many(conn, "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, "
+                                "input_tokens, output_tokens, latency_ms, items, metadata) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
+                            int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
+                           for e in items])
+
+    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            where, params = "tenant_id = ?", [tenant_pk]
+            if since is not None:
+                where += " AND created_at >= ?"
+                params.append(self._d.time_in(utc(since)))
+            rows = self.run(conn, "SELECT operation, provider, model, count(*), sum(input_tokens), sum(output_tokens), "
+                                  f"sum(items), sum(latency_ms) FROM usage_records WHERE {where} "
+                                  "GROUP BY operation, provider, model ORDER BY operation, provider, model",
+                            params).fetchall()
+        totals: dict[tuple[str, str, str], UsageTotal] = {}
+        for row in rows:
+            add_usage(totals, row)
+        return list(totals.values())
+
+    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
+                   user_id: str | None = None) -> None:
+        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run(conn, "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
+                           "search_type) VALUES (?, ?, ?, ?, ?, ?)",
+                     (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type))
+
+    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """This tenant's latest searches, newest first."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = self.run(conn, "SELECT query, result_count, search_time_ms, search_type, created_at "
+                                  "FROM search_logs WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
+                            (tenant_pk, int(limit))).fetchall()
+        return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
+                 "created_at": self._d.time_out(r[4])} for r in rows]
+
+    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to one of this tenant's conversations (created on first use)."""
+        check_conversation_id(conversation_id)
+        items = check_turns(turns)
+        if not items:
+            return
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run_many(conn, "INSERT INTO conversation_turns (tenant_id, conversation_id, role, content, metadata) "
+                                "VALUES (?, ?, ?, ?, ?)",
+                          [(tenant_pk, conversation_id, t.role, t.content, self._d.json_in(t.metadata)) for t in items])
+
+    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        check_conversation_id(conversation_id)
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = self.run(conn, "SELECT role, content, metadata, created_at FROM conversation_turns "
+                                  "WHERE tenant_id = ? AND conversation_id = ? ORDER BY id DESC LIMIT ?",
+                            (tenant_pk, conversation_id, self._d.limit(limit))).fetchall()
+        return [ConversationTurn(r[0], r[1], self._d.json_out(r[2]), self._d.time_out(r[3])) for r in reversed(rows)]
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        """Delete a conversation; returns how many turns it had."""
+        check_conversation_id(conversation_id)
+        with self.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return 0
+            return int(self.run(conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND conversation_id = ?",
+                                (tenant_pk, conversation_id)).rowcount)
