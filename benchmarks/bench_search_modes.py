@@ -59,12 +59,7 @@ def run_backend(url: str, documents: list, queries: list[str], vectors: np.ndarr
         store = backend.for_tenant("bench")
         store.ensure_collection("bench", INFO)
         started = time.perf_counter()
-        bulk = getattr(store, "bulk_load", None)
-        if bulk is not None:
-            with bulk("bench"):
-                for batch in ingest_batches(documents):
-                    store.write_documents("bench", batch)
-        else:
+        with store.bulk_load("bench"):
             for batch in ingest_batches(documents):
                 store.write_documents("bench", batch)
         load_s = time.perf_counter() - started

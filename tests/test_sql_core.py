@@ -145,7 +145,7 @@ class _RenamedBackend(SQLiteBackend):
     scheme = "bunkotest"
 
 
-def _open_renamed(url: str) -> StoreBackend:
+def _open_renamed(url: str, settings: object = None) -> StoreBackend:
     return _RenamedBackend(url.removeprefix("bunkotest://"))
 
 

@@ -459,3 +459,17 @@ def test_tsvector_literals_keep_any_token_exactly(pg_url: str) -> None:
             assert conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, tsquery_literal([phrase]))).fetchone()[0]
         assert not conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, tsquery_literal([("水", "x\\y", "a:b")]))
                                 ).fetchone()[0]
+
+
+def test_the_engine_hands_its_postgres_settings_to_the_backend(pg_url: str, embedder, tmp_path) -> None:
+    # A [postgres] section in a file given with config= (not ./bunko.toml, not the environment)
+    # reaches the backend the engine opens.
+    from bunko import Bunko
+
+    config = tmp_path / "elsewhere.toml"
+    config.write_text("[postgres]\nef_search = 77\nhnsw_min_rows = 123\n", encoding="utf-8")
+    with Bunko(pg_url, embedder=embedder, config=config) as engine:
+        settings = engine.backend.settings  # type: ignore[attr-defined]
+        assert (settings.ef_search, settings.hnsw_min_rows) == (77, 123)
+    with Bunko(pg_url, embedder=embedder) as engine:
+        assert engine.backend.settings.ef_search == PostgresSettings().ef_search  # type: ignore[attr-defined]

@@ -689,7 +689,8 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     from .config import Settings
 
     obj = ctx.find_root().obj
-    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **limits)
+    overrides: dict[str, Any] = dict(limits)
+    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **overrides)
     shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
     stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "

@@ -136,7 +136,7 @@ class Bunko:
         self.settings = Settings.resolve(database_url, home=home, config=config,
                                          embedder=embedder if isinstance(embedder, str) else None,
                                          llm=llm if isinstance(llm, str) else None, **settings)
-        self.backend: StoreBackend = open_backend(self.settings.database_url)
+        self.backend: StoreBackend = open_backend(self.settings.database_url, self.settings)
         self._embedder = None if isinstance(embedder, str) else embedder
         metering.install(self._embedder)
         # A Splitter instance is used as is; a name or spec picks the splitter of new collections

@@ -246,7 +246,7 @@ class Passage:
 
 
 def _sentences(line: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for piece in _SENTENCE_RE.findall(line):
         out.extend(p.strip() for p in _EN_SPLIT_RE.split(piece) if p.strip())
     return out

@@ -30,7 +30,7 @@ from typing import Any
 from .errors import BunkoError
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
-from .stores.base import DocumentWrite, VectorStore
+from .stores.base import DocumentWrite
 from .types import Document, IngestResult
 
 # Documents are written in transactions of about this many chunks (or documents): one commit
@@ -131,11 +131,11 @@ async def run(manager: IndexManager, items: Sequence[IngestItem], *, progress: I
     started = time.perf_counter()
     await asyncio.to_thread(manager.check_collection)  # another analyzer or splitter: fail before loading
     runner = _Runner(manager, progress, max(1, workers))
-    store = manager.vector_store
-    context = _bulk_context(store, manager.collection) if bulk else None
-    if context is None:
+    if not bulk:
         await runner.run(items)
     else:
+        # A backend without a bulk mode (SQLite) gives a context that does nothing.
+        context = manager.vector_store.bulk_load(manager.collection)
         await asyncio.to_thread(context.__enter__)
         try:
             await runner.run(items)
@@ -145,12 +145,6 @@ async def run(manager: IndexManager, items: Sequence[IngestItem], *, progress: I
     report.documents.sort(key=lambda r: runner.order.get(r.source, len(runner.order)))
     report.elapsed_ms = (time.perf_counter() - started) * 1000
     return report
-
-
-def _bulk_context(store: VectorStore, collection: str) -> Any:
-    # Not every backend has a bulk mode (the store protocol leaves it optional).
-    bulk_load = getattr(store, "bulk_load", None)
-    return None if bulk_load is None else bulk_load(collection)
 
 
 class _Runner:

@@ -132,5 +132,4 @@ def install(target: Any) -> None:
 
 def store_kind(store: Any) -> str:
     """The backend a store runs on (``sqlite``, ``postgresql``), the ``provider`` of search and upsert records."""
-    backend = getattr(store, "_backend", None)
-    return str(getattr(backend, "scheme", "") or type(store).__name__)
+    return str(store.kind)

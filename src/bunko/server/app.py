@@ -145,7 +145,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         except Exception as exc:
             logger.warning("readiness check failed: %s", exc)
             raise Problem(503, "STORE_UNAVAILABLE", "the store does not answer") from None
-        return schemas.Health(status="ready", store=getattr(state.engine.backend, "scheme", None))
+        return schemas.Health(status="ready", store=state.engine.backend.scheme)
 
     app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)  # type: ignore[arg-type]
     return app

@@ -47,24 +47,24 @@ class UserStore:
 
     def record_usage(self, events: Any) -> None:
         """Record usage for this tenant and the key's user."""
-        self._store.record_usage(events, user_id=self._user_id)  # type: ignore[call-arg]
+        self._store.record_usage(events, user_id=self._user_id)
 
     def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
         """Log a search for this tenant and the key's user."""
-        self._store.log_search(query, result_count, search_time_ms, search_type,  # type: ignore[call-arg]
+        self._store.log_search(query, result_count, search_time_ms, search_type,
                                user_id=self._user_id)
 
     def append_turns(self, conversation_id: str, turns: Any) -> None:
         """Append turns to a conversation of the key's namespace."""
-        self._store.append_turns(self._prefix + conversation_id, turns)  # type: ignore[attr-defined]
+        self._store.append_turns(self._prefix + conversation_id, turns)
 
     def conversation(self, conversation_id: str, limit: int | None = None) -> Any:
         """Turns of a conversation of the key's namespace."""
-        return self._store.conversation(self._prefix + conversation_id, limit)  # type: ignore[attr-defined]
+        return self._store.conversation(self._prefix + conversation_id, limit)
 
     def delete_conversation(self, conversation_id: str) -> int:
         """Delete a conversation of the key's namespace."""
-        return self._store.delete_conversation(self._prefix + conversation_id)  # type: ignore[attr-defined]
+        return self._store.delete_conversation(self._prefix + conversation_id)
 
 
 @dataclass(slots=True)

@@ -143,8 +143,9 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         errors = [{"loc": [str(p) for p in e.get("loc", ())], "message": str(e.get("msg", "")),
                    "kind": str(e.get("type", ""))} for e in exc.errors()]
-        first = errors[0] if errors else {"loc": [], "message": "invalid request"}
-        detail = f"{'.'.join(first['loc'])}: {first['message']}" if first["loc"] else first["message"]
+        loc = errors[0]["loc"] if errors else []
+        message = str(errors[0]["message"]) if errors else "invalid request"
+        detail = f"{'.'.join(loc)}: {message}" if loc else message
         return Problem(422, "VALIDATION_ERROR", detail, extra={"errors": errors}).response()
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:

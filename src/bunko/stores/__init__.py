@@ -9,13 +9,18 @@ the whole store contract, the HTTP server's records included.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..registry import Registry
 from .base import ChunkWrite, DocumentWrite, RecordStore, StoreBackend, VectorStore
 from .sqlite import SQLiteBackend, SQLiteVectorStore, open_sqlite
 
-BackendOpener = Callable[[str], StoreBackend]
-# Openers by URL scheme; an opener takes the whole URL.
+if TYPE_CHECKING:
+    from ..config import Settings
+
+# An opener takes the whole URL and the engine's settings (None: resolve them itself).
+BackendOpener = Callable[[str, "Settings | None"], StoreBackend]
+# Openers by URL scheme.
 BACKENDS: Registry[StoreBackend] = Registry("store backend", "bunko.backends")
 
 
@@ -29,22 +34,30 @@ def available_backends() -> list[str]:
     return BACKENDS.names()
 
 
-def open_backend(url: str) -> StoreBackend:
-    """Open the backend for a database URL (``sqlite:///path``; a bare path means SQLite)."""
+def open_backend(url: str, settings: Settings | None = None) -> StoreBackend:
+    """Open the backend for a database URL (``sqlite:///path``; a bare path means SQLite).
+
+    ``settings`` is the engine's settings tree; a backend takes its own section from it
+    (``settings.postgres``). Without it the backend resolves the settings itself.
+    """
     scheme, sep, _ = url.partition("://")
     if not sep:
         return open_sqlite(url)
-    return BACKENDS.get(scheme.split("+", 1)[0].lower())(url)
+    return BACKENDS.get(scheme.split("+", 1)[0].lower())(url, settings)
 
 
-def _open_postgres(url: str) -> StoreBackend:
+def _open_sqlite(url: str, settings: Settings | None = None) -> StoreBackend:
+    return open_sqlite(url)
+
+
+def _open_postgres(url: str, settings: Settings | None = None) -> StoreBackend:
     # Imported on use: psycopg and pgvector are the optional "postgres" extra.
     from .postgres import open_postgres
 
-    return open_postgres(url)
+    return open_postgres(url, None if settings is None else settings.postgres)
 
 
-register_backend("sqlite", open_sqlite)
+register_backend("sqlite", _open_sqlite)
 register_backend("postgresql", _open_postgres)
 register_backend("postgres", _open_postgres)
 

@@ -71,7 +71,7 @@ def check_analyzer(collection: Collection, analyzer: str | None) -> None:
         )
 
 
-def check_query_vector(vector: Sequence[float]) -> np.ndarray:
+def check_query_vector(vector: Sequence[float] | np.ndarray) -> np.ndarray:
     """A query vector as a flat float32 array; NaN or infinite values are refused."""
     q = np.asarray(vector, dtype=np.float32).ravel()
     if not np.all(np.isfinite(q)):
@@ -142,6 +142,11 @@ class VectorStore(RecordStore, Protocol):
     @property
     def tenant(self) -> str:
         """The tenant this store is bound to (read-only)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The kind of database behind this store (its backend's URL scheme: ``sqlite``, ``postgresql``)."""
         ...
 
     # Collections (R3)
@@ -219,7 +224,7 @@ class VectorStore(RecordStore, Protocol):
     def query(
         self,
         collection: str,
-        vector: Sequence[float],
+        vector: Sequence[float] | np.ndarray,
         top_k: int = 5,
         *,
         threshold: float | None = None,

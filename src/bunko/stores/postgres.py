@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
+from ..config import PostgresSettings
 from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
 from ..types import SearchHit
@@ -71,7 +72,6 @@ logger = logging.getLogger(__name__)
 
 # The backend's tuning knobs (pool, HNSW, search paths, keyword ranking) are the [postgres]
 # section of the settings tree: ``BUNKO_PG_<KEY>`` or ``[postgres] <key>`` in bunko.toml.
-from ..config import PostgresSettings  # noqa: E402
 
 
 def _one(conn: Any, query: str) -> Any:
@@ -472,7 +472,7 @@ class PostgresVectorStore(SQLStore):
     def query(
         self,
         collection: str,
-        vector: Sequence[float],
+        vector: Sequence[float] | np.ndarray,
         top_k: int = 5,
         *,
         threshold: float | None = None,
@@ -754,6 +754,6 @@ def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int]:
     return tsvector_literal(tokens), len(tokens)
 
 
-def open_postgres(url: str) -> PostgresBackend:
+def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:
     """Open a ``postgresql://`` URL as a backend (migrating the schema if needed)."""
-    return PostgresBackend(url)
+    return PostgresBackend(url, settings=settings)

@@ -573,7 +573,7 @@ class SQLiteVectorStore(SQLStore):
     def query(
         self,
         collection: str,
-        vector: Sequence[float],
+        vector: Sequence[float] | np.ndarray,
         top_k: int = 5,
         *,
         threshold: float | None = None,

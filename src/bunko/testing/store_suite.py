@@ -326,7 +326,8 @@ class StoreConformance:
         assert [(d.id, d.chunks, d.version) for d in docs] == [(first.id, 3, 2)]  # same document, new version
         contents = {h.content for h in store.query("c", unit_vectors(1, 13)[0], 10)}
         assert contents == {"new one", "new two", "new three"}
-        assert store.find_by_source("c", "a.txt").content_hash == "h2"
+        stored = store.find_by_source("c", "a.txt")
+        assert stored is not None and stored.content_hash == "h2"
         assert store.find_by_source("c", "b.txt") is None
 
     def test_batch_write_is_all_or_nothing(self, backend: StoreBackend) -> None:
@@ -450,6 +451,7 @@ class StoreConformance:
         store = backend.for_tenant("acme")
         vectors = write_filter_fixture(store, "f")
         a = store.find_by_source("f", "a.pdf")
+        assert a is not None
         hits = store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"page_number": {"$gte": 2}})
         assert [_label(h) for h in hits] == ["a2", "a3"]
         assert store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"kind": "text"}) == []

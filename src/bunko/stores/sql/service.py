@@ -40,7 +40,7 @@ class SQLServiceRecords:
 
     def _scoped(self, store: VectorStore) -> SQLStore:
         """The store as this backend's SQL store of the same tenant."""
-        if isinstance(store, SQLStore) and store.backend is self.backend:
+        if isinstance(store, SQLStore) and store.served_by(self.backend):
             return store
         return self.backend.for_tenant(store.tenant)
 

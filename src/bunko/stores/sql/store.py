@@ -178,9 +178,16 @@ class SQLStore:
         return self._tenant
 
     @property
-    def backend(self) -> SQLBackend:
-        """The database this store reads and writes."""
-        return self._backend
+    def kind(self) -> str:
+        """The kind of database behind this store (its backend's URL scheme)."""
+        return self._backend.scheme
+
+    def served_by(self, backend: SQLBackend) -> bool:
+        """Whether this store reads and writes through ``backend``.
+
+        The backend itself is not handed out: it opens any tenant, and a store is bound to one.
+        """
+        return self._backend is backend
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(tenant={self._tenant!r}, backend={self._backend!r})"
