@@ -15,15 +15,33 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from .errors import EmbeddingError, UnknownProviderError
 from .registry import Registry
 from .types import EmbedderInfo, UsageEvent
+
+T = TypeVar("T")
+
+
+async def gather_or_cancel(coroutines: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run ``coroutines`` together and return their results in order.
+
+    When one fails the others are cancelled (and awaited) before the error propagates, so a
+    failed embedding request does not leave the rest running and billed.
+    """
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 @runtime_checkable
@@ -171,14 +189,7 @@ class BaseEmbedder:
             async with gate:
                 return await self._run_batch(batch, query)
 
-        tasks = [asyncio.ensure_future(run(batch)) for batch in batches[1:]]
-        try:
-            rest = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:  # one batch failed: stop the others instead of paying for them
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        rest = await gather_or_cancel([run(batch) for batch in batches[1:]])
         return [first, *rest]
 
     async def embed(self, text: str) -> list[float]:

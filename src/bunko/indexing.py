@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import detect_language, get_analyzer
-from .embedders import BaseEmbedder, embedder_info
+from .embedders import BaseEmbedder, embedder_info, gather_or_cancel
 from .errors import BunkoError, CollectionNotFoundError, ConfigError, EmbeddingError, PreprocessingError
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
@@ -234,15 +234,7 @@ class IndexManager:
                 progress(done)
             return vectors
 
-        tasks = [asyncio.ensure_future(one(start)) for start in range(0, len(texts), size)]
-        try:
-            parts = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:  # one request failed: stop the others instead of paying for them
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        return np.concatenate(parts)
+        return np.concatenate(await gather_or_cancel([one(start) for start in range(0, len(texts), size)]))
 
     def normalize(self, document: Document) -> tuple[str, list[tuple[int, int, dict[str, Any]]]]:
         """The normalised text, and where each part (page, section) lies in it.
