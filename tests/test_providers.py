@@ -256,14 +256,13 @@ def test_500s_are_retried_and_max_retries_is_configurable(server: OpenAIFake) ->
 
 
 def test_timeout_is_a_typed_error(server: OpenAIFake) -> None:
+    # Each answer comes only after the client's timeout; had the timeout not fired, the call would succeed.
     server.fail(Reply(delay=1.0), Reply(delay=1.0))
-    started = time.perf_counter()
     with pytest.raises(LLMTimeoutError) as info:
         asyncio.run(chat(server, timeout=0.2, max_retries=1).complete(MESSAGES))
     assert isinstance(info.value, ProviderTimeout) and info.value.code == "LLM_TIMEOUT"
     assert "0.2s" in str(info.value)
     assert len(server.requests) == 2
-    assert time.perf_counter() - started < 1.5
 
 
 def test_auth_failure_is_not_retried_and_never_shows_the_key(server: OpenAIFake) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from itertools import pairwise
 
 import pytest
@@ -336,18 +335,14 @@ def test_english_chunks_end_with_period() -> None:
     assert not any(c.content[0] in ". " for c in chunks)
 
 
-# -- performance -------------------------------------------------------------------------
+# -- large and pathological inputs (their speed is measured in benchmarks/bench_splitters.py) ----
 
 
-def test_one_megabyte_splits_quickly() -> None:
-    """1 MB of mixed text splits well under a second (no quadratic concatenation)."""
+def test_one_megabyte_splits_into_exact_slices() -> None:
+    """1 MB of mixed text splits into chunks that are exact slices of it."""
     block = "今日は晴れです。明日は雨でしょう。The quick brown fox jumps over the lazy dog. " * 12 + "\n\n"
     text = block * (1_000_000 // len(block) + 1)
-    splitter = RecursiveCharacterSplitter()
-    t0 = time.perf_counter()
-    chunks = splitter.split(text)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, elapsed
+    chunks = RecursiveCharacterSplitter().split(text)
     assert len(chunks) > 1000
     assert all(text[c.start : c.end] == c.content for c in chunks[:: max(1, len(chunks) // 50)])
 
@@ -357,11 +352,9 @@ def test_one_megabyte_splits_quickly() -> None:
     ["a" + " " * 300_000 + "b", "." * 300_000, "。" * 300_000, "\n。" * 150_000, " \t" * 150_000 + "x"],
     ids=["spaces", "dots", "maru", "newline-maru", "mixed-space"],
 )
-def test_pathological_inputs_stay_linear(text: str) -> None:
-    """Long runs of one separator or punctuation do not trigger quadratic scans."""
-    t0 = time.perf_counter()
+def test_pathological_inputs_split_within_bounds(text: str) -> None:
+    """Long runs of one separator or punctuation still give bounded, overlapping, exact chunks."""
     chunks = RecursiveCharacterSplitter().split(text)
-    assert time.perf_counter() - t0 < 1.0
     check_invariants(text, chunks, 512, 64)
 
 
