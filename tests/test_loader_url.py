@@ -436,17 +436,16 @@ def test_oversize_body_is_refused(server: Server) -> None:
 
 
 def test_slow_server_times_out(server: Server) -> None:
-    started = time.monotonic()
+    # The answer comes 2 s after the request: without the 0.3 s timeout the load would succeed.
     with pytest.raises(FetchError, match="timed out"):
         load_url(server.url("/slow"), LoadOptions(), policy=_allow("127.0.0.1", timeout=0.3))
-    assert time.monotonic() - started < 1.5
 
 
 def test_trickling_body_hits_the_overall_deadline(server: Server) -> None:
-    started = time.monotonic()
+    # Each byte arrives well inside the timeout, but the whole body takes 20 s: only the overall
+    # deadline can stop it, and without it the load would succeed.
     with pytest.raises(FetchError, match="timed out"):
         load_url(server.url("/trickle"), LoadOptions(), policy=_allow("127.0.0.1", timeout=0.4))
-    assert time.monotonic() - started < 1.0
 
 
 def test_disallowed_content_type_is_refused(server: Server) -> None:
