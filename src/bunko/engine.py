@@ -63,6 +63,7 @@ from .ingest import (
 )
 from .llm import get_llm
 from .loaders import LoadOptions
+from .loaders.url import FetchPolicy
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
@@ -320,7 +321,7 @@ class Tenant:
         stored whole or not at all, so an interrupted run leaves only whole documents behind
         and running again finishes it.
         """
-        items, skipped = path_items(paths, options)
+        items, skipped = path_items(paths, options, FetchPolicy.from_settings(self._engine.settings))
         report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
                                           analyzer=analyzer, workers=workers, bulk=True)
         report.skipped[:0] = skipped

@@ -30,6 +30,7 @@ from typing import Any
 from .errors import BunkoError
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
+from .loaders.url import FetchPolicy
 from .stores.base import DocumentWrite
 from .types import Document, IngestResult
 
@@ -99,19 +100,22 @@ class IngestReport:
         }
 
 
-def load_url(url: str, options: LoadOptions) -> list[Document]:
+def load_url(url: str, options: LoadOptions, policy: FetchPolicy | None = None) -> list[Document]:
     """Fetch and load a URL (through the SSRF guard of ``loaders.url``)."""
     from .loaders.url import load_url as fetch
 
-    return fetch(url, options)
+    return fetch(url, options, policy=policy)
 
 
-def path_items(paths: Iterable[str | os.PathLike[str]],
-               options: LoadOptions | None = None) -> tuple[list[IngestItem], list[Skipped]]:
-    """Items for files, folders (walked) and http(s) URLs, and the paths left out with why."""
+def path_items(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | None = None,
+               policy: FetchPolicy | None = None) -> tuple[list[IngestItem], list[Skipped]]:
+    """Items for files, folders (walked) and http(s) URLs, and the paths left out with why.
+
+    URLs are fetched under ``policy`` (None: the default policy with the settings' allow-list).
+    """
     options = options or LoadOptions()
     found, skipped = discover(paths)
-    items = [IngestItem(str(item), partial(load_url, item, options) if isinstance(item, str)
+    items = [IngestItem(str(item), partial(load_url, item, options, policy) if isinstance(item, str)
                         else partial(load_path, item, options)) for item in found]
     return items, skipped
 

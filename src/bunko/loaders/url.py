@@ -42,13 +42,16 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..analysis import detect_language
 from ..errors import BlockedURLError, CorruptDocumentError, EncodingDetectionError, FetchError, LoaderError
 from ..types import Document
 from . import LoadOptions
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "FetchPolicy", "FetchedResponse", "check_address", "fetch", "load_url"]
 
@@ -76,8 +79,9 @@ class FetchPolicy:
     """Limits and exceptions for fetching URLs.
 
     ``allow_hosts`` holds host names (exact, case-insensitive), IP addresses or CIDR
-    networks that may be fetched even though they are not public; it is combined with
-    ``BUNKO_FETCH_ALLOW_HOSTS``. ``verify`` is passed to httpx (``False`` or an
+    networks that may be fetched even though they are not public. Without a policy, fetching
+    uses :meth:`from_settings` (``BUNKO_FETCH_ALLOW_HOSTS``, ``[fetch] allow_hosts``); the engine
+    passes one built from its own settings. ``verify`` is passed to httpx (``False`` or an
     ``ssl.SSLContext`` for a private CA).
     """
 
@@ -88,6 +92,14 @@ class FetchPolicy:
     allow_hosts: frozenset[str] = frozenset()
     user_agent: str = field(default_factory=_default_user_agent)
     verify: bool | ssl.SSLContext = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> FetchPolicy:
+        """The default policy with the ``[fetch] allow_hosts`` of ``settings`` (resolved now if None)."""
+        from ..config import Settings
+
+        resolved = settings if settings is not None else Settings.resolve()
+        return cls(allow_hosts=frozenset(resolved.fetch.allow_hosts))
 
 
 @dataclass(slots=True)
@@ -132,7 +144,7 @@ def fetch(url: str, policy: FetchPolicy | None = None, *, max_bytes: int | None 
     """GET ``url`` following the safety rules above; returns the final response's body."""
     import httpx
 
-    policy = policy or FetchPolicy()
+    policy = policy or FetchPolicy.from_settings()
     names, networks = _allow_rules(policy.allow_hosts)
     limit = min(policy.max_bytes, max_bytes) if max_bytes else policy.max_bytes
     deadline = time.monotonic() + policy.timeout
@@ -384,14 +396,8 @@ def _normalize_name(name: str) -> str:
     return name
 
 
-def _allow_rules(extra: Iterable[str]) -> tuple[frozenset[str], tuple[Any, ...]]:
-    """Allowed host names and networks from the policy and the settings' ``[fetch] allow_hosts``.
-
-    (``BUNKO_FETCH_ALLOW_HOSTS``, else ``bunko.toml``; see :mod:`bunko.config`.)
-    """
-    from ..config import Settings
-
-    entries = [*extra, *Settings.resolve().fetch.allow_hosts]
+def _allow_rules(entries: Iterable[str]) -> tuple[frozenset[str], tuple[Any, ...]]:
+    """Allowed host names and networks from a policy's ``allow_hosts``."""
     names: set[str] = set()
     networks: list[Any] = []
     for entry in entries:

@@ -38,6 +38,12 @@ class DateRange(_Model):
                               description="metadata date field (default created_at)")
 
 
+def checked_filter(spec: dict[str, Any] | None) -> None:
+    """Refuse a metadata filter with NUL characters (no store can hold them) as a ``FilterError``."""
+    if spec is not None and "\x00" in json.dumps(spec):
+        raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+
+
 class Restriction(_Model):
     """Where to search: documents, a metadata filter (see docs/FILTERS.md), file types, a date range."""
 
@@ -50,8 +56,7 @@ class Restriction(_Model):
 
     def options(self) -> dict[str, Any]:
         """The restriction and ranking as options of :class:`bunko.requests.SearchRequest`."""
-        if self.filter is not None and "\x00" in json.dumps(self.filter):
-            raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+        checked_filter(self.filter)
         since = until = date_field = None
         if self.dateRange is not None:
             since, until, date_field = self.dateRange.start, self.dateRange.end, self.dateRange.field
@@ -168,8 +173,7 @@ class VectorQuery(_Model):
 
     def to_request(self, collection: str) -> requests.QueryRequest:
         """The engine's query of ``collection``."""
-        if self.filter is not None and "\x00" in json.dumps(self.filter):
-            raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+        checked_filter(self.filter)
         return requests.QueryRequest(collection=collection, vector=self.vector, text=self.text, top_k=self.topK,
                                      threshold=self.threshold, filter=self.filter, document_ids=self.documentIds,
                                      include_content=self.includeContent)
