@@ -26,7 +26,7 @@ from ..config import Settings
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
-from . import problems, schemas
+from . import problems, schemas, webapp
 from .jobs import JobRunner
 from .problems import Problem
 from .routes import router
@@ -131,6 +131,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     )
     problems.install(app)
     app.include_router(router)
+    app.include_router(webapp.router)  # the web app at / (static files inside the package)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:

@@ -52,7 +52,7 @@ def _stored_info(document: StoredDocument, collection: str) -> schemas.DocumentI
     return schemas.DocumentInfo(id=document.id, filename=str(meta.get("filename") or document.source),
                                 fileSize=int(meta.get("filesize") or 0), chunkCount=document.chunks,
                                 uploadedAt=document.created_at, status="completed", collection=collection,
-                                metadata=meta)
+                                metadata=meta, version=document.version)
 
 
 def _safe_filename(name: str | None) -> str:
@@ -246,10 +246,12 @@ async def list_documents(
     def gather() -> list[schemas.DocumentInfo]:
         jobs = state.records.list_jobs(caller.store)
         items = [_job_info(j) for j in jobs]
-        known = {j.id for j in jobs}
+        known = {item.id: item for item in items}
         for c in caller.store.list_collections():
             for document in caller.store.list_documents(c.name):
-                if document.id not in known:
+                if document.id in known:
+                    known[document.id].version = document.version
+                else:
                     items.append(_stored_info(document, c.name))
         return items
 

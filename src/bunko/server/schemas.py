@@ -209,6 +209,8 @@ class DocumentInfo(BaseModel):
     processingTime: float | None = None
     error: DocumentError | None = None
     metadata: dict[str, Any]
+    version: int | None = Field(None, description="the stored version (1, then one more per changed re-upload); "
+                                "none while the first version is processing")
 
 
 class UploadResponse(BaseModel):
