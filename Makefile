@@ -6,11 +6,12 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_DB := sqlite:///$(CURDIR)/.bunko/demo.db
 DEMO_QUESTION ?= 水は何日分備蓄すればいいですか？
 
-.PHONY: demo test lint bench bench-postgres bench-ingest clean help
+.PHONY: demo test test-browser lint bench bench-postgres bench-ingest clean help
 
 help:
 	@echo "make demo   ingest examples/docs and ask one question (prints a cited answer)"
 	@echo "make test   run the whole test suite"
+	@echo "make test-browser  only the web app's tests in Chromium (installs nothing; they skip without chromium)"
 	@echo "make lint   ruff over src, tests and benchmarks; mypy over src"
 	@echo "make bench  embedded-store benchmark at 10k and 100k chunks"
 	@echo "make bench-postgres  PostgreSQL benchmark at 100k chunks (starts its own server)"
@@ -32,6 +33,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Runs only the browser tests and installs nothing: no venv bootstrap, no browser download.
+test-browser:
+	@test -x $(BIN)/python || { echo "no $(VENV) yet: run make test once (it creates it)"; exit 1; }
+	$(BIN)/python -m pytest -m browser tests/test_webapp_browser.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import EXAMPLES, FIXTURES
 from tests.provider_fakes import OpenAIFake
 from tests.test_server import LiveServer
 
@@ -37,7 +38,7 @@ pytestmark = [
                        reason=f"no Chromium at {CHROMIUM} (install Debian's chromium package, or set BUNKO_CHROMIUM)"),
 ]
 
-DOCS = sorted(p for p in (ROOT / "examples" / "docs").iterdir() if p.suffix in {".md", ".txt"})
+DOCS = sorted(p for p in EXAMPLES.iterdir() if p.suffix in {".md", ".txt"})
 PDF = FIXTURES / "bousai_ja.pdf"  # two pages of Japanese: 家庭の防災備蓄ガイド
 COLLECTION = "bousai"
 QUESTION = "飲料水は一人一日どれくらい必要ですか？"
@@ -50,9 +51,17 @@ PHONE = {"width": 390, "height": 844}
 SHOTS = os.environ.get("BUNKO_SCREENSHOTS")
 
 
+class Held(threading.Event):
+    """The fake's gate, held until the test releases it (the fake's own wait gives up after 10 s)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return super().wait(None if timeout is None else max(timeout, STEP / 1000))
+
+
 @pytest.fixture(scope="module")
 def llm() -> Iterator[OpenAIFake]:
     with OpenAIFake(stream_pieces=PIECES) as fake:
+        fake.release = Held()
         yield fake
 
 

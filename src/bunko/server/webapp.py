@@ -8,6 +8,7 @@ and sends in the ``Authorization`` header, never in a URL.
 from __future__ import annotations
 
 from importlib import resources
+
 from fastapi import APIRouter
 from fastapi.responses import Response
 

@@ -23,7 +23,7 @@ const STRINGS = {
     "delete.confirm": "Delete “{name}” with its chunks and vectors? This cannot be undone.",
     "delete.done": "Deleted {name}.", "delete.label": "Delete {name}",
     "chat.label": "Your question", "chat.placeholder": "Ask about your documents", "chat.send": "Send",
-    "chat.hint": "Enter sends, Shift+Enter starts a new line.", "chat.you": "You", "chat.bunko": "bunko",
+    "chat.hint": "Enter sends, Shift+Enter starts a new line.", "chat.you": "You", "chat.new": "New conversation", "chat.bunko": "bunko",
     "chat.searching": "Searching…", "chat.found": "Found {count} passages. Writing…", "chat.writing": "Writing…",
     "chat.done": "Answered by {model} in {ms} ms · {sources} sources",
     "chat.extractive": "No language model is configured: the answer quotes the best passages.",
@@ -34,7 +34,7 @@ const STRINGS = {
     "search.filters": "Filters", "search.types": "File types (comma-separated)", "search.from": "From date",
     "search.to": "To date", "search.threshold": "Minimum similarity (semantic)",
     "search.metadata": "Metadata filter (JSON)", "search.badjson": "The metadata filter is not valid JSON: {detail}",
-    "search.summary": "{count} results in {ms} ms ({mode})", "search.page": "page {n}", "search.chunk": "chunk {n}",
+    "search.summary": "{count} results in {ms} ms ({mode})", "search.summary.one": "1 result in {ms} ms ({mode})", "search.page": "page {n}", "search.chunk": "chunk {n}",
     "mode.hybrid": "Hybrid", "mode.semantic": "Semantic", "mode.keyword": "Keyword",
     "usage.title": "Usage", "usage.tenant": "Tenant: {tenant}", "usage.operation": "Operation",
     "usage.model": "Provider / model", "usage.calls": "Calls", "usage.input": "Input tokens",
@@ -64,7 +64,7 @@ const STRINGS = {
     "delete.confirm": "「{name}」をチャンクとベクトルごと削除しますか？元に戻せません。",
     "delete.done": "{name} を削除しました。", "delete.label": "{name} を削除",
     "chat.label": "質問", "chat.placeholder": "文書について質問してください", "chat.send": "送信",
-    "chat.hint": "Enter で送信、Shift+Enter で改行。", "chat.you": "あなた", "chat.bunko": "bunko",
+    "chat.hint": "Enter で送信、Shift+Enter で改行。", "chat.you": "あなた", "chat.new": "新しい会話", "chat.bunko": "bunko",
     "chat.searching": "検索しています…", "chat.found": "{count} 件の箇所が見つかりました。回答を作成しています…",
     "chat.writing": "回答を作成しています…", "chat.done": "{model} が {ms} ms で回答 · 出典 {sources} 件",
     "chat.extractive": "言語モデルが設定されていないため、最も関連する箇所を引用しています。",
@@ -660,7 +660,7 @@ async function runSearch(event) {
     error.textContent = t("error.generic", { detail: describe(problem) });
     return;
   }
-  $("#search-summary").textContent = t("search.summary", {
+  $("#search-summary").textContent = t(result.totalMatches === 1 ? "search.summary.one" : "search.summary", {
     count: result.totalMatches, ms: Math.round(result.searchTime), mode: t(`mode.${result.searchType}`),
   });
   $("#search-results").replaceChildren(...result.results.map((hit) => {
@@ -728,6 +728,12 @@ function start() {
     }
   });
   $("#source-close").addEventListener("click", closeSource);
+  $("#new-chat").addEventListener("click", () => {
+    state.conversation = newConversationId();
+    closeSource();
+    $("#messages").replaceChildren();
+    $("#chat-input").focus();
+  });
   $("#source-panel").addEventListener("keydown", (event) => { if (event.key === "Escape") closeSource(); });
   $("#search-form").addEventListener("submit", runSearch);
   window.addEventListener("hashchange", () => {
