@@ -327,6 +327,28 @@ def test_tenant_b_sees_none_of_tenant_a_documents(open_page: Callable[..., tuple
     page.get_by_test_id("search-input").press("Enter")
     expect(page.get_by_role("alert").filter(has_text="no documents")).to_be_visible()
     expect(page.get_by_test_id("search-result")).to_have_count(0)
+    # B's own file, dropped on the page, is B's alone; deleting it asks first.
+    page.get_by_role("button", name="Documents").click()
+    page.evaluate("""() => {
+        const data = new DataTransfer();
+        data.items.add(new File(["# 連絡先\\n\\n家族の集合場所は南公園です。\\n"], "renraku.md", {type: "text/markdown"}));
+        document.querySelector("#dropzone").dispatchEvent(new DragEvent("drop", {dataTransfer: data, bubbles: true}));
+    }""")
+    expect(page.get_by_test_id("upload-status").locator(".status")).to_have_text("completed")
+    row = page.get_by_test_id("document-row")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("renraku.md")
+    row.get_by_role("button", name="Delete renraku.md").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete “renraku.md”")
+    expect(dialog.get_by_role("button", name="Cancel")).to_be_focused()
+    page.keyboard.press("Enter")  # Cancel has the focus: nothing is deleted
+    expect(dialog).to_be_hidden()
+    expect(row).to_have_count(1)
+    row.get_by_role("button", name="Delete renraku.md").click()
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.get_by_test_id("document-row")).to_have_count(0)
+    expect(page.get_by_role("status")).to_contain_text("Deleted renraku.md")
     # The key stays in this tab's session storage and never appears in a URL.
     assert page.evaluate("sessionStorage.getItem('bunko.apiKey')") == keys["b"]
     assert keys["b"] not in page.url

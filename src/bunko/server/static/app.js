@@ -244,6 +244,9 @@ function signOut(message = "") {
   $("#view-signin").hidden = false;
   $("#signin-error").textContent = message;
   $("#messages").replaceChildren();
+  $("#uploads").replaceChildren();
+  $("#search-results").replaceChildren();
+  $("#search-summary").textContent = "";
   closeSource();
   $("#api-key").focus();
 }
@@ -356,10 +359,10 @@ async function loadDocuments() {
     return el("tr", { "data-testid": "document-row", dataset: { id: doc.id, status: doc.status } },
       el("td", { class: "file-name" }, doc.filename),
       el("td", {}, status, doc.error ? el("div", { class: "reason", text: doc.error.message }) : null),
-      el("td", { class: "num", text: numberFormat.format(doc.chunkCount) }),
-      el("td", { class: "num col-version", text: doc.version ? String(doc.version) : t("none") }),
-      el("td", { class: "num", text: formatSize(doc.fileSize) }),
-      el("td", { class: "col-uploaded", text: formatDate(doc.uploadedAt) }),
+      el("td", { class: "num", "data-label": t("col.chunks"), text: numberFormat.format(doc.chunkCount) }),
+      el("td", { class: "num", "data-label": t("col.version"), text: doc.version ? String(doc.version) : t("none") }),
+      el("td", { class: "num", "data-label": t("col.size"), text: formatSize(doc.fileSize) }),
+      el("td", { "data-label": t("col.uploaded"), text: formatDate(doc.uploadedAt) }),
       el("td", {}, remove));
   });
   $("#documents tbody").replaceChildren(...rows);
