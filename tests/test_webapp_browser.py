@@ -331,7 +331,8 @@ def test_tenant_b_sees_none_of_tenant_a_documents(open_page: Callable[..., tuple
     page.get_by_role("button", name="Documents").click()
     page.evaluate("""() => {
         const data = new DataTransfer();
-        data.items.add(new File(["# 連絡先\\n\\n家族の集合場所は南公園です。\\n"], "renraku.md", {type: "text/markdown"}));
+        const text = "# 連絡先\\n\\n家族の集合場所は南公園です。\\n";
+        data.items.add(new File([text], "renraku.md", {type: "text/markdown"}));
         document.querySelector("#dropzone").dispatchEvent(new DragEvent("drop", {dataTransfer: data, bubbles: true}));
     }""")
     expect(page.get_by_test_id("upload-status").locator(".status")).to_have_text("completed")

@@ -75,7 +75,7 @@ const STRINGS = {
     "search.filters": "絞り込み", "search.types": "ファイル形式（カンマ区切り）", "search.from": "開始日",
     "search.to": "終了日", "search.threshold": "最小類似度（意味検索）",
     "search.metadata": "メタデータ条件（JSON）", "search.badjson": "メタデータ条件が JSON として正しくありません: {detail}",
-    "search.summary": "{count} 件（{ms} ms、{mode}）", "search.page": "{n} ページ", "search.chunk": "チャンク {n}",
+    "search.summary": "{count} 件（{ms} ms、{mode}）", "search.summary.one": "1 件（{ms} ms、{mode}）", "search.page": "{n} ページ", "search.chunk": "チャンク {n}",
     "mode.hybrid": "ハイブリッド", "mode.semantic": "意味検索", "mode.keyword": "キーワード",
     "usage.title": "利用状況", "usage.tenant": "テナント: {tenant}", "usage.operation": "処理",
     "usage.model": "プロバイダー / モデル", "usage.calls": "回数", "usage.input": "入力トークン",
