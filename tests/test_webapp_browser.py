@@ -138,6 +138,14 @@ def shot(page: Any, name: str) -> None:
         page.screenshot(path=str(folder / f"{name}.png"), full_page=False)
 
 
+def unlabelled(page: Any) -> list[str]:
+    """The visible form controls and buttons of the page without an accessible name."""
+    return list(page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
+        .filter((e) => e.getClientRects().length && e.type !== 'hidden')
+        .filter((e) => !((e.labels && e.labels.length) || e.getAttribute('aria-label') || e.textContent.trim()))
+        .map((e) => e.outerHTML.slice(0, 80))"""))
+
+
 def sign_in(page: Any, key: str) -> None:
     page.get_by_test_id("api-key-input").fill(key)
     page.get_by_test_id("sign-in").click()
@@ -182,6 +190,7 @@ def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[A
     expect(pdf_row.locator("td").nth(2)).to_have_text("1")  # one chunk
     expect(pdf_row.locator("td").nth(3)).to_have_text("1")  # version 1
     shot(page, "documents-desktop")
+    assert not unlabelled(page)
 
     # Chat: the first tokens are on the page while the model still holds back the rest of its answer.
     page.get_by_role("button", name="Chat").click()
@@ -219,6 +228,7 @@ def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[A
     assert "飲料水は一人一日三リットルを目安に" in passage
     expect(panel).to_be_focused()
     shot(page, "chat-desktop")
+    assert not unlabelled(page)
     page.keyboard.press("Escape")  # the panel closes and focus returns to the [N] that opened it
     expect(panel).to_be_hidden()
     expect(citations.nth(len(seen) - 1)).to_be_focused()
@@ -240,6 +250,7 @@ def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[A
     expect(results.first).to_contain_text(PDF.name)
     expect(results.first).to_contain_text("page 1")
     shot(page, "search-desktop")
+    assert not unlabelled(page)
 
     # Usage: the tenant's embedding, search and LLM calls.
     page.get_by_role("button", name="Usage").click()
@@ -350,6 +361,13 @@ def test_tenant_b_sees_none_of_tenant_a_documents(open_page: Callable[..., tuple
     dialog.get_by_role("button", name="Delete").click()
     expect(page.get_by_test_id("document-row")).to_have_count(0)
     expect(page.get_by_role("status")).to_contain_text("Deleted renraku.md")
+    # A file that cannot be read ends "failed", with the reason, in its upload row and in the list.
+    page.get_by_test_id("upload-input").set_input_files(str(FIXTURES / "invalid.pdf"))
+    failed = page.get_by_test_id("upload-status").filter(has_text="invalid.pdf")
+    expect(failed.locator(".status")).to_have_text("failed")
+    expect(failed.locator(".reason")).not_to_be_empty()
+    reason = failed.locator(".reason").inner_text()
+    expect(page.get_by_test_id("document-row").filter(has_text="invalid.pdf")).to_contain_text(reason.split(" (")[0])
     # The key stays in this tab's session storage and never appears in a URL.
     assert page.evaluate("sessionStorage.getItem('bunko.apiKey')") == keys["b"]
     assert keys["b"] not in page.url
