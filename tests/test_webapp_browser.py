@@ -257,6 +257,8 @@ def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[A
     usage = page.locator("#usage tbody tr")
     expect(usage.filter(has_text="llm")).to_have_count(1)
     expect(page.locator("#usage-tenant")).to_contain_text("acme")
+    page.get_by_label("Period").select_option("1")  # the last 24 hours: everything above is recent
+    expect(usage.filter(has_text="llm")).to_have_count(1)
     shot(page, "usage-desktop")
 
 

@@ -40,7 +40,8 @@ const STRINGS = {
     "usage.model": "Provider / model", "usage.calls": "Calls", "usage.input": "Input tokens",
     "usage.output": "Output tokens", "usage.items": "Items", "usage.latency": "Avg. latency",
     "usage.empty": "No usage recorded yet.", "usage.documents": "Documents", "usage.chunks": "Chunks",
-    "usage.collections": "Collections", "usage.size": "Stored files",
+    "usage.collections": "Collections", "usage.size": "Stored files", "usage.period": "Period",
+    "usage.all": "All time", "usage.day": "Last 24 hours", "usage.week": "Last 7 days", "usage.month": "Last 30 days",
     "collection.empty": "Collection “{name}” has no documents yet: upload some first.",
     "error.generic": "Something went wrong: {detail}", "error.session": "Your key is no longer accepted; sign in again.",
   },
@@ -81,7 +82,8 @@ const STRINGS = {
     "usage.model": "プロバイダー / モデル", "usage.calls": "回数", "usage.input": "入力トークン",
     "usage.output": "出力トークン", "usage.items": "件数", "usage.latency": "平均所要時間",
     "usage.empty": "まだ利用記録がありません。", "usage.documents": "文書", "usage.chunks": "チャンク",
-    "usage.collections": "コレクション", "usage.size": "保存ファイル",
+    "usage.collections": "コレクション", "usage.size": "保存ファイル", "usage.period": "期間",
+    "usage.all": "全期間", "usage.day": "過去24時間", "usage.week": "過去7日間", "usage.month": "過去30日間",
     "collection.empty": "コレクション「{name}」にはまだ文書がありません。先にアップロードしてください。",
     "error.generic": "エラーが発生しました: {detail}", "error.session": "キーが受け付けられなくなりました。もう一度サインインしてください。",
   },
@@ -678,11 +680,17 @@ async function runSearch(event) {
 }
 
 // -- usage ----------------------------------------------------------------------------------------
+function usageSince() {
+  const days = Number($("#usage-since").value);
+  if (!days) return "";
+  return `?since=${encodeURIComponent(new Date(Date.now() - days * 86400000).toISOString())}`;
+}
+
 async function loadUsage() {
   let usage, collections;
   try {
     [usage, collections] = await Promise.all([
-      api("/usage").then((r) => r.json()), api("/collections").then((r) => r.json()),
+      api(`/usage${usageSince()}`).then((r) => r.json()), api("/collections").then((r) => r.json()),
     ]);
   } catch (error) {
     if (state.key) toast(t("error.generic", { detail: describe(error) }));
@@ -743,6 +751,9 @@ function start() {
     const wanted = location.hash.slice(1);
     if (state.key && VIEWS.includes(wanted) && wanted !== state.view) show(wanted);
   });
+  $("#usage-since").addEventListener("change", loadUsage);
+  document.body.classList.remove("loading");
+  performance.mark("bunko:ready");
   if (state.key) enter();
   else $("#api-key").focus();
 }
