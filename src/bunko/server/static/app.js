@@ -702,12 +702,14 @@ async function loadUsage() {
   $("#usage-stats").replaceChildren(stat(t("usage.collections"), collections.collections.length),
     stat(t("usage.documents"), total("documentCount")), stat(t("usage.chunks"), total("chunkCount")));
   const rows = usage.usage.map((u) => el("tr", {},
-    el("td", { text: u.operation }), el("td", { text: [u.provider, u.model].filter(Boolean).join(" / ") || t("none") }),
-    el("td", { class: "num", text: numberFormat.format(u.calls) }),
-    el("td", { class: "num", text: numberFormat.format(u.input_tokens) }),
-    el("td", { class: "num", text: numberFormat.format(u.output_tokens) }),
-    el("td", { class: "num", text: numberFormat.format(u.items) }),
-    el("td", { class: "num", text: `${numberFormat.format(Math.round(u.latency_ms_avg))} ms` })));
+    el("td", { text: u.operation }),
+    el("td", { "data-label": t("usage.model"), text: [u.provider, u.model].filter(Boolean).join(" / ") || t("none") }),
+    el("td", { class: "num", "data-label": t("usage.calls"), text: numberFormat.format(u.calls) }),
+    el("td", { class: "num", "data-label": t("usage.input"), text: numberFormat.format(u.input_tokens) }),
+    el("td", { class: "num", "data-label": t("usage.output"), text: numberFormat.format(u.output_tokens) }),
+    el("td", { class: "num", "data-label": t("usage.items"), text: numberFormat.format(u.items) }),
+    el("td", { class: "num", "data-label": t("usage.latency"),
+               text: `${numberFormat.format(Math.round(u.latency_ms_avg))} ms` })));
   $("#usage tbody").replaceChildren(...rows);
   $("#usage").hidden = rows.length === 0;
   $("#usage-empty").hidden = rows.length > 0;
