@@ -342,7 +342,7 @@ def test_uploading_a_changed_file_with_the_same_name_makes_a_new_version(server:
     assert second["documentId"] == first["documentId"]
     listing = alice.get("/api/v1/documents").json()
     assert listing["totalCount"] == 1 and listing["documents"][0]["id"] == first["documentId"]
-    assert listing["documents"][0]["metadata"]["tags"] == ["v2"]
+    assert listing["documents"][0]["metadata"]["tags"] == ["v2"] and listing["documents"][0]["version"] == 2
     hits = alice.post("/api/v1/search/keyword", json={"query": "集合場所", "limit": 5}).json()["results"]
     assert hits and all("公園" not in h["content"] for h in hits) and "体育館" in hits[0]["content"]
     # Another user's key may not replace alice's document (as it may not delete it).
