@@ -232,6 +232,9 @@ def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[A
     page.keyboard.press("Escape")  # the panel closes and focus returns to the [N] that opened it
     expect(panel).to_be_hidden()
     expect(citations.nth(len(seen) - 1)).to_be_focused()
+    page.keyboard.press("Space")  # and the keyboard opens it again
+    expect(panel).to_be_visible()
+    expect(panel.locator("#source-file")).to_have_text(PDF.name)
 
     # Search: mode, scores; a file-type filter narrows to the PDF.
     page.get_by_role("button", name="Search").first.click()

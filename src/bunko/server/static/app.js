@@ -239,7 +239,9 @@ async function signIn(event) {
 
 function signOut(message = "") {
   state.key = "";
+  state.collection = "default";
   sessionStorage.removeItem(KEY_STORE);
+  sessionStorage.removeItem(COLLECTION_STORE);
   $("#tabs").hidden = true;
   $("#session").hidden = true;
   for (const view of VIEWS) $(`#view-${view}`).hidden = true;
@@ -258,6 +260,10 @@ async function enter() {
   $("#tabs").hidden = false;
   $("#session").hidden = false;
   await loadCollections();
+  if (knownCollections.length && !collectionHasDocuments()) {
+    state.collection = knownCollections[0].name;  // start in one of the tenant's collections
+    renderCollections();
+  }
   const wanted = location.hash.slice(1);
   show(VIEWS.includes(wanted) ? wanted : "documents", { focus: false });
 }
@@ -449,6 +455,7 @@ async function watchJob(id, setStatus) {
     try {
       info = await (await api(`/documents/${encodeURIComponent(id)}`)).json();
     } catch (error) {
+      if (error instanceof ApiError && error.status === 429) { delay = 5000; continue; }
       setStatus("failed", describe(error));
       return;
     }
@@ -506,6 +513,9 @@ function citationLink(source) {
     text: `[${source.index}]`,
   });
   link.addEventListener("click", (event) => { event.preventDefault(); openSource(source, link); });
+  link.addEventListener("keydown", (event) => {
+    if (event.key === " ") { event.preventDefault(); openSource(source, link); }
+  });
   return link;
 }
 
@@ -558,12 +568,14 @@ async function sendQuestion(event) {
   const { item, body } = addMessage("assistant", "");
   body.dataset.testid = "answer";
   body.dataset.state = "searching";
+  item.setAttribute("aria-busy", "true");  // screen readers read the answer once it is complete
   const status = el("span", { class: "state", text: t("chat.searching") });
   item.append(status);
   item.scrollIntoView({ block: "end" });
   const sources = new Map();
   let text = "";
   const finish = (stateName, message) => {
+    item.setAttribute("aria-busy", "false");
     body.dataset.state = stateName;
     status.textContent = message;
     if (stateName === "failed") item.classList.add("failed");
