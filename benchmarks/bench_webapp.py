@@ -87,8 +87,8 @@ def first_paint(chromium: str, runs: int) -> dict[str, Any]:
                     context = browser.new_context(viewport={"width": 1280, "height": 860})
                     page = context.new_page()
                     page.goto(url, wait_until="load")
-                    page.wait_for_function("performance.getEntriesByName('first-contentful-paint').length > 0 "
-                                           "&& performance.getEntriesByName('bunko:ready').length > 0")
+                    page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0"
+                                           " && performance.getEntriesByName('bunko:ready').length > 0")
                     samples.append(page.evaluate("""() => {
                         const paint = Object.fromEntries(performance.getEntriesByType('paint')
                             .map((e) => [e.name, e.startTime]));
