@@ -106,7 +106,8 @@ const $ = (selector, root = document) => root.querySelector(selector);
 const KEY_STORE = "bunko.apiKey";
 const COLLECTION_STORE = "bunko.collection";
 const VIEWS = ["documents", "chat", "search", "usage"];
-const NAME = /^[\w][\w.-]{0,99}$/u;
+// The API's collection names: Python's \w (Unicode letters, digits, _), then also . and -.
+const NAME = /^[\p{L}\p{N}\p{M}_][\p{L}\p{N}\p{M}_.-]{0,99}$/u;
 
 const state = {
   key: sessionStorage.getItem(KEY_STORE) || "",
