@@ -61,3 +61,11 @@ def test_english_and_japanese_have_the_same_strings() -> None:
     ja = script[script.index("  ja: {"):script.index("const LANG")]
     keys = re.compile(r'"?([\w.]+)"?: "')
     assert set(keys.findall(en)) == set(keys.findall(ja))
+
+
+def test_the_file_picker_offers_what_the_loaders_read() -> None:
+    from bunko.loaders import supported_suffixes
+
+    offered = re.findall(r'accept="([^"]+)"', (STATIC / "index.html").read_text())
+    assert len(offered) == 1
+    assert sorted(offered[0].split(",")) == sorted(supported_suffixes())
