@@ -874,6 +874,13 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
     )
 
 
+# -- command groups kept in their own modules ---------------------------------------------------
+from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
+
+for _command in PORTABILITY_COMMANDS:
+    cli.add_command(_command)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bunko")

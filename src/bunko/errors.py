@@ -312,6 +312,13 @@ class LLMAuthError(LLMProviderError, ProviderAuthFailed):
     code = "LLM_AUTH"
 
 
+class ArchiveError(BunkoError):
+    """A tenant export cannot be read or imported: missing files, a checksum that does not match, a
+    format this version does not know, or data that conflicts with what the target store holds."""
+
+    code = "ARCHIVE_ERROR"
+
+
 class RAGPipelineError(BunkoError):
     """A pipeline step failed; the step's own error is the ``__cause__``."""
 
@@ -320,6 +327,7 @@ class RAGPipelineError(BunkoError):
 
 __all__ = [
     "AnalyzerMismatchError",
+    "ArchiveError",
     "BlockedURLError",
     "BunkoError",
     "CollectionNotFoundError",

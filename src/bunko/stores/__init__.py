@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..registry import Registry
-from .base import ChunkWrite, DocumentWrite, RecordStore, StoreBackend, VectorStore
+from .base import ChunkWrite, DocumentWrite, RecordStore, StoreBackend, StoredChunk, VectorStore
 from .sqlite import SQLiteBackend, SQLiteVectorStore, open_sqlite
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ __all__ = [
     "BACKENDS",
     "ChunkWrite",
     "DocumentWrite",
+    "StoredChunk",
     "RecordStore",
     "SQLiteBackend",
     "SQLiteVectorStore",

@@ -52,7 +52,11 @@ class ChunkWrite:
 
 @dataclass(slots=True)
 class DocumentWrite:
-    """A whole document to store atomically: identity, metadata, chunks and vectors."""
+    """A whole document to store atomically: identity, metadata, chunks and vectors.
+
+    ``version`` is the version a new document starts at (1 unless an import carries another);
+    a document that replaces a stored one always gets the stored version plus one.
+    """
 
     id: str
     source: str
@@ -60,6 +64,16 @@ class DocumentWrite:
     metadata: dict[str, Any]
     chunks: list[ChunkWrite]
     vectors: Any  # 2-D array-like, one row per chunk
+    version: int = 1
+
+
+@dataclass(slots=True)
+class StoredChunk:
+    """A chunk as the store holds it, with its vector: what an export reads back."""
+
+    chunk: ChunkWrite
+    vector: np.ndarray
+    document_id: str | None = None  # None for a record upserted without a document
 
 
 def check_analyzer(collection: Collection, analyzer: str | None) -> None:
@@ -128,6 +142,10 @@ class RecordStore(Protocol):
 
     def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
         """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
+        ...
+
+    def conversation_ids(self) -> list[str]:
+        """The ids of this tenant's conversations, oldest first."""
         ...
 
     def delete_conversation(self, conversation_id: str) -> int:
@@ -219,6 +237,14 @@ class VectorStore(RecordStore, Protocol):
 
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
+        ...
+
+    def document_chunks(self, collection: str, document_ids: Sequence[str]) -> dict[str, list[StoredChunk]]:
+        """The chunks (with vectors, in order) of these documents of this tenant's collection, by document id."""
+        ...
+
+    def loose_chunks(self, collection: str, limit: int, offset: int = 0) -> list[StoredChunk]:
+        """Chunks upserted without a document, oldest first, a page at a time."""
         ...
 
     def query(

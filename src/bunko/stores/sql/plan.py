@@ -42,7 +42,8 @@ class PlannedWrite:
 def plan_writes(existing: Mapping[str, StoredDocument], documents: Sequence[DocumentWrite]) -> list[PlannedWrite]:
     """Decide, per document and by source, whether it is created, replaced or unchanged.
 
-    * no stored document under the source: ``created``, version 1, with the document's own id;
+    * no stored document under the source: ``created``, at the document's ``version`` (1 unless an import
+      carries another), with the document's own id;
     * one with the same non-empty content hash: ``unchanged`` (stored id, chunks and version);
     * otherwise: ``replaced``, a new version under the stored id.
 
@@ -56,7 +57,8 @@ def plan_writes(existing: Mapping[str, StoredDocument], documents: Sequence[Docu
         seen.add(document.source)
         old = existing.get(document.source)
         if old is None:
-            plans.append(PlannedWrite(position, "created", document.id, 1, len(document.chunks)))
+            plans.append(PlannedWrite(position, "created", document.id, max(1, int(document.version)),
+                                      len(document.chunks)))
         elif document.content_hash and old.content_hash == document.content_hash:
             plans.append(PlannedWrite(position, "unchanged", old.uid, old.version, old.chunk_count, old.pk))
         else:

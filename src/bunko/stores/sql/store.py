@@ -47,7 +47,9 @@ from ...types import (
     new_id,
 )
 from ..base import (
+    ChunkWrite,
     DocumentWrite,
+    StoredChunk,
     add_usage,
     check_analyzer,
     check_conversation_id,
@@ -387,10 +389,10 @@ class SQLStore:
                                 p.chunk_count, p.version, tenant_pk, p.pk) for p in replaced])
             if created:
                 self.run_many(conn, "INSERT INTO documents (uid, tenant_id, collection_id, source, content_hash, "
-                                    "metadata, chunk_count) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                    "metadata, chunk_count, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                               [(p.uid, tenant_pk, collection_pk, documents[p.position].source,
                                 documents[p.position].content_hash, d.json_in(documents[p.position].metadata),
-                                p.chunk_count) for p in created])
+                                p.chunk_count, p.version) for p in created])
                 listed, params = d.any("uid", [p.uid for p in created])
                 pk_by_uid = {uid: int(pk) for uid, pk in self.run(
                     conn, f"SELECT uid, id FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *params))}
@@ -556,6 +558,43 @@ class SQLStore:
                                       f"AND c.collection_id = ? AND {where}",
                                 (tenant_pk, row[0], *params)).fetchone()[0])
 
+    # -- reading chunks back (exports) -----------------------------------------------------------
+    _EXPORT_COLUMNS = ("c.uid, c.chunk_index, c.start_offset, c.end_offset, c.token_count, c.content, c.metadata, "
+                      "c.embedding")
+
+    def _stored_chunk(self, row: Sequence[Any], document_id: str | None) -> StoredChunk:
+        d = self._d
+        chunk = ChunkWrite(row[0], row[5], int(row[1]), int(row[2]), int(row[3]), int(row[4]), d.json_out(row[6]))
+        return StoredChunk(chunk, np.array(d.vector_out(row[7]), dtype=np.float32), document_id)
+
+    def document_chunks(self, collection: str, document_ids: Sequence[str]) -> dict[str, list[StoredChunk]]:
+        """The chunks (with vectors, in order) of these documents of this tenant's collection, by document id."""
+        ids = [str(i) for i in document_ids]
+        if not ids:
+            return {}
+        d = self._d
+        with self.session() as (conn, tenant_pk):
+            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            listed, params = d.any("d.uid", ids)
+            rows = self.run(conn, f"SELECT d.uid, {self._EXPORT_COLUMNS} FROM chunks c JOIN documents d "
+                                  "ON d.tenant_id = c.tenant_id AND d.id = c.document_id "
+                                  f"WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed} "
+                                  "ORDER BY d.id, c.chunk_index, c.id",
+                            (tenant_pk, collection_pk, *params)).fetchall()
+        found: dict[str, list[StoredChunk]] = {i: [] for i in ids}
+        for row in rows:
+            found[row[0]].append(self._stored_chunk(row[1:], row[0]))
+        return found
+
+    def loose_chunks(self, collection: str, limit: int, offset: int = 0) -> list[StoredChunk]:
+        """Chunks upserted without a document, oldest first, a page at a time."""
+        with self.session() as (conn, tenant_pk):
+            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            rows = self.run(conn, f"SELECT {self._EXPORT_COLUMNS} FROM chunks c WHERE c.tenant_id = ? "
+                                  "AND c.collection_id = ? AND c.document_id IS NULL ORDER BY c.id LIMIT ? OFFSET ?",
+                            (tenant_pk, collection_pk, int(limit), int(offset))).fetchall()
+        return [self._stored_chunk(row, None) for row in rows]
+
     # -- search results -------------------------------------------------------------------------
     def _hits(self, conn: Any, tenant_pk: int, collection_pk: int, ranked: Sequence[tuple[int, float]],
               include_content: bool = True) -> list[SearchHit]:
@@ -656,6 +695,16 @@ class SQLStore:
                                   "WHERE tenant_id = ? AND conversation_id = ? ORDER BY id DESC LIMIT ?",
                             (tenant_pk, conversation_id, self._d.limit(limit))).fetchall()
         return [ConversationTurn(r[0], r[1], self._d.json_out(r[2]), self._d.time_out(r[3])) for r in reversed(rows)]
+
+    def conversation_ids(self) -> list[str]:
+        """The ids of this tenant's conversations, oldest first."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            rows = self.run(conn, "SELECT conversation_id, min(id) AS first FROM conversation_turns "
+                                  "WHERE tenant_id = ? GROUP BY conversation_id ORDER BY first",
+                            (tenant_pk,)).fetchall()
+        return [r[0] for r in rows]
 
     def delete_conversation(self, conversation_id: str) -> int:
         """Delete a conversation; returns how many turns it had."""

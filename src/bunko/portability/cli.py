@@ -1,0 +1,127 @@
+"""``bunko export``, ``bunko import`` and ``bunko copy``: move a tenant between stores."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from ..cli import _emit_json, _engine, handle_errors, json_option, stderr, stdout, tenant_option
+from ..stores import open_backend
+from . import Summary, copy_tenant, export_tenant, import_tenant, read_manifest
+
+PROGRESS_EVERY_S = 2.0
+
+
+def _progress(verb: str, quiet: bool) -> Callable[[str, int], None] | None:
+    """A progress callback: a live line on a terminal, a line every few seconds otherwise."""
+    if quiet:
+        return None
+    last = [0.0]
+
+    def report(kind: str, done: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            if stderr.is_terminal:
+                stderr.print(f"{verb}: {done} {kind}…", end="\r")
+            else:
+                stderr.print(f"{verb}: {done} {kind}")
+
+    return report
+
+
+def _report(summary: Summary, verb: str, as_json: bool) -> None:
+    if as_json:
+        _emit_json(summary.to_dict())
+        return
+    c = summary.counts
+    stdout.print(f"{verb} tenant '{escape(summary.tenant)}': {c['collections']} collections, {c['documents']} "
+                 f"documents ({summary.chunks_in_documents} chunks), {c['chunks']} records without a document, "
+                 f"{c['conversations']} conversations"
+                 + (f" ({summary.skipped_conversations} already there)" if summary.skipped_conversations else ""))
+    if summary.path:
+        stdout.print(f"  folder: {escape(summary.path)}")
+    stdout.print(f"  digest: {summary.digest}" + ("  [green]verified[/]" if summary.verified else ""))
+
+
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+
+
+@click.command("export")
+@tenant_option
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
+              help="A new (or empty) folder to write the export to.")
+@click.option("--collection", "-c", "collections", multiple=True,
+              help="Export only this collection (repeatable; default: all of the tenant's collections).")
+@quiet_option
+@json_option
+@click.pass_context
+@handle_errors
+def export_command(ctx: click.Context, tenant: str, output: Path, collections: tuple[str, ...], quiet: bool,
+                   as_json: bool) -> None:
+    """Write a tenant's collections, documents, vectors and conversations to a folder.
+
+    The folder holds JSON Lines files and a manifest with a SHA-256 per file; `bunko import`
+    reads it into any store without re-embedding (format: docs/EXPORT.md).
+    """
+    store = _engine(ctx).backend.for_tenant(tenant)
+    summary = export_tenant(store, output, collections=list(collections) or None,
+                            progress=_progress("exported", quiet or as_json))
+    _report(summary, "exported", as_json)
+
+
+@click.command("import")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--tenant", "-t", default=None,
+              help="Tenant to import into (default: the tenant the export was made from).")
+@quiet_option
+@json_option
+@click.pass_context
+@handle_errors
+def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bool, as_json: bool) -> None:
+    """Read an export made by `bunko export` into the store of --db.
+
+    Every file's checksum is checked before anything is written; afterwards the imported data
+    is read back and compared with the export's digest.
+    """
+    manifest = read_manifest(path)
+    store = _engine(ctx).backend.for_tenant(tenant or str(manifest["tenant"]))
+    summary = import_tenant(store, path, progress=_progress("imported", quiet or as_json))
+    _report(summary, "imported into", as_json)
+
+
+@click.command("copy")
+@tenant_option
+@click.option("--to", "target_url", required=True, metavar="URL",
+              help="The store to copy to, e.g. postgresql://user@host/db.")
+@click.option("--to-tenant", default=None, help="Tenant to copy into (default: the same name).")
+@click.option("--collection", "-c", "collections", multiple=True,
+              help="Copy only this collection (repeatable; default: all).")
+@quiet_option
+@json_option
+@click.pass_context
+@handle_errors
+def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: str | None,
+                 collections: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+    """Copy a tenant from the store of --db to another store, vectors as they are (no re-embedding).
+
+    For example, move from the embedded store to PostgreSQL:
+    bunko --db sqlite:///bunko.db copy --tenant acme --to postgresql://bunko@db/bunko
+    """
+    engine = _engine(ctx)
+    target = open_backend(target_url, engine.settings)
+    try:
+        summary: Any = copy_tenant(engine.backend.for_tenant(tenant), target.for_tenant(to_tenant or tenant),
+                                   collections=list(collections) or None,
+                                   progress=_progress("copied", quiet or as_json))
+    finally:
+        target.close()
+    _report(summary, "copied into", as_json)
+
+
+COMMANDS = (export_command, import_command, copy_command)
