@@ -874,6 +874,11 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
     )
 
 
+from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow` (R30)
+
+_attach_blocks(cli)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bunko")

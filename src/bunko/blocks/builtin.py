@@ -117,7 +117,8 @@ class DocLoader(Block):
             "source_type": {"type": "string", "enum": ["url", "text", "json"], "default": "url",
                             "title": "ソースタイプ"},
             "url": {"type": "string", "title": "URL", "description": "source_type=url の場合に使用"},
-            "content": {"type": "string", "title": "テキストコンテンツ", "description": "source_type=text の場合に使用"},
+            "content": {"type": "string", "title": "テキストコンテンツ",
+                        "description": "source_type=text の場合に使用"},
             "strip_html": {"type": "boolean", "default": True, "title": "HTMLタグを除去"},
             "content_path": {"type": "string", "title": "JSONの本文パス",
                              "description": "source_type=json: dotted path of the text (data.body)"},
@@ -146,12 +147,11 @@ class DocLoader(Block):
                                                      "content_type": response["content_type"],
                                                      "fetched_at": response["fetched_at"], **extra}))
         elif source_type == "text":
-            content = config.get("content") or input.get("content") or input.get("text")
-            if not isinstance(content, str) or not content.strip():
+            given = config.get("content") or input.get("content") or input.get("text")
+            if not isinstance(given, str) or not given.strip():
                 raise BlockInputError("LOADER_001", "source_type text needs config.content, or input.content / "
                                                     "input.text")
-            if config["strip_html"] and "<" in content:
-                content = strip_html(content)
+            content = strip_html(given) if config["strip_html"] and "<" in given else given
             documents.append(_document(content, {"source_type": "text", **extra}))
         else:
             data = input.get("data", input)
@@ -350,7 +350,8 @@ class RagQuery(Block):
                              "default": DEFAULT,
                              "description": "default: the engine's configured LLM; none: an extractive answer"},
             "llm_model": {"type": "string", "description": "The provider's model (the seed's default was gpt-4)"},
-            "system_prompt": {"type": "string", "title": "システムプロンプト", "description": "カスタムシステムプロンプト"},
+            "system_prompt": {"type": "string", "title": "システムプロンプト",
+                              "description": "カスタムシステムプロンプト"},
             "temperature": {"type": "number", "default": 0.3, "minimum": 0, "maximum": 2},
             "max_tokens": {"type": "integer", "default": 2000, "minimum": 1},
             "filter": _FILTER,
@@ -376,8 +377,9 @@ class RagQuery(Block):
             "llm_provider": config["llm_provider"], "llm_model": config.get("llm_model"),
             "system_prompt": config.get("system_prompt"), "temperature": config["temperature"],
             "max_tokens": config["max_tokens"]})
-        sources = [{"index": s.index, "id": s.chunk_id, "document_id": s.document_id or None, "score": round(s.score, 6),
-                    "content": s.excerpt, "metadata": s.metadata} for s in result.sources]
+        sources = [{"index": s.index, "id": s.chunk_id, "document_id": s.document_id or None,
+                    "score": round(s.score, 6), "content": s.excerpt, "metadata": s.metadata}
+                   for s in result.sources]
         return {"answer": result.answer, "sources": sources, "model": result.model, "extractive": result.extractive,
                 "usage": {"embedding": embedding_usage, "llm": dict(result.usage), "retrieved_chunks": len(hits)}}
 

@@ -175,7 +175,7 @@ class VectorService:
 
     async def upsert(self, collection: str, documents: Sequence[Mapping[str, Any]],
                      options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Store ``documents`` (``{id?, content, metadata?, vector?}``) in ``collection``; ``{"upserted_count", "ids"}``.
+        """Store ``documents`` (``{id?, content, metadata?, vector?}``); returns ``{"upserted_count", "ids"}``.
 
         A document without a vector is embedded: by the collection's embedder, or by
         ``options["embedding_provider"/"embedding_model"]`` when they name another one (its vectors
@@ -244,7 +244,7 @@ class VectorService:
 
     async def query(self, collection: str, query: str | Sequence[float],
                     options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The records of ``collection`` nearest to a vector or a text: ``{"matches": [{id, score, content?, metadata}]}``.
+        """The records nearest to a vector or a text: ``{"matches": [{id, score, content?, metadata}]}``.
 
         ``options``: ``top_k`` (5), ``filter`` (a metadata filter), ``threshold`` (lowest cosine),
         ``include_content`` (true), ``mode`` (``vector``, ``keyword`` or ``hybrid``; a text only,
