@@ -105,7 +105,8 @@ def check_config(block: Any, config: Any) -> dict[str, Any]:
         about_collection = (list(error.absolute_path)[:1] == ["collection"]
                             or (error.validator == "required" and "'collection'" in error.message))
         if code and about_collection:
-            raise BlockInputError(code, "collection is required (in the config or the input)",
+            raise BlockInputError(code, "config.collection: collection is required (in the config or the input)"
+                                  + ("" if error.validator == "required" else f"; {error.message}"),
                                   path="config.collection")
         path = field_path(error.absolute_path)
         if error.validator == "additionalProperties":

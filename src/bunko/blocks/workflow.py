@@ -98,7 +98,12 @@ class Workflow:
 
         if not isinstance(data, Mapping):
             raise WorkflowError("WORKFLOW_001", "a workflow must be an object with steps")
-        named = tenant_key(data, "workflow")
+        steps_given = data.get("steps")
+        named = tenant_key({k: v for k, v in data.items() if k != "steps"}, "workflow") or next(
+            (found for i, raw in enumerate(steps_given if isinstance(steps_given, list) else [])
+             if isinstance(raw, Mapping)
+             and (found := tenant_key({k: v for k, v in raw.items() if k != "config"}, f"workflow.steps[{i}]"))),
+            None)  # a step's config is checked with its block, which names the step
         if named:
             raise WorkflowError("TENANT_001", f"{named}: a workflow cannot name a tenant; it runs in the tenant of "
                                               "the caller (the API key or --tenant)", path=named)
