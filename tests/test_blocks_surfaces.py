@@ -166,7 +166,8 @@ def test_rag_query_and_chat_with_an_llm(fake: OpenAIFake, tmp_path: Path, embedd
         assert out["answer"] == "最低3日分です[1]。" and out["extractive"] is False and out["model"] == "chat-1"
         assert out["sources"][0]["index"] == 1 and "3日分" in out["sources"][0]["content"]
         sent = fake.requests_to("/chat/completions")[-1].json
-        assert sent["messages"][0] == {"role": "system", "content": "答えは文脈からのみ。"} and sent["temperature"] == 0.5
+        assert sent["messages"][0] == {"role": "system", "content": "答えは文脈からのみ。"}
+        assert sent["temperature"] == 0.5
         assert "[1]" in sent["messages"][-1]["content"] and FACT in sent["messages"][-1]["content"]
         assert {u.operation for u in scope.usage()} >= {"llm", "search", "embedding"}
 

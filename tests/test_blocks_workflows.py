@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / "examples" / "workflows"
 FACT = "非常用の水は一人一日3リットルを目安に、最低3日分を備蓄します。"
 OTHER_FACT = "避難所は地域の小学校の体育館で、ペットは同行避難できます。"
-FILLER = "\n\n".join(f"第{i}項: 懐中電灯、携帯ラジオ、救急セットを点検し、家族の連絡方法を確認しておきます。" for i in range(20))
+FILLER = "\n\n".join(f"第{i}項: 懐中電灯、携帯ラジオ、救急セットを点検し、家族の連絡方法を確認しておきます。"
+                     for i in range(20))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
