@@ -112,6 +112,14 @@ def test_steps_take_input_from_any_earlier_step(engine: Bunko) -> None:
     assert "content" not in found["matches"][0]
     assert result.output == {"collection": "notes", "deleted_count": 1, "requested_ids": result.outputs["store"]["ids"]}
     assert scope.store.count("notes") == 0
+    # Metered in the tenant, each record tagged with its workflow, step and block.
+    assert {u.operation for u in scope.usage()} >= {"embedding", "upsert", "search", "delete"}
+    store = scope.store
+    with store.session() as (conn, tenant_pk):  # type: ignore[attr-defined]
+        rows = store.run(conn, "SELECT operation, metadata FROM usage_records WHERE tenant_id = ?",  # type: ignore
+                         (tenant_pk,)).fetchall()
+    tags = {(op, (m if isinstance(m, dict) else json.loads(m)).get("step")) for op, m in rows}
+    assert tags >= {("upsert", "store"), ("search", "find"), ("delete", "drop"), ("embedding", "store")}
 
 
 # -- every error code ----------------------------------------------------------------------------
