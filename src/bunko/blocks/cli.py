@@ -108,6 +108,7 @@ def _print_output(output: dict[str, Any]) -> None:
 def workflow_run(ctx: click.Context, file: str, input_json: str | None, tenant: str, as_json: bool) -> None:
     """Run the workflow in FILE (JSON or YAML) in one tenant."""
     from ..cli import _engine
+    from .ctx import aclose_clients
 
     data = _input(input_json)
     engine = _engine(ctx)
@@ -117,6 +118,7 @@ def workflow_run(ctx: click.Context, file: str, input_json: str | None, tenant: 
         try:
             return await scope.arun_workflow(file, data)
         finally:
+            await aclose_clients(engine)
             await engine.aclose_clients()
 
     try:

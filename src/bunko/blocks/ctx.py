@@ -115,6 +115,17 @@ def _named_client(engine: Bunko, spec: str, build: Any) -> Any:
     return clients[spec]
 
 
+async def aclose_clients(engine: Bunko) -> None:
+    """Close the HTTP clients (of the running loop) of the embedders and LLMs blocks named on ``engine``."""
+    for client in list(_clients.get(engine, {}).values()):
+        close = getattr(client, "close", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception:  # closing is best effort
+                pass
+
+
 class EmbeddingService:
     """``ctx.embedding``: text to vectors with the engine's embedder or a named one."""
 
@@ -191,8 +202,7 @@ class VectorService:
         items = [vectors.record(r, i) for i, r in enumerate(records)]
         missing = [item for item in items if item.vector is None]
         provider, model = options.get("embedding_provider"), options.get("embedding_model")
-        named = self._embedding.embedder(provider, model)
-        if missing and named is not self._execution.engine.embedder:
+        if missing and self._embedding.embedder(provider, model) is not self._execution.engine.embedder:
             result = await self._embedding.embed(provider, model, [item.content for item in missing])
             for item, row in zip(missing, result["vectors"], strict=True):
                 item.vector = row
@@ -478,4 +488,4 @@ class BlockContext:
 
 
 __all__ = ["DEFAULT", "BlockContext", "EmbeddingService", "ExecutionContext", "HttpService", "LLMService",
-           "StepRecorder", "VectorService", "context_from_messages"]
+           "StepRecorder", "VectorService", "aclose_clients", "context_from_messages"]
