@@ -45,7 +45,10 @@ def test_cli_blocks_list_and_workflow_run(tmp_path: Path) -> None:
     assert [b["name"] for b in blocks] == list(SEED_BLOCK_NAMES) and not any(b["addition"] for b in blocks)
     assert all(set(b) == {"name", "category", "description", "config_schema", "addition"} for b in blocks)
     text = cli(home, "blocks", "list")
-    assert text.returncode == 0 and [line.split()[0] for line in text.stdout.splitlines()] == list(SEED_BLOCK_NAMES)
+    lines = text.stdout.splitlines()
+    assert text.returncode == 0 and [line.split()[0] for line in lines[::2]] == list(SEED_BLOCK_NAMES)
+    assert lines[3].split() == ["config:", "chunk_size", "(integer,", "default", "1000),", "chunk_overlap", "(integer,",
+                                "default", "200),", "separator", "(string,", "default", '"\n\n")']
 
     stored = cli(home, "workflow", "run", str(WORKFLOWS / "ingest.yaml"), "--tenant", "acme", "--json",
                  "--input", json.dumps({"text": FACT}))

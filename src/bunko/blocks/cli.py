@@ -49,7 +49,7 @@ def blocks_command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print every block with its config schema as JSON.")
 @_guarded
 def blocks_list(as_json: bool) -> None:
-    """Every block: name, category, description (and with --json its config schema)."""
+    """Every block: name, category, description and config fields (with --json the whole config schema)."""
     from .registry import describe_blocks
 
     entries = describe_blocks()
@@ -60,6 +60,11 @@ def blocks_list(as_json: bool) -> None:
     for entry in entries:
         mark = "  (addition)" if entry["addition"] else ""
         click.echo(f"{entry['name']:<{width}}  {entry['category']:<5}  {entry['description']}{mark}")
+        fields = entry["config_schema"].get("properties", {})
+        shown = [f"{name} ({spec.get('type', 'any')}" + (f", default {json.dumps(spec['default'], ensure_ascii=False)}"
+                                                          if "default" in spec else "") + ")"
+                 for name, spec in fields.items()]
+        click.echo(f"{'':<{width}}  config: {', '.join(shown) or '(none)'}")
 
 
 @click.group("workflow")
