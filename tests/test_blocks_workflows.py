@@ -80,8 +80,9 @@ def test_seed_ingest_flow_then_rag_query_answers_with_a_citation(engine: Bunko) 
     out = answer["output"]
     assert answer["steps"][0]["block"] == "rag-query" and answer["steps"][0]["status"] == "completed"
     assert "3日分" in out["answer"] and "[1]" in out["answer"], out["answer"]
-    assert out["extractive"] is True and out["sources"][0]["index"] == 1
-    assert out["sources"][0]["id"] in output["ids"] and "3日分" in out["sources"][0]["content"]
+    assert out["extractive"] is True and [s["index"] for s in out["sources"]] == list(range(1, len(out["sources"]) + 1))
+    assert {s["id"] for s in out["sources"]} <= set(output["ids"])
+    assert any("3日分" in s["content"] for s in out["sources"])
     # Metered in this tenant (R13): embedding calls, the upsert, the search.
     assert {u.operation for u in acme.usage()} >= {"embedding", "upsert", "search"}
 
