@@ -48,7 +48,7 @@ def test_cli_blocks_list_and_workflow_run(tmp_path: Path) -> None:
     lines = text.stdout.splitlines()
     assert text.returncode == 0 and [line.split()[0] for line in lines[::2]] == list(SEED_BLOCK_NAMES)
     assert lines[3].split() == ["config:", "chunk_size", "(integer,", "default", "1000),", "chunk_overlap", "(integer,",
-                                "default", "200),", "separator", "(string,", "default", '"\n\n")']
+                                "default", "200),", "separator", "(string,", "default", r'"\n\n")']
 
     stored = cli(home, "workflow", "run", str(WORKFLOWS / "ingest.yaml"), "--tenant", "acme", "--json",
                  "--input", json.dumps({"text": FACT}))
