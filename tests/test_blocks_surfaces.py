@@ -190,6 +190,42 @@ def test_rag_query_and_chat_with_an_llm(fake: OpenAIFake, tmp_path: Path, embedd
         assert "500" in caught.value.message
 
 
+def test_a_named_embedder_builds_and_searches_its_own_collection(fake: OpenAIFake, tmp_path: Path,
+                                                                 embedder: Any) -> None:
+    from bunko.embedders import register_embedder, unregister_embedder
+    from bunko.providers.openai import OpenAICompatibleEmbedder
+
+    register_embedder("hosted", lambda model=None: OpenAICompatibleEmbedder(model or "embed-1",
+                                                                            base_url=fake.url + "/v1"))
+    try:
+        with Bunko(f"sqlite:///{tmp_path / 'hosted.db'}", embedder=embedder) as engine:
+            scope = engine.tenant("acme")
+            stored = scope.run_workflow({"steps": [
+                {"block": "doc-loader", "config": {"source_type": "text"}},
+                {"block": "embedding", "config": {"provider": "hosted"}},
+                {"block": "vector-upsert", "config": {"collection": "hosted", "embedding_provider": "hosted"}}]},
+                {"text": FACT})
+            embedded = stored.outputs["embedding"]
+            assert embedded["dimension"] == 8 and embedded["model"] == "openai-compatible:embed-1"
+            assert embedded["usage"]["total_tokens"] > 0
+            made = scope.store.get_collection("hosted")
+            assert (made.embedding_provider, made.embedding_model, made.dimension) == \
+                ("openai-compatible", "embed-1", 8)
+            search = {"collection": "hosted", "embedding_provider": "hosted"}
+            found = scope.run_workflow({"steps": [{"block": "vector-search", "config": search}]}, {"query": FACT})
+            assert found.output["matches"][0]["id"] == stored.output["ids"][0]
+            answer = scope.run_workflow({"steps": [{"block": "rag-query", "config": search}]}, {"query": FACT}).output
+            assert answer["sources"] and answer["usage"]["embedding"]["total_tokens"] > 0
+            # The engine's own embedder may not query a collection built by another one.
+            with pytest.raises(BlockError) as caught:
+                scope.run_workflow({"steps": [{"id": "ask", "block": "rag-query", "config": {"collection": "hosted"}}]},
+                                   {"query": FACT})
+            assert (caught.value.code, caught.value.step) == ("EMBEDDER_MISMATCH", "ask")
+            assert {(u.operation, u.provider) for u in scope.usage()} >= {("embedding", "openai-compatible")}
+    finally:
+        unregister_embedder("hosted")
+
+
 def test_chat_without_an_llm_answers_extractively_from_the_numbered_context(engine: Bunko) -> None:
     import asyncio
 

@@ -287,20 +287,16 @@ class VectorSearch(Block):
         vectors = input.get("vectors")
         vector = input.get("vector") or (vectors[0] if isinstance(vectors, list) and vectors else None)
         query = input.get("query")
-        target: Any = vector
-        mode = config["mode"]
-        if target is None and isinstance(query, str) and query.strip():
-            if config["embedding_provider"] != DEFAULT or config.get("embedding_model"):
-                embedded = await ctx.embedding.embed(config["embedding_provider"], config.get("embedding_model"), query)
-                target = embedded["vectors"][0]
-            else:
-                target = query  # embedded as a search query by the collection's embedder
+        target: Any = vector if vector is not None else (query if isinstance(query, str) and query.strip() else None)
         if target is None:
             raise BlockInputError("VECTOR_003", "vector or query is required")
+        mode = config["mode"]
         options = {"top_k": config["top_k"], "threshold": config.get("threshold"), "filter": config.get("filter"),
                    "include_content": config["include_content"]}
         if isinstance(target, str):
-            options["mode"] = mode
+            # Embedded as a search query by the collection's embedder: the engine's, or the one named.
+            options.update(mode=mode, embedding_provider=config["embedding_provider"],
+                           embedding_model=config.get("embedding_model"))
         elif mode != "vector":
             raise BlockConfigError("CONFIG_001", f"config.mode: {mode} needs a query text, not a vector",
                                    path="config.mode")
@@ -364,15 +360,14 @@ class RagQuery(Block):
         if not isinstance(query, str) or not query.strip():
             raise BlockInputError("RAG_001", "query is required")
         collection = _collection(config, input, "RAG_002")
-        options: dict[str, Any] = {"top_k": config["top_k"], "filter": config.get("filter")}
-        embedding_usage: dict[str, Any] = {}
-        target: Any = query
-        if config["embedding_provider"] != DEFAULT or config.get("embedding_model"):
-            embedded = await ctx.embedding.embed(config["embedding_provider"], config.get("embedding_model"), query)
-            target, embedding_usage = embedded["vectors"][0], embedded["usage"]
-        elif config.get("mode"):
+        options: dict[str, Any] = {"top_k": config["top_k"], "filter": config.get("filter"),
+                                   "embedding_provider": config["embedding_provider"],
+                                   "embedding_model": config.get("embedding_model")}
+        if config.get("mode"):
             options["mode"] = config["mode"]
-        hits = await ctx.vector.search_hits(collection, target, options)
+        mark = ctx.usage_mark()
+        hits = await ctx.vector.search_hits(collection, query, options)
+        embedding_usage = {"total_tokens": ctx.tokens_since(mark, "embedding")}
         result = await ctx.llm.answer(query, hits, {
             "llm_provider": config["llm_provider"], "llm_model": config.get("llm_model"),
             "system_prompt": config.get("system_prompt"), "temperature": config["temperature"],

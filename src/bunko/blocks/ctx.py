@@ -42,10 +42,12 @@ from ..errors import (
     RetrievalError,
 )
 from ..generation import Generator
+from ..indexing import IndexManager
 from ..llm import LLMMessage, LLMProvider, get_llm
 from ..loaders import LoadOptions
 from ..loaders.url import FetchPolicy, fetch, load_url
 from ..requests import MODES, QueryRequest, SearchRequest
+from ..retrieval import Retriever
 from ..types import Document, GenerationResult, SearchHit, UsageEvent
 from .errors import BlockInputError, BlockProviderError
 
@@ -54,7 +56,8 @@ if TYPE_CHECKING:
 
 DEFAULT = "default"  # the provider name that means "the engine's configured one"
 EXCERPT_CHARS = 200
-_QUERY_OPTIONS = frozenset({"top_k", "filter", "threshold", "include_content", "mode", "document_ids"})
+_QUERY_OPTIONS = frozenset({"top_k", "filter", "threshold", "include_content", "mode", "document_ids",
+                            "embedding_provider", "embedding_model"})
 _DERIVED_FIELDS = frozenset({"char_count"})  # fields blocks add to documents that the store does not keep
 
 # Embedders and LLMs named by a block (other than the engine's own), built once per engine.
@@ -188,10 +191,9 @@ class VectorService:
                      options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Store ``documents`` (``{id?, content, metadata?, vector?}``); returns ``{"upserted_count", "ids"}``.
 
-        A document without a vector is embedded: by the collection's embedder, or by
-        ``options["embedding_provider"/"embedding_model"]`` when they name another one (its vectors
-        must then have the collection's dimension). A missing collection is created for the
-        engine's embedder.
+        A document without a vector is embedded by the collection's embedder: the engine's, or the one
+        ``options["embedding_provider"/"embedding_model"]`` name, which must be the collection's. A
+        missing collection is created for that embedder; a vector of another dimension is refused.
         """
         options = dict(options or {})
         records = []
@@ -200,15 +202,25 @@ class VectorService:
                 raise BlockInputError("INPUT_001", f"documents[{position}] is not an object")
             records.append({k: v for k, v in document.items() if k not in _DERIVED_FIELDS})
         items = [vectors.record(r, i) for i, r in enumerate(records)]
-        missing = [item for item in items if item.vector is None]
-        provider, model = options.get("embedding_provider"), options.get("embedding_model")
-        if missing and self._embedding.embedder(provider, model) is not self._execution.engine.embedder:
-            result = await self._embedding.embed(provider, model, [item.content for item in missing])
-            for item, row in zip(missing, result["vectors"], strict=True):
-                item.vector = row
-        scope = self._execution.tenant
-        ids = await vectors.upsert(scope.index_manager(collection), scope.retriever(collection), items)
+        manager, retriever = self._layers(collection, options.get("embedding_provider"),
+                                          options.get("embedding_model"))
+        try:
+            ids = await vectors.upsert(manager, retriever, items)
+        except EmbeddingError as exc:
+            if isinstance(exc, ProviderFailure):
+                raise _provider_error(exc, f"embedder {manager.embedder.provider}:{manager.embedder.model}") from exc
+            raise
         return {"upserted_count": len(ids), "ids": ids}
+
+    def _layers(self, collection: str, provider: str | None, model: str | None) -> tuple[IndexManager, Retriever]:
+        """The tenant's index manager and retriever over ``collection``, with the engine's or a named embedder."""
+        scope, engine = self._execution.tenant, self._execution.engine
+        embedder = self._embedding.embedder(provider, model)
+        if embedder is engine.embedder:
+            return scope.index_manager(collection), scope.retriever(collection)
+        manager = IndexManager(engine.preprocessor, engine.splitter, embedder, scope.store, collection,
+                               splitter=engine.splitter_spec, analyzer=engine.analyzer)
+        return manager, Retriever(embedder, scope.store, collection, rerankers=engine.reranker)
 
     async def search_hits(self, collection: str, query: str | Sequence[float],
                           options: Mapping[str, Any] | None = None) -> list[SearchHit]:
@@ -222,7 +234,7 @@ class VectorService:
         if not isinstance(include_content, bool):
             raise BlockInputError("INPUT_001", "include_content must be true or false")
         mode = options.get("mode")
-        scope = self._execution.tenant
+        _, retriever = self._layers(collection, options.get("embedding_provider"), options.get("embedding_model"))
         if isinstance(query, str):
             if mode is not None and mode not in MODES:
                 raise RetrievalError(f"unknown search mode {mode!r}; use one of: {', '.join(MODES)}")
@@ -232,14 +244,14 @@ class VectorService:
                                        threshold=options.get("threshold"), filter=options.get("filter"),
                                        document_ids=options.get("document_ids"), include_content=include_content)
                 request.check()
-                return await vectors.query(scope.retriever(collection), request)
+                return await vectors.query(retriever, request)
             search: dict[str, Any] = {"top_k": top_k, "filter": options.get("filter"),
                                       "threshold": options.get("threshold"),
                                       "document_ids": options.get("document_ids")}
             if mode is not None:
                 search["mode"] = mode
             built = SearchRequest.build(query, collection, **search).resolved()
-            hits = await scope.retriever(collection).search(built)
+            hits = await retriever.search(built)
             if not include_content:
                 for hit in hits:
                     hit.content = ""
@@ -250,7 +262,7 @@ class VectorService:
                                threshold=options.get("threshold"), filter=options.get("filter"),
                                document_ids=options.get("document_ids"), include_content=include_content)
         request.check()
-        return await vectors.query(scope.retriever(collection), request)
+        return await vectors.query(retriever, request)
 
     async def query(self, collection: str, query: str | Sequence[float],
                     options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -258,7 +270,8 @@ class VectorService:
 
         ``options``: ``top_k`` (5), ``filter`` (a metadata filter), ``threshold`` (lowest cosine),
         ``include_content`` (true), ``mode`` (``vector``, ``keyword`` or ``hybrid``; a text only,
-        default: the engine's search default), ``document_ids``.
+        default: the engine's search default), ``document_ids``, and ``embedding_provider`` /
+        ``embedding_model`` to embed a text with a named embedder (the collection's).
         """
         include_content = (options or {}).get("include_content", True)
         hits = await self.search_hits(collection, query, options)
@@ -480,6 +493,14 @@ class BlockContext:
     def workflow(self) -> str:
         """The name of the workflow being run."""
         return self._execution.workflow
+
+    def usage_mark(self) -> int:
+        """A mark of the step's usage so far, for :meth:`tokens_since`."""
+        return self._execution.mark()
+
+    def tokens_since(self, mark: int, operation: str = "embedding") -> int:
+        """Input tokens the step's ``operation`` calls (``embedding``, ``llm``) used since ``mark``."""
+        return self._execution.tokens_since(mark, operation)
 
     @property
     def settings(self) -> Any:
