@@ -42,7 +42,7 @@ def _emit(data: Any) -> None:
 
 @click.group("blocks")
 def blocks_command() -> None:
-    """The workflow blocks (seed 000): doc-loader, text-splitter, embedding, vector-upsert, ..."""
+    """The workflow blocks of seed 000 and their config schemas."""
 
 
 @blocks_command.command("list")
