@@ -875,10 +875,12 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
 
 
 # -- command groups kept in their own modules ---------------------------------------------------
+from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow` (R30)
 from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
 
 for _command in PORTABILITY_COMMANDS:
     cli.add_command(_command)
+_attach_blocks(cli)
 
 
 def main() -> None:

@@ -471,6 +471,21 @@ class Tenant:
         """Sync form of :meth:`aquery`."""
         return _run(self.aquery(collection, **options))
 
+    # -- workflows (R30) -------------------------------------------------------------------
+    async def arun_workflow(self, spec: Any, input: Mapping[str, Any] | None = None) -> Any:
+        """Run a workflow of blocks (a dict, or a JSON/YAML file) in this tenant; see :mod:`bunko.blocks`.
+
+        Returns a ``WorkflowResult`` (``to_dict()``: ``{"workflow", "steps", "output"}``); a failing step
+        raises ``BlockError`` naming the step and block. Every block works in this tenant only.
+        """
+        from .blocks.workflow import arun
+
+        return await arun(self, spec, input)
+
+    def run_workflow(self, spec: Any, input: Mapping[str, Any] | None = None) -> Any:
+        """Sync form of :meth:`arun_workflow`."""
+        return _run(self.arun_workflow(spec, input))
+
     # -- usage and conversations -------------------------------------------------------
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage (R13) per operation, provider and model, since ``since`` if given."""

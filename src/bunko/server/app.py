@@ -22,6 +22,7 @@ from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from ..blocks.http import router as blocks_router
 from ..config import Settings
 from ..engine import Bunko
 from ..stores.base import VectorStore
@@ -132,6 +133,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     problems.install(app)
     app.include_router(router)
     app.include_router(webapp.router)  # the web app at / (static files inside the package)
+    app.include_router(blocks_router)  # blocks and workflows (R30)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:
