@@ -64,6 +64,7 @@ from .ingest import (
 from .llm import get_llm
 from .loaders import LoadOptions
 from .loaders.url import FetchPolicy
+from .memory import Memory
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
@@ -470,6 +471,13 @@ class Tenant:
     def query(self, collection: str | QueryRequest = DEFAULT_COLLECTION, **options: Any) -> list[SearchHit]:
         """Sync form of :meth:`aquery`."""
         return _run(self.aquery(collection, **options))
+
+    # -- agent memory (R31) -------------------------------------------------------------
+    @property
+    def memory(self) -> Memory:
+        """This tenant's agent memory: the default memory store (``.store(name)`` for another); see
+        :mod:`bunko.memory`."""
+        return Memory(self)
 
     # -- usage and conversations -------------------------------------------------------
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:

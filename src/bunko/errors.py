@@ -312,6 +312,30 @@ class LLMAuthError(LLMProviderError, ProviderAuthFailed):
     code = "LLM_AUTH"
 
 
+class InvalidMemoryError(BunkoError):
+    """An agent memory record or request is malformed (empty content, unknown memory type, bad user id)."""
+
+    code = "INVALID_MEMORY"
+
+
+class RagSearchError(RetrievalError):
+    """An agent memory search failed (the seed's ``RagSearchError``; see :mod:`bunko.memory`)."""
+
+    code = "RAG_SEARCH_ERROR"
+
+
+class RagCorpusNotFoundError(RagSearchError, NotFoundError):
+    """The memory store searched does not exist in the tenant (the seed's ``RagCorpusNotFoundError``)."""
+
+    code = "RAG_CORPUS_NOT_FOUND"
+
+
+class RagSearchTimeoutError(RagSearchError):
+    """A memory search did not finish within its time budget (the seed's ``RagSearchTimeoutError``)."""
+
+    code = "RAG_SEARCH_TIMEOUT"
+
+
 class RAGPipelineError(BunkoError):
     """A pipeline step failed; the step's own error is the ``__cause__``."""
 
@@ -340,6 +364,7 @@ __all__ = [
     "FilterProblem",
     "GarbledTextError",
     "GenerationError",
+    "InvalidMemoryError",
     "LLMAuthError",
     "LLMProviderError",
     "LLMRateLimitError",
@@ -353,6 +378,9 @@ __all__ = [
     "ProviderFailure",
     "ProviderTimeout",
     "RAGPipelineError",
+    "RagCorpusNotFoundError",
+    "RagSearchError",
+    "RagSearchTimeoutError",
     "RateLimited",
     "RerankAuthError",
     "RerankError",

@@ -60,6 +60,7 @@ from .plan import PlannedWrite, StoredDocument, plan_writes
 
 if TYPE_CHECKING:
     from ..service import ServiceRecords
+    from .memory import SQLMemories
 
 MAX_TOP_K = 1000
 _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
@@ -583,6 +584,13 @@ class SQLStore:
                 hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]),
                                      include_content))
         return hits
+
+    # -- agent memories (bunko.memory) ------------------------------------------------------------
+    def memories(self) -> SQLMemories:
+        """This tenant's agent memories, in this store's tables (:mod:`bunko.stores.sql.memory`)."""
+        from .memory import SQLMemories
+
+        return SQLMemories(self)
 
     # -- usage records, search logs and conversations ------------------------------------------
     def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
