@@ -26,11 +26,13 @@ a ``search`` usage record with model ``memory-keyword-fallback`` per tenant, R35
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -76,6 +78,8 @@ _USER_RE = re.compile(r"^[\w][\w.@\-]{0,99}$")
 _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
 _SUBJECT_MAX = 100
 
+# Memory reads run here (see Memory._search).
+_READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bunko-memory-read")
 _fallbacks = 0
 _fallback_lock = threading.Lock()
 
@@ -327,7 +331,10 @@ class Memory:
         embedding = asyncio.ensure_future(self._query_vector(query)) if semantic else None
         try:
             try:
-                memories, vectors, info = await asyncio.to_thread(self._read, records, user_id, semantic)
+                # Not the loop's default executor: a read that outlives the budget must not hold up the
+                # caller (asyncio.run waits for the default executor's threads before it returns).
+                read = functools.partial(self._read, records, user_id, semantic)
+                memories, vectors, info = await asyncio.get_running_loop().run_in_executor(_READS, read)
             except RagCorpusNotFoundError:
                 if self.name != DEFAULT_MEMORY_STORE:
                     raise
