@@ -874,6 +874,11 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
     )
 
 
+from .memory_cli import attach as _attach_memory  # noqa: E402  (bunko memory, bunko mcp)
+
+_attach_memory(cli)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bunko")
