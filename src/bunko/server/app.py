@@ -28,6 +28,7 @@ from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
 from . import problems, schemas
 from .jobs import JobRunner
+from .memory_routes import router as memory_router
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
@@ -131,6 +132,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     )
     problems.install(app)
     app.include_router(router)
+    app.include_router(memory_router)  # agent memory (R31)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:
