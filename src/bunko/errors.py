@@ -312,7 +312,7 @@ class LLMAuthError(LLMProviderError, ProviderAuthFailed):
     code = "LLM_AUTH"
 
 
-class InvalidMemoryError(BunkoError):
+class InvalidMemoryError(BunkoError, ValueError):
     """An agent memory record or request is malformed (empty content, unknown memory type, bad user id)."""
 
     code = "INVALID_MEMORY"
