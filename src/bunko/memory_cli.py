@@ -10,8 +10,17 @@ from typing import Any
 
 import click
 
-from .cli import _emit_json, _engine, embedder_option, handle_errors, json_option, stdout, tenant_option
+from .cli import _emit_json, _engine, handle_errors, stdout
+from .config import DEFAULT_TENANT
 from .memory import DEFAULT_MEMORY_STORE, DEFAULT_MEMORY_TYPE, MEMORY_TYPES, SEARCH_MODES
+
+# The options every command shares, as bunko.cli words them (declared here: this module is imported by
+# bunko.cli itself, so its option objects are not typed yet when this module is checked).
+tenant_option = click.option("--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
+                             help="Tenant whose data to use (env BUNKO_TENANT).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+embedder_option = click.option("--embedder", metavar="PROVIDER[:MODEL]", default=None,
+                               help="Embedder (env BUNKO_EMBEDDER); a memory store keeps the one it was built with.")
 
 store_option = click.option("--store", "store", default=DEFAULT_MEMORY_STORE, show_default=True,
                             help="Memory store of the tenant (the seed's corpus).")

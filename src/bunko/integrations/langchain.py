@@ -103,16 +103,19 @@ class BunkoVectorStore(VectorStore):  # type: ignore[misc]
     @staticmethod
     def _records(texts: Sequence[str], vectors: Sequence[Sequence[float]], metadatas: Sequence[dict[str, Any]] | None,
                  ids: Sequence[str | None] | None) -> list[dict[str, Any]]:
+        # ids may hold None for documents without one (LangChain's add_documents passes them so)
         records = []
         for i, text in enumerate(texts):
             metadata = dict(metadatas[i]) if metadatas and i < len(metadatas) and metadatas[i] else {}
             given = ids[i] if ids and i < len(ids) else None
+            stored: dict[str, Any] = dict(metadata)
+            stored[_KEYS] = list(metadata)
             records.append({"id": given or str(uuid.uuid4()), "content": text, "vector": list(vectors[i]),
-                            "metadata": {**metadata, _KEYS: list(metadata)}})
+                            "metadata": stored})
         return records
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
-                  ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+                  ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Embed and store texts (an id given again replaces that record); returns their ids."""
         items = list(texts)
         if not items:
@@ -121,7 +124,7 @@ class BunkoVectorStore(VectorStore):  # type: ignore[misc]
         return list(self.tenant.upsert(self.collection, self._records(items, vectors, metadatas, ids)))
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
-                         ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+                         ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         items = list(texts)
         if not items:
             return []

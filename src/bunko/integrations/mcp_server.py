@@ -27,7 +27,6 @@ from pydantic import Field
 from ..config import DEFAULT_COLLECTION, DEFAULT_TENANT
 from ..engine import Bunko, Tenant
 from ..errors import BunkoError, ConfigError
-from ..memory import DEFAULT_MEMORY_TYPE
 
 try:  # the optional "mcp" extra
     from mcp.server.mcpserver import Context, MCPServer
@@ -153,7 +152,7 @@ def _register(server: BunkoMCP) -> None:
     @server.tool(description="Remember something about this user for later sessions.")
     async def add_memory(
         content: Annotated[str, Field(min_length=1, max_length=20_000, description="What to remember.")],
-        memory_type: Annotated[MemoryType, Field(description="Kind of memory.")] = DEFAULT_MEMORY_TYPE,
+        memory_type: Annotated[MemoryType, Field(description="Kind of memory.")] = "dialogue",
         subject: Annotated[str | None, Field(max_length=100, description="Subject, e.g. math.")] = None,
         session_id: Annotated[str | None, Field(max_length=200, description="The current session.")] = None,
         ctx: Context | None = None,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..memory import DEFAULT_MEMORY_STORE, DEFAULT_MEMORY_TYPE, MAX_TOP_K, Memory
+from ..memory import DEFAULT_MEMORY_STORE, MAX_TOP_K, Memory
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem
@@ -36,7 +36,7 @@ class _Strict(BaseModel):
 
 class MemoryIn(_Strict):
     content: str = Field(min_length=1, max_length=20_000, pattern=schemas.TEXT_PATTERN)
-    memoryType: MemoryType = DEFAULT_MEMORY_TYPE
+    memoryType: MemoryType = "dialogue"
     subject: str | None = Field(None, min_length=1, max_length=100)
     metadata: dict[str, Any] = Field(default_factory=dict)
     timestamp: str | None = Field(None, max_length=64, description="ISO-8601; default now")

@@ -162,7 +162,7 @@ class SQLMemories:
         if not np.all(np.isfinite(matrix)):
             raise VectorStoreError("vectors contain NaN or infinite values")
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        matrix = matrix / np.where(norms == 0, 1.0, norms)
+        matrix = (matrix / np.where(norms == 0, 1.0, norms)).astype(np.float32)
         with self._store.session() as (conn, tenant_pk):
             info = self._store_info(self._store_row(conn, tenant_pk, store))
         if matrix.shape[1] != info.dimension:
@@ -211,7 +211,7 @@ class SQLMemories:
     def list_memories(self, user_id: str, *, store: str | None = None, session_id: str | None = None,
              limit: int | None = None) -> list[StoredMemory]:
         """One user's memories (of one store and session, if given), oldest first."""
-        where, params = "m.tenant_id = ? AND m.user_id = ?", [user_id]
+        where, params = "m.tenant_id = ? AND m.user_id = ?", [user_id]  # type: tuple[str, list[Any]]
         with self._store.session() as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
@@ -234,7 +234,7 @@ class SQLMemories:
         given, else in every store). Returns how many there were."""
         if memory_ids is not None and not memory_ids:
             return 0
-        where, params = "tenant_id = ? AND user_id = ?", [user_id]
+        where, params = "tenant_id = ? AND user_id = ?", [user_id]  # type: tuple[str, list[Any]]
         with self._store.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return 0
