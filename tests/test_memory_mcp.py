@@ -110,3 +110,54 @@ def test_mcp_without_a_user_refuses_memory_tools_but_searches(
     memory, search = asyncio.run(_session(_params(url, tmp_path, "--tenant", "school"), work))
     assert memory.is_error and "NO_USER" in memory.content[0].text
     assert search.structured_content["results"][0]["content"] == "避難所は近くの小学校です。"
+
+
+def test_mcp_streamable_http_takes_tenant_and_user_from_the_api_key(
+        tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    import socket
+    import subprocess
+    import time
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    url = f"sqlite:///{tmp_path / 'mcp.db'}"
+    _seed_store(url, embedder)
+    with Bunko(url, embedder=embedder) as engine:
+        records = engine.backend.service_records()
+        key_a = records.create_api_key("school", "child-a")[0]
+        key_b = records.create_api_key("school", "child-b")[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    params = _params(url, tmp_path, "--http", f"127.0.0.1:{port}")
+    log = (tmp_path / "mcp-http.log").open("wb")
+    proc = subprocess.Popen([params.command, *params.args], env={**os.environ, **(params.env or {})},
+                            cwd=str(tmp_path), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120  # only catches a server that never starts
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "mcp-http.log").read_text()
+                time.sleep(0.2)
+
+        async def call(key: str | None) -> Any:
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            async with httpx2.AsyncClient(headers=headers, timeout=120) as client, \
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                return await session.call_tool("search_memory", {"query": QUERY, "top_k": 2})
+
+        as_a, as_b, anonymous = asyncio.run(call(key_a)), asyncio.run(call(key_b)), asyncio.run(call(None))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+    assert as_a.structured_content["memories"][0]["content"] == "前回、繰り上がりの足し算で3回つまずいた"
+    assert {m["metadata"]["user_id"] for m in as_a.structured_content["memories"]} == {"child-a"}
+    assert {m["metadata"]["user_id"] for m in as_b.structured_content["memories"]} == {"child-b"}
+    assert anonymous.is_error and "UNAUTHENTICATED" in anonymous.content[0].text
