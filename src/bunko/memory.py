@@ -353,8 +353,11 @@ class Memory:
                 except Exception as exc:  # embedder down or failing: the keyword leg answers
                     reason = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
         finally:
-            if embedding is not None and not embedding.done():
-                embedding.cancel()
+            if embedding is not None:
+                if not embedding.done():
+                    embedding.cancel()
+                elif not embedding.cancelled():
+                    embedding.exception()  # retrieved: a failure already handled is not logged again at exit
         phrases = get_analyzer(info.analyzer).query_phrases(query)
         ranked = await asyncio.to_thread(_rank, memories, vectors, vector, phrases, top_k,
                                          "keyword" if reason is not None else mode)
