@@ -161,3 +161,22 @@ def test_mcp_streamable_http_takes_tenant_and_user_from_the_api_key(
     assert {m["metadata"]["user_id"] for m in as_a.structured_content["memories"]} == {"child-a"}
     assert {m["metadata"]["user_id"] for m in as_b.structured_content["memories"]} == {"child-b"}
     assert anonymous.is_error and "UNAUTHENTICATED" in anonymous.content[0].text
+
+
+def test_mcp_ask_answers_with_citations_in_process(tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from bunko.integrations.mcp_server import build_server
+
+    url = f"sqlite:///{tmp_path / 'mcp.db'}"
+    _seed_store(url, embedder)
+    with Bunko(url, embedder=embedder) as engine:
+        server = build_server(engine, tenant="school", user_id="child-a")
+        answer = asyncio.run(server.call_tool("ask", {"question": "非常用の水は一人一日何リットル？",
+                                                      "collection": "docs"}))
+        # In process the SDK raises the tool's error; over a transport it becomes an error result (see above).
+        with pytest.raises(ToolError, match="COLLECTION_NOT_FOUND: collection 'nope' does not exist"):
+            asyncio.run(server.call_tool("search", {"query": "水", "collection": "nope"}))
+    assert not answer.is_error
+    result = answer.structured_content
+    assert "[1]" in result["answer"] and result["sources"][0]["excerpt"].startswith("非常用の水")
