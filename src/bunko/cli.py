@@ -876,11 +876,13 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
 
 # -- command groups kept in their own modules ---------------------------------------------------
 from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow` (R30)
+from .memory_cli import attach as _attach_memory  # noqa: E402  (bunko memory, bunko mcp)
 from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
 
 for _command in PORTABILITY_COMMANDS:
     cli.add_command(_command)
 _attach_blocks(cli)
+_attach_memory(cli)
 
 
 def main() -> None:

@@ -37,6 +37,8 @@ value (``BUNKO_LLM=``) counts as not set.
 | uploads processed at once per worker | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
+| memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
+| memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
 
 API keys and the store URL (which may hold a password) are ``SecretStr``: ``repr``, ``str`` and
 ``model_dump_json()`` show ``**********``. ``bunko`` reads API keys only from the environment or
@@ -276,6 +278,21 @@ class PostgresSettings(Section):
         return Settings.resolve().postgres
 
 
+class MemorySettings(Section):
+    """``[memory]`` / ``BUNKO_MEMORY_*``: agent memory search (:mod:`bunko.memory`)."""
+
+    # A memory search that takes longer raises RagSearchTimeoutError (the seed's 2-second target).
+    timeout: Annotated[float, Env("BUNKO_MEMORY_TIMEOUT"), Field(gt=0, le=600)] = 2.0
+    # The semantic leg (query embedding) gets this long; past it the keyword leg answers alone.
+    semantic_timeout: Annotated[float, Env("BUNKO_MEMORY_SEMANTIC_TIMEOUT"), Field(gt=0, le=600)] = 1.5
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MemorySettings:
+        if self.semantic_timeout > self.timeout:
+            raise ValueError(f"semantic_timeout ({self.semantic_timeout}) must not exceed timeout ({self.timeout})")
+        return self
+
+
 SECTIONS: dict[str, type[Section]] = {
     "store": StoreSettings,
     "embedder": EmbedderSettings,
@@ -284,6 +301,7 @@ SECTIONS: dict[str, type[Section]] = {
     "fetch": FetchSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
+    "memory": MemorySettings,
 }
 
 
@@ -407,6 +425,7 @@ class Settings(BaseSettings):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     config_path: Path | None = None
 
     @classmethod

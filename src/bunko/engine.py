@@ -64,6 +64,7 @@ from .ingest import (
 from .llm import get_llm
 from .loaders import LoadOptions
 from .loaders.url import FetchPolicy
+from .memory import Memory
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
@@ -485,6 +486,13 @@ class Tenant:
     def run_workflow(self, spec: Any, input: Mapping[str, Any] | None = None) -> Any:
         """Sync form of :meth:`arun_workflow`."""
         return _run(self.arun_workflow(spec, input))
+
+    # -- agent memory (R31) -------------------------------------------------------------
+    @property
+    def memory(self) -> Memory:
+        """This tenant's agent memory: the default memory store (``.store(name)`` for another); see
+        :mod:`bunko.memory`."""
+        return Memory(self)
 
     # -- usage and conversations -------------------------------------------------------
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:

@@ -319,6 +319,30 @@ class ArchiveError(BunkoError):
     code = "ARCHIVE_ERROR"
 
 
+class InvalidMemoryError(BunkoError, ValueError):
+    """An agent memory record or request is malformed (empty content, unknown memory type, bad user id)."""
+
+    code = "INVALID_MEMORY"
+
+
+class RagSearchError(RetrievalError):
+    """An agent memory search failed (the seed's ``RagSearchError``; see :mod:`bunko.memory`)."""
+
+    code = "RAG_SEARCH_ERROR"
+
+
+class RagCorpusNotFoundError(RagSearchError, NotFoundError):
+    """The memory store searched does not exist in the tenant (the seed's ``RagCorpusNotFoundError``)."""
+
+    code = "RAG_CORPUS_NOT_FOUND"
+
+
+class RagSearchTimeoutError(RagSearchError):
+    """A memory search did not finish within its time budget (the seed's ``RagSearchTimeoutError``)."""
+
+    code = "RAG_SEARCH_TIMEOUT"
+
+
 class RAGPipelineError(BunkoError):
     """A pipeline step failed; the step's own error is the ``__cause__``."""
 
@@ -348,6 +372,7 @@ __all__ = [
     "FilterProblem",
     "GarbledTextError",
     "GenerationError",
+    "InvalidMemoryError",
     "LLMAuthError",
     "LLMProviderError",
     "LLMRateLimitError",
@@ -361,6 +386,9 @@ __all__ = [
     "ProviderFailure",
     "ProviderTimeout",
     "RAGPipelineError",
+    "RagCorpusNotFoundError",
+    "RagSearchError",
+    "RagSearchTimeoutError",
     "RateLimited",
     "RerankAuthError",
     "RerankError",

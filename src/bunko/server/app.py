@@ -29,6 +29,7 @@ from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
 from . import problems, schemas, webapp
 from .jobs import JobRunner
+from .memory_routes import router as memory_router
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
@@ -134,6 +135,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     app.include_router(router)
     app.include_router(webapp.router)  # the web app at / (static files inside the package)
     app.include_router(blocks_router)  # blocks and workflows (R30)
+    app.include_router(memory_router)  # agent memory (R31)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:

@@ -29,6 +29,7 @@ from ..errors import (
     PreprocessingError,
     ProviderFailure,
     ProviderTimeout,
+    RagSearchTimeoutError,
     RateLimited,
     RetrievalError,
     UnsupportedFormatError,
@@ -91,7 +92,7 @@ def status_of(exc: BunkoError) -> int:
         return 409
     if isinstance(exc, RateLimited):
         return 503
-    if isinstance(exc, ProviderTimeout):
+    if isinstance(exc, ProviderTimeout | RagSearchTimeoutError):
         return 504
     if isinstance(exc, ProviderFailure):
         return 502

@@ -305,12 +305,52 @@ _M005 = [
     $fn$""",
 ]
 
+# Agent memories (bunko.memory, stores/sql/memory.py): named memory stores per tenant and memories per
+# user inside them. Vectors are normalised float32 bytes, ranked exactly over one user's memories in
+# the SQL core (no ANN index: a search never leaves one user's rows); tenant RLS like every table.
+_M006_AGENT_MEMORIES = [
+    """CREATE TABLE bunko.memory_stores (
+        id bigserial PRIMARY KEY,
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        name text NOT NULL,
+        embedding_provider text NOT NULL,
+        embedding_model text NOT NULL,
+        dimension integer NOT NULL CHECK (dimension > 0 AND dimension <= 16000),
+        analyzer text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (tenant_id, name),
+        UNIQUE (tenant_id, id)
+    )""",
+    """CREATE TABLE bunko.memories (
+        id bigserial PRIMARY KEY,
+        uid text NOT NULL,
+        tenant_id bigint NOT NULL,
+        store_id bigint NOT NULL,
+        user_id text NOT NULL,
+        session_id text,
+        memory_type text NOT NULL,
+        subject text,
+        occurred_at text NOT NULL,
+        content text NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        terms text NOT NULL DEFAULT '',
+        embedding bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (tenant_id, store_id, user_id, uid),
+        FOREIGN KEY (tenant_id, store_id) REFERENCES bunko.memory_stores (tenant_id, id) ON DELETE CASCADE
+    )""",
+    "CREATE INDEX memories_user ON bunko.memories (tenant_id, user_id, session_id)",
+    *_rls("memory_stores"),
+    *_rls("memories"),
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
     ("m003_usage_items_conversations", _M003),
     ("m004_api_keys_rate_windows_jobs", _M004),
     ("m005_keyword_lengths_and_bm25", _M005),
+    ("m006_agent_memories", _M006_AGENT_MEMORIES),
 ]
 
 BOOTSTRAP = [

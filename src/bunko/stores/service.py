@@ -109,12 +109,13 @@ class Erasure:
     usage_records: int = 0
     conversation_turns: int = 0
     collections: int = 0
+    memories: int = 0
 
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict in the API's camelCase."""
         return {"documents": self.documents, "jobs": self.jobs, "searchLogs": self.search_logs,
                 "usageRecords": self.usage_records, "conversationTurns": self.conversation_turns,
-                "collections": self.collections}
+                "collections": self.collections, "memories": self.memories}
 
 
 class ServiceRecords(Protocol):

@@ -211,6 +211,39 @@ MIGRATIONS: list[str] = [
     CREATE INDEX search_logs_user ON search_logs (tenant_id, user_id);
     CREATE INDEX usage_records_user ON usage_records (tenant_id, user_id);
     """,
+    # agent memories (bunko.memory, stores/sql/memory.py): named memory stores per tenant, and
+    # memories per user inside them (normalised float32 vectors, the analyzer's tokens).
+    """
+    CREATE TABLE memory_stores (
+        id INTEGER PRIMARY KEY,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        embedding_provider TEXT NOT NULL,
+        embedding_model TEXT NOT NULL,
+        dimension INTEGER NOT NULL CHECK (dimension > 0),
+        analyzer TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (tenant_id, name)
+    );
+    CREATE TABLE memories (
+        id INTEGER PRIMARY KEY,
+        uid TEXT NOT NULL,
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        store_id INTEGER NOT NULL REFERENCES memory_stores(id) ON DELETE CASCADE,
+        user_id TEXT NOT NULL,
+        session_id TEXT,
+        memory_type TEXT NOT NULL,
+        subject TEXT,
+        occurred_at TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        terms TEXT NOT NULL DEFAULT '',
+        embedding BLOB NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (tenant_id, store_id, user_id, uid)
+    );
+    CREATE INDEX memories_user ON memories (tenant_id, user_id, session_id);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

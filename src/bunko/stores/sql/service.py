@@ -190,7 +190,8 @@ class SQLServiceRecords:
                                   (tenant_pk, *params)).rowcount)
 
     def erase_user(self, store: VectorStore, user_id: str) -> Erasure:
-        """Delete a user's documents (with chunks and vectors), jobs, search logs, usage records, conversations."""
+        """Delete a user's documents (with chunks and vectors), jobs, search logs, usage records, conversations
+        and agent memories."""
         check_user_id(user_id)
         scoped = self._scoped(store)
         with scoped.session() as (conn, tenant_pk):
@@ -207,6 +208,7 @@ class SQLServiceRecords:
             erasure.conversation_turns = int(scoped.run(
                 conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND substr(conversation_id, 1, ?) = ?",
                 (tenant_pk, len(prefix), prefix)).rowcount)
+        erasure.memories = scoped.memories().delete(user_id)
         return erasure
 
     def erase_tenant(self, store: VectorStore) -> Erasure:
@@ -222,4 +224,5 @@ class SQLServiceRecords:
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
                       for table in (*_USER_TABLES, "conversation_turns")]
             erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
+        erasure.memories = scoped.memories().erase_tenant()
         return erasure

@@ -62,6 +62,7 @@ from .plan import PlannedWrite, StoredDocument, plan_writes
 
 if TYPE_CHECKING:
     from ..service import ServiceRecords
+    from .memory import SQLMemories
 
 MAX_TOP_K = 1000
 _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
@@ -546,6 +547,20 @@ class SQLStore:
                                   f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall()
         return {uid: d.vector_out(vector) for uid, vector in rows}
 
+    def get_chunks(self, collection: str, chunk_ids: Sequence[str]) -> list[SearchHit]:
+        """These chunks of this tenant's collection as hits (score 0), in the order asked; unknown ids are left out."""
+        if not chunk_ids:
+            return []
+        d = self._d
+        with self.session() as (conn, tenant_pk):
+            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
+            assert tenant_pk is not None
+            listed, params = d.any("uid", [str(i) for i in chunk_ids])
+            found = dict(self.run(conn, f"SELECT uid, id FROM chunks WHERE tenant_id = ? AND collection_id = ? "
+                                        f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall())
+            ranked = [(found[i], 0.0) for i in dict.fromkeys(str(i) for i in chunk_ids) if i in found]
+            return self._hits(conn, tenant_pk, collection_pk, ranked)
+
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
         flt = as_filter(filter)
@@ -622,6 +637,13 @@ class SQLStore:
                 hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]),
                                      include_content))
         return hits
+
+    # -- agent memories (bunko.memory) ------------------------------------------------------------
+    def memories(self) -> SQLMemories:
+        """This tenant's agent memories, in this store's tables (:mod:`bunko.stores.sql.memory`)."""
+        from .memory import SQLMemories
+
+        return SQLMemories(self)
 
     # -- usage records, search logs and conversations ------------------------------------------
     def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
