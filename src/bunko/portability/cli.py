@@ -124,4 +124,4 @@ def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: st
     _report(summary, "copied into", as_json)
 
 
-COMMANDS = (export_command, import_command, copy_command)
+COMMANDS: tuple[click.Command, ...] = (export_command, import_command, copy_command)
