@@ -52,6 +52,10 @@ def source_db(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Ite
                               {"content": "非常用の水は一人一日3リットルを目安に備蓄します。", "id": "water"}])
         acme.store.append_turns("chat-1", [ConversationTurn("user", "水は何日分？", {"lang": "ja"}),
                                            ConversationTurn("assistant", "最低3日分です [1]。")])
+        acme.memory.add([{"content": "繰り上がりの足し算が苦手", "memory_type": "weakness", "subject": "math"}],
+                        user_id="child-a", session_id="s1")
+        acme.memory.add(["九九の七の段を言えた"], user_id="child-b", session_id="s2")
+        engine.tenant("other").memory.add(["other tenant's memory"], user_id="child-a", session_id="s9")
         engine.tenant("other").ingest([FIXTURES / "guide_ja.md"], "docs")
         engine.tenant("other").store.append_turns("secret-chat", [ConversationTurn("user", "other's question")])
     yield url
@@ -78,12 +82,14 @@ def test_an_export_imported_into_a_fresh_postgresql_answers_the_same(
         before = _answers(engine, "acme")
         summary = export_tenant(engine.backend.for_tenant("acme"), tmp_path / "acme")
         versions = {d.source: d.version for d in engine.tenant("acme").documents("docs")}
-    assert summary.counts == {"collections": 2, "documents": 7, "chunks": 2, "conversations": 1}
+    assert summary.counts == {"collections": 2, "documents": 7, "chunks": 2, "conversations": 1, "memory_stores": 1,
+                              "memories": 2}
     manifest = read_manifest(tmp_path / "acme")
     assert manifest["tenant"] == "acme" and manifest["digest"] == summary.digest
     assert sorted(p.name for p in (tmp_path / "acme").iterdir()) == sorted([MANIFEST, *FILES.values()])
     exported = "".join((tmp_path / "acme" / name).read_text(encoding="utf-8") for name in FILES.values())
     assert "other's question" not in exported and "guide_ja" not in exported  # nothing of another tenant
+    assert "other tenant's memory" not in exported
 
     with Bunko(pg_url, embedder=embedder) as target:
         target.tenant("bystander").ingest([FIXTURES / "notes.md"], "docs")
@@ -92,6 +98,10 @@ def test_an_export_imported_into_a_fresh_postgresql_answers_the_same(
         assert imported.counts == summary.counts
         assert _answers(target, "acme") == before
         assert {d.source: d.version for d in target.tenant("acme").documents("docs")} == versions
+        found = target.tenant("acme").memory.search_memory("繰り上がりの足し算", user_id="child-a")
+        assert [m["content"] for m in found["memories"]][:1] == ["繰り上がりの足し算が苦手"]
+        assert found["memories"][0]["metadata"]["memory_type"] == "weakness"
+        assert all(m["metadata"]["user_id"] == "child-a" for m in found["memories"])
         turns = [t.content for t in target.tenant("acme").conversation("chat-1")]
         assert turns == ["水は何日分？", "最低3日分です [1]。"]
         # The bystander tenant of the target is untouched, and sees nothing of acme.

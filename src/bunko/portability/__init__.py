@@ -2,8 +2,9 @@
 
 Everything a tenant owns in a store travels — collections (with their embedder, analyzer and
 splitter settings), documents (with their version, metadata and content hash), chunks with their
-vectors (exact float32, so nothing is re-embedded), records upserted without a document, and
-conversations. Usage records and search logs stay behind: they are the operator's accounting.
+vectors (exact float32, so nothing is re-embedded), records upserted without a document,
+conversations, and agent memories of every user. Usage records and search logs stay behind: they
+are the operator's accounting.
 
 An export is a folder (the format is described in docs/EXPORT.md)::
 
@@ -12,6 +13,8 @@ An export is a folder (the format is described in docs/EXPORT.md)::
     documents.jsonl      one document per line, its chunks and vectors inline
     chunks.jsonl         records upserted without a document
     conversations.jsonl  one conversation per line, its turns inline
+    memory_stores.jsonl  one agent memory store per line (its embedder and analyzer)
+    memories.jsonl       one agent memory per line (user, session, type, subject, time, vector)
 
 An import checks every file's checksum before it writes anything, refuses collections whose
 embedder or analyzer differs from the target's, then writes through the store's own write path
@@ -43,7 +46,7 @@ from ..types import Collection, ConversationTurn, EmbedderInfo, VectorRecord
 
 FORMAT = "bunko-export"
 FORMAT_VERSION = 1
-KINDS = ("collections", "documents", "chunks", "conversations")
+KINDS = ("collections", "documents", "chunks", "conversations", "memory_stores", "memories")
 FILES = {kind: f"{kind}.jsonl" for kind in KINDS}
 MANIFEST = "manifest.json"
 PAGE = 100  # documents read (or written) per store call
@@ -80,6 +83,10 @@ def _canonical(kind: str, record: dict[str, Any]) -> bytes:
     """
     if kind == "conversations":
         record = {**record, "turns": [{k: v for k, v in t.items() if k != "created_at"} for t in record["turns"]]}
+    elif kind == "memories":
+        # The memory store normalises vectors as it writes them: the digest takes them to 5 decimals.
+        vector = np.frombuffer(base64.b64decode(record["vector"]), dtype="<f4")
+        record = {**record, "vector": [round(float(x), 5) for x in vector]}
     return json.dumps([kind, record], sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
@@ -117,6 +124,33 @@ def read_tenant(store: VectorStore, *, collections: Sequence[str] | None = None,
     if conversations:
         for conversation_id in store.conversation_ids():
             yield "conversations", _conversation_record(store, conversation_id)
+        yield from _read_memories(store)
+
+
+def _memories_of(store: VectorStore) -> Any:
+    """The tenant's agent memories, or None for a store that keeps none."""
+    memories = getattr(store, "memories", None)
+    return memories() if callable(memories) else None
+
+
+def _read_memories(store: VectorStore, only: dict[str, set[str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Memory stores and every user's memories (``only``: memory ids per store)."""
+    memories = _memories_of(store)
+    if memories is None:
+        return
+    for info in memories.list_stores():
+        if only is not None and info.name not in only:
+            continue
+        yield "memory_stores", {"name": info.name, "analyzer": info.analyzer, "embedder": {
+            "provider": info.embedding_provider, "model": info.embedding_model, "dimension": info.dimension}}
+        for user_id in memories.user_ids(info.name):
+            items, vectors = memories.user_memories(info.name, user_id)
+            for m, vector in zip(items, vectors, strict=True):
+                if only is not None and m.id not in only[info.name]:
+                    continue
+                yield "memories", {"store": info.name, "id": m.id, "user_id": m.user_id, "session_id": m.session_id,
+                                   "memory_type": m.memory_type, "subject": m.subject, "timestamp": m.timestamp,
+                                   "content": m.content, "metadata": m.metadata, "vector": _vector_text(vector)}
 
 
 def _collection_record(c: Collection) -> dict[str, Any]:
@@ -191,6 +225,14 @@ class _Writer:
         self.conversations: list[str] = []
         self.loading = ExitStack()  # the open bulk load of the collection being written
         self.loading_collection: str | None = None
+        self.memory_dimensions: dict[str, int] = {}
+        self.written_memories: dict[str, set[str]] = {}
+
+    def _memory_store(self) -> Any:
+        memories = _memories_of(self.store)
+        if memories is None:
+            raise ArchiveError(f"the target store ({self.store.kind}) keeps no agent memories")
+        return memories
 
     def check_collection(self, record: dict[str, Any]) -> None:
         """Refuse, before anything is written, a collection the target holds with another embedder or analyzer."""
@@ -207,6 +249,20 @@ class _Writer:
                 f"the {existing.analyzer!r} analyzer; the export has {e['provider']}:{e['model']} "
                 f"({e['dimension']} dimensions) and {record['analyzer']!r}. Import into another tenant or "
                 "delete the collection first")
+
+    def check_memory_store(self, record: dict[str, Any]) -> None:
+        """Refuse, before anything is written, a memory store the target holds with another embedder or analyzer."""
+        from ..errors import RagCorpusNotFoundError
+
+        try:
+            existing = self._memory_store().get_store(record["name"])
+        except RagCorpusNotFoundError:
+            return
+        e = record["embedder"]
+        if (existing.embedding_provider, existing.embedding_model, existing.dimension, existing.analyzer) != \
+                (e["provider"], e["model"], int(e["dimension"]), record["analyzer"]):
+            raise ArchiveError(f"memory store {record['name']!r} exists in tenant {self.store.tenant!r} with another "
+                               "embedder or analyzer; import into another tenant or delete its memories first")
 
     def check_conversation(self, record: dict[str, Any]) -> bool:
         """True when the conversation must be written; False when the target already holds it as is."""
@@ -254,6 +310,27 @@ class _Writer:
             else:
                 self.summary.skipped_conversations += 1
             self.conversations.append(record["id"])
+        elif kind == "memory_stores":
+            self.flush()
+            self.end_load()
+            e = record["embedder"]
+            self._memory_store().ensure_store(record["name"], EmbedderInfo(e["provider"], e["model"],
+                                                                           int(e["dimension"])), record["analyzer"])
+            self.memory_dimensions[record["name"]] = int(e["dimension"])
+            self.written_memories.setdefault(record["name"], set())
+        elif kind == "memories":
+            self.flush()
+            name = record["store"]
+            if name not in self.memory_dimensions:
+                raise ArchiveError(f"memory {record.get('id')!r} belongs to memory store {name!r}, which the export "
+                                   "does not describe before it")
+            from ..stores.sql.memory import MemoryWrite
+
+            vector = _vector_from(record["vector"], self.memory_dimensions[name], f"memory {record['id']!r}")
+            self._memory_store().add(name, [MemoryWrite(
+                record["id"], record["user_id"], record.get("session_id"), record["memory_type"], record.get("subject"),
+                record["timestamp"], record["content"], record.get("metadata") or {})], vector[None, :])
+            self.written_memories[name].add(record["id"])
         else:
             raise ArchiveError(f"unknown record kind {kind!r}")
         self.summary.counts[kind] += 1
@@ -325,6 +402,8 @@ class _Writer:
             turns = self.store.conversation(conversation_id)
             yield "conversations", {"id": conversation_id, "turns": [
                 {"role": t.role, "content": t.content, "metadata": t.metadata} for t in turns]}
+        if self.written_memories:
+            yield from _read_memories(self.store, self.written_memories)
 
 
 def write_tenant(store: VectorStore, records: Iterable[tuple[str, dict[str, Any]]], *,
@@ -420,6 +499,8 @@ def _file_records(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from (("documents", r) for r in _lines(folder, "documents"))
     yield from (("chunks", r) for r in _lines(folder, "chunks"))
     yield from (("conversations", r) for r in _lines(folder, "conversations"))
+    yield from (("memory_stores", r) for r in _lines(folder, "memory_stores"))
+    yield from (("memories", r) for r in _lines(folder, "memories"))
 
 
 def _lines(folder: Path, kind: str) -> Iterator[dict[str, Any]]:
@@ -447,6 +528,8 @@ def import_tenant(store: VectorStore, path: str | os.PathLike[str], *, progress:
         writer.check_collection(record)
     for record in _lines(folder, "conversations"):
         writer.check_conversation(record)
+    for record in _lines(folder, "memory_stores"):
+        writer.check_memory_store(record)
     try:
         for kind, record in _file_records(folder):
             writer.add(kind, record)

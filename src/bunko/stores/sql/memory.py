@@ -208,6 +208,14 @@ class SQLMemories:
         blob = b"".join(bytes(r[10]) for r in rows)
         return memories, np.frombuffer(blob, dtype=np.float32).reshape(len(rows), info.dimension)
 
+    def user_ids(self, store: str) -> list[str]:
+        """The users who have memories in ``store``, sorted: for tenant-wide work (exports), never for search."""
+        with self._store.session() as (conn, tenant_pk):
+            store_pk = int(self._store_row(conn, tenant_pk, store)[0])
+            rows = self._store.run(conn, "SELECT DISTINCT user_id FROM memories WHERE tenant_id = ? AND store_id = ? "
+                                         "ORDER BY user_id", (tenant_pk, store_pk)).fetchall()
+        return [r[0] for r in rows]
+
     def list_memories(self, user_id: str, *, store: str | None = None, session_id: str | None = None,
              limit: int | None = None) -> list[StoredMemory]:
         """One user's memories (of one store and session, if given), oldest first."""
