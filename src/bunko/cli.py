@@ -686,12 +686,12 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     except ImportError as exc:
         raise click.ClickException(
             f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"') from None
-    from .config import Settings
+    from .config import Settings, redact_url
 
     obj = ctx.find_root().obj
     overrides: dict[str, Any] = dict(limits)
     settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **overrides)
-    shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
+    shown = redact_url(settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
     stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "
                  f"store {escape(shown)}); OpenAPI at http://{display_host}:{port}/docs")

@@ -103,6 +103,34 @@ class Env:
         return self.name.removeprefix("BUNKO_").lower()
 
 
+# Names of URL query parameters and libpq conninfo keys whose values are secrets.
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|credential|signature|sig\b", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """A store URL (or libpq conninfo) safe to print: passwords and other secret-looking values as ``***``.
+
+    Covers ``user:pass@host``, query parameters such as ``?password=...`` / ``&sslpassword=...`` /
+    ``&api_key=...``, and ``key=value`` conninfo strings (``host=db password=...``). Every place that
+    shows a store URL (``bunko serve``, the server log, ``repr`` of a backend) goes through this.
+    """
+    text = re.sub(r"(://[^@/?#\s]*?):[^@/?#\s]*@", r"\1:***@", url)  # user:password@
+
+    def query_value(match: re.Match[str]) -> str:
+        name = match.group(2)
+        return match.group(0) if not _SECRET_PARAM.search(name) else f"{match.group(1)}{name}=***"
+
+    text = re.sub(r"([?&])([^=&#\s]+)=([^&#]*)", query_value, text)
+
+    def conninfo_value(match: re.Match[str]) -> str:
+        name = match.group(2)
+        return match.group(0) if not _SECRET_PARAM.search(name) else f"{match.group(1)}{name}=***"
+
+    if "://" not in text:  # libpq "key=value key='value'" form
+        text = re.sub(r"(^|\s)(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", conninfo_value, text)
+    return text
+
+
 def _secret(value: SecretStr | None) -> str | None:
     return None if value is None else value.get_secret_value()
 

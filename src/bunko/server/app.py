@@ -22,7 +22,7 @@ from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..config import Settings
+from ..config import Settings, redact_url
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
@@ -114,7 +114,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         app.state.bunko = state
         rate = f"{limits.rate_limit} requests/min per key" if limits.rate_limit else "no rate limit"
         logger.info("bunko API worker %d ready (store %s; uploads up to %d MiB; %s)",
-                    os.getpid(), _redact(bunko.backend.url), limits.max_upload_mb, rate)
+                    os.getpid(), redact_url(bunko.backend.url), limits.max_upload_mb, rate)
         try:
             yield
         finally:
@@ -164,12 +164,6 @@ def _limit_blas_threads(threads: int) -> None:
         logger.warning("threadpoolctl is not installed: BLAS threads are not limited")
         return
     threadpool_limits(limits=threads, user_api="blas")
-
-
-def _redact(url: str) -> str:
-    import re
-
-    return re.sub(r"://[^@/]*@", "://***@", url)
 
 
 def app_factory() -> Any:

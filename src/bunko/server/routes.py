@@ -19,7 +19,7 @@ from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError,
 from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
 from ..stores.service import LEASE_SECONDS, Job
 from ..types import DocumentInfo as StoredDocument
-from ..types import new_id
+from ..types import new_id, nul_path
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event
@@ -91,8 +91,10 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
     for key in ("category", "description"):
         if key in out and not isinstance(out[key], str):
             raise Problem(422, "VALIDATION_ERROR", f"{key}: must be a string")
-    if "\x00" in json.dumps(out):
-        raise Problem(422, "VALIDATION_ERROR", "metadata: NUL characters are not allowed")
+    where = nul_path(out)
+    if where is not None:
+        raise Problem(422, "VALIDATION_ERROR", f"{where}: NUL characters are not allowed",
+                      extra={"field": where.split("[", 1)[0].split(".", 1)[0]})
     return out
 
 

@@ -280,7 +280,7 @@ TURN_ROLES = ("user", "assistant")
 
 def check_conversation_id(conversation_id: str) -> str:
     """A conversation id as given, or ``VectorStoreError`` (1-200 letters, digits, ``_ - . :``)."""
-    if not isinstance(conversation_id, str) or not _CONVERSATION_ID_RE.match(conversation_id):
+    if not isinstance(conversation_id, str) or not _CONVERSATION_ID_RE.fullmatch(conversation_id):
         raise VectorStoreError(
             f"invalid conversation id {conversation_id!r}: use 1-200 letters, digits, '_', '-', '.' or ':', "
             "starting with a letter or digit"

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
-from ..config import PostgresSettings
+from ..config import PostgresSettings, redact_url
 from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
 from ..types import SearchHit
@@ -226,7 +226,7 @@ class PostgresBackend(SQLBackend):
         self._pool.close()
 
     def __repr__(self) -> str:
-        return f"PostgresBackend({re.sub(r'://[^@/]*@', '://***@', self.url)!r})"
+        return f"PostgresBackend({redact_url(self.url)!r})"
 
 
 def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:

@@ -74,7 +74,7 @@ DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = 
 
 def check_name(kind: str, name: str) -> str:
     """A tenant or collection name as given, or ``VectorStoreError``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise VectorStoreError(
             f"invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '-' or '.', "
             "starting with a letter or digit"
