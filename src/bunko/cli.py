@@ -665,6 +665,8 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--max-upload-mb", type=int, default=None, metavar="MIB",
               help="Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
+@click.option("--max-json-mb", type=int, default=None, metavar="MIB",
+              help="Largest JSON request body (env BUNKO_MAX_JSON_MB; default 4).")
 @click.option("--rate-limit", type=int, default=None, metavar="N",
               help="Requests per minute per API key, 0 = off (env BUNKO_RATE_LIMIT; default 600).")
 @click.option("--job-concurrency", type=int, default=None, metavar="N",

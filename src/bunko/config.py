@@ -33,6 +33,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | reranker URL | ``BUNKO_RERANK_BASE_URL`` | ``[rerank] base_url`` | the provider's |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
 | largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
+| largest JSON request body (MiB) | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
 | requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
 | uploads processed at once per worker | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
@@ -249,6 +250,8 @@ class ServerSettings(Section):
     """
 
     max_upload_mb: Annotated[int, Env("BUNKO_MAX_UPLOAD_MB"), Field(ge=1, le=1_000_000)] = 50
+    # Every other request body (JSON): refused with 413 past this, before it is read.
+    max_json_mb: Annotated[int, Env("BUNKO_MAX_JSON_MB"), Field(ge=1, le=1024)] = 4
     rate_limit: Annotated[int, Env("BUNKO_RATE_LIMIT"), Field(ge=0)] = 600  # per API key and minute; 0 = off
     job_concurrency: Annotated[int, Env("BUNKO_JOB_CONCURRENCY"), Field(ge=1, le=1000)] = 2
     blas_threads: Annotated[int, Env("BUNKO_BLAS_THREADS"), Field(ge=1, le=1024)] = 1
@@ -256,6 +259,10 @@ class ServerSettings(Section):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_json_bytes(self) -> int:
+        return self.max_json_mb * 1024 * 1024
 
     @property
     def rate_limit_per_minute(self) -> int:

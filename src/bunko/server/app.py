@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import FastAPI, Request
 
 from .. import __version__
 from ..config import Settings, redact_url
@@ -27,15 +26,13 @@ from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
 from . import problems, schemas
+from .guard import RequestGuard
 from .jobs import JobRunner
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
 
 logger = logging.getLogger(__name__)
-UPLOAD_PATH = "/api/v1/documents/upload"
-# Multipart framing and the small form fields around the file.
-_FORM_OVERHEAD = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -55,38 +52,6 @@ class ServerState:
         if store is None:
             store = self._stores[tenant] = self.engine.backend.for_tenant(tenant)
         return store
-
-
-class UploadLimit:
-    """Refuse upload bodies over the limit with 413, before reading them (Content-Length) or while reading."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes + _FORM_OVERHEAD
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != UPLOAD_PATH:
-            await self.app(scope, receive, send)
-            return
-        limit = self.max_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await Problem(413, "PAYLOAD_TOO_LARGE",
-                              f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB"
-                              ).response()(scope, receive, send)
-                return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                # An HTTPException: FastAPI turns other errors raised while parsing a body into a 400.
-                raise HTTPException(413, f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB")
-            return message
-
-        await self.app(scope, counted, send)
 
 
 def create_app(engine: Bunko | None = None, settings: Settings | None = None) -> FastAPI:
@@ -147,7 +112,8 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
             raise Problem(503, "STORE_UNAVAILABLE", "the store does not answer") from None
         return schemas.Health(status="ready", store=state.engine.backend.scheme)
 
-    app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)  # type: ignore[arg-type]
+    app.add_middleware(RequestGuard, max_upload_bytes=limits.max_upload_bytes,  # type: ignore[arg-type]
+                       max_json_bytes=limits.max_json_bytes)
     return app
 
 

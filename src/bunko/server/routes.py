@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -330,14 +331,18 @@ async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schem
 
 
 @router.get("/search/logs", response_model=schemas.SearchLogResponse, responses=PROBLEM_RESPONSES,
-            summary="This tenant's latest searches (R33)")
+            summary="Your latest searches, or the tenant's with an admin key (R33)")
 async def search_logs(
     caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     anonymize: Annotated[bool, Query(description="leave the query text out")] = False,
 ) -> schemas.SearchLogResponse:
-    """Query, result count, time and type of each search, newest first."""
-    rows = await asyncio.to_thread(caller.store.search_log, limit)
+    """Query, result count, time and type of each search, newest first.
+
+    A user key sees its own user's searches; a tenant admin key (or a tenant key without a user)
+    sees the whole tenant's."""
+    own = None if caller.key.admin or caller.user_id is None else caller.user_id
+    rows = await asyncio.to_thread(partial(caller.store.search_log, limit, user_id=own))
     return schemas.SearchLogResponse(logs=[
         schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
                                searchTime=r["search_time_ms"], searchType=r["search_type"],

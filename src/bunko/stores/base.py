@@ -118,8 +118,8 @@ class RecordStore(Protocol):
         """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
         ...
 
-    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
+    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """This tenant's latest searches (only ``user_id``'s when given), newest first."""
         ...
 
     def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
