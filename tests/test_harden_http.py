@@ -209,3 +209,15 @@ def test_search_logs_are_per_user_for_user_keys(served: Served) -> None:
         assert queries(bob) == {"bob の質問"}
         assert queries(admin) == queries(service) == {"alice の秘密の質問", "bob の質問"}
         assert queries(other) == {"globex の質問"}
+
+
+# -- finding 2: a zip bomb upload is refused at once ------------------------------------------------
+def test_a_docx_bomb_upload_is_413_before_any_job(served: Served, tmp_path: Path) -> None:
+    from .test_harden_archives import make_docx
+
+    bomb = make_docx(tmp_path / "report.docx", 200 * MIB)  # ~200 KB on the wire, under the 1 MiB upload limit
+    with served.client(served.key("acme")) as client, bomb.open("rb") as f:
+        body = _problem(client.post("/api/v1/documents/upload", files={"file": (bomb.name, f)}), 413,
+                        "ARCHIVE_TOO_LARGE")
+        assert "report.docx" in body["detail"] and str(tmp_path) not in body["detail"]
+        assert client.get("/api/v1/documents").json()["totalCount"] == 0

@@ -16,8 +16,8 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
-from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
+from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
+from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
 from ..stores.service import LEASE_SECONDS, Job
 from ..types import DocumentInfo as StoredDocument
 from ..types import new_id, nul_path
@@ -128,7 +128,7 @@ async def upload_document(
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
-        kind = _kind(path)
+        kind = _kind(path, state.settings.max_upload_bytes)
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
@@ -191,10 +191,15 @@ async def _spool(file: UploadFile, path: Path, limit: int) -> int:
     return size
 
 
-def _kind(path: Path) -> str:
-    """The file's kind, or 415 for a type bunko does not read."""
+def _kind(path: Path, limit: int) -> str:
+    """The file's kind, or 415 for a type bunko does not read (413 for an archive unpacking past ``limit``)."""
     try:
-        return detect_kind(path)
+        kind = detect_kind(path)
+        if kind in ("docx", "pptx"):  # the sizes a ZIP declares, at once; the job unpacks and counts again
+            check_archive(path, limit, name=path.name, stream=False)
+        return kind
+    except ArchiveTooLargeError as exc:
+        raise Problem(413, exc.code, exc.message) from None
     except LoaderError as exc:
         if sniff(path) is None and path.suffix.lower() not in supported_suffixes():
             raise Problem(415, "UNSUPPORTED_FORMAT", f"{path.name}: unsupported file type; supported: "
