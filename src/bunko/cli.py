@@ -663,6 +663,8 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="Worker processes; all state is in the store, so any number is safe.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]),
+              help="Log lines as JSON objects (with the request id) or plain text.")
 @click.option("--max-upload-mb", type=int, default=None, metavar="MIB",
               help="Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
 @click.option("--max-json-mb", type=int, default=None, metavar="MIB",
@@ -675,7 +677,8 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
 @click.pass_context
 @handle_errors
-def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, **limits: int | None) -> None:
+def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, log_format: str,
+          **limits: int | None) -> None:
     """Serve the HTTP API (seed 002's REST API; OpenAPI at /docs and /openapi.json).
 
     Uses the same store, embedder and LLM settings as the other commands; every worker gets the
@@ -697,7 +700,7 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     display_host = f"[{host}]" if ":" in host else host
     stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "
                  f"store {escape(shown)}); OpenAPI at http://{display_host}:{port}/docs")
-    run_server(settings, host=host, port=port, workers=workers, log_level=log_level)
+    run_server(settings, host=host, port=port, workers=workers, log_level=log_level, log_format=log_format)
 
 
 @cli.group()
@@ -874,6 +877,11 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
         f"ingested in {report['ingest_ms'] / 1000:.1f} s; {report['skipped_queries']} queries without relevance "
         f"judgments skipped; total {report['elapsed_ms'] / 1000:.1f} s"
     )
+
+
+from .metrics_cli import stats as _stats  # noqa: E402  (a command of its own module)
+
+cli.add_command(_stats)
 
 
 def main() -> None:

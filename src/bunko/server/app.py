@@ -25,9 +25,10 @@ from ..config import Settings, redact_url
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
-from . import problems, schemas
+from . import observability, problems, schemas
 from .guard import RequestGuard
 from .jobs import JobRunner
+from .observability import RequestObserver
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
@@ -96,6 +97,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     )
     problems.install(app)
     app.include_router(router)
+    app.include_router(observability.router)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:
@@ -114,6 +116,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
 
     app.add_middleware(RequestGuard, max_upload_bytes=limits.max_upload_bytes,  # type: ignore[arg-type]
                        max_json_bytes=limits.max_json_bytes)
+    app.add_middleware(RequestObserver)  # type: ignore[arg-type]  # outermost: times and logs every answer
     return app
 
 
@@ -151,12 +154,23 @@ class AppFactory:
         return create_app(settings=self.settings)
 
 
-def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info") -> None:
-    """Run the API with uvicorn on ``host:port`` in ``workers`` processes, all over ``settings``."""
+def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info",
+          log_format: str = "json") -> None:
+    """Run the API with uvicorn on ``host:port`` in ``workers`` processes, all over ``settings``.
+
+    Metrics of all workers are kept in ``$BUNKO_HOME/metrics`` (prometheus-client's multiprocess
+    mode), emptied here first; ``/metrics`` and ``bunko stats`` read them. Logs are JSON lines with
+    the request id (``log_format="json"``) or plain text.
+    """
     import uvicorn
 
+    from .. import metrics
+
+    metrics.prepare_multiprocess(settings.home)
     config = uvicorn.Config(AppFactory(settings), factory=True, host=host, port=port, workers=workers,
-                            log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30)
+                            log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30,
+                            log_config=observability.log_config(log_level, json_lines=log_format == "json"),
+                            access_log=False)
     if workers == 1:
         server = uvicorn.Server(config)
         server.run()
