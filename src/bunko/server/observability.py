@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import metrics
 
-REQUEST_ID_HEADER = "x-request-id"
+REQUEST_ID_HEADER = b"x-request-id"
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("bunko_request_id", default=None)
 access_log = logging.getLogger("bunko.access")
 _CLIENT_ID = re.compile(r"[\w.:\-]{1,64}")
@@ -83,20 +83,37 @@ def log_config(level: str, *, json_lines: bool) -> dict[str, Any]:
 
 
 def _route_of(scope: Scope) -> str:
-    """The route template that served (or would serve) the request; ``(unmatched)`` for none."""
+    """The route template that served (or would serve) the request; ``(unmatched)`` for none.
+
+    A request the guard answered (401, 413) never reached the router: its route is looked up
+    here, so the label stays a template (``/api/v1/documents/{document_id}``), never a raw path.
+    """
     route = scope.get("route")
     path = getattr(route, "path", None)
     if isinstance(path, str):
         return path
-    app = scope.get("app")
-    for candidate in getattr(app, "routes", ()):
+    found = _match(getattr(scope.get("app"), "routes", ()), scope, 0)
+    return found or "(unmatched)"
+
+
+def _match(routes: Any, scope: Scope, depth: int) -> str | None:
+    for candidate in routes:
+        inner = getattr(getattr(candidate, "original_router", None), "routes", None)
+        if inner is not None and depth < 4:  # an included router: look inside it
+            found = _match(inner, scope, depth + 1)
+            if found is not None:
+                return found
+            continue
+        path = getattr(candidate, "path", None)
+        if not isinstance(path, str):
+            continue
         try:
             match, _ = candidate.matches(scope)
         except Exception:  # pragma: no cover - a route that cannot judge this scope
             continue
-        if match != Match.NONE and isinstance(getattr(candidate, "path", None), str):
-            return str(candidate.path)
-    return "(unmatched)"
+        if match != Match.NONE:
+            return path
+    return None
 
 
 class RequestObserver:
@@ -114,18 +131,13 @@ class RequestObserver:
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
+        done = False
 
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
+        def record() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
             seconds = time.perf_counter() - started
             route = _route_of(scope)
             if route != "/metrics":
@@ -133,4 +145,18 @@ class RequestObserver:
             access_log.info("%s %s %d", scope["method"], scope["path"], status,
                             extra={"method": scope["method"], "path": scope["path"], "route": route, "status": status,
                                    "duration_ms": round(seconds * 1000, 2)})
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER, rid.encode("latin-1"))]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                record()  # before the last bytes go out: a client that has its answer finds it counted
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            record()
             request_id.reset(token)
