@@ -295,6 +295,8 @@ class PostgresSettings(Section):
     keyword_ranking: Annotated[Literal["bm25", "ts_rank"], Env("BUNKO_PG_KEYWORD_RANKING")] = "bm25"
     bm25_k1: Annotated[float, Env("BUNKO_PG_BM25_K1"), Field(ge=0, le=10)] = 1.2
     bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
+    # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
+    require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:
