@@ -37,7 +37,13 @@ def has_shared_data() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``shared_data`` skip (never fail) when the shared corpus is absent."""
+    """Tests marked ``shared_data`` skip (never fail) when the shared corpus is absent; tests marked
+    ``long`` run only when selected (``-m long``)."""
+    if "long" not in (config.option.markexpr or ""):
+        skip_long = pytest.mark.skip(reason="a long form: run with -m long")
+        for item in items:
+            if item.get_closest_marker("long"):
+                item.add_marker(skip_long)
     if has_shared_data():
         return
     skip = pytest.mark.skip(reason=_SHARED_MISSING)

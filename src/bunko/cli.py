@@ -663,8 +663,12 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="Worker processes; all state is in the store, so any number is safe.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]),
+              help="Log lines as JSON objects (with the request id) or plain text.")
 @click.option("--max-upload-mb", type=int, default=None, metavar="MIB",
               help="Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
+@click.option("--max-json-mb", type=int, default=None, metavar="MIB",
+              help="Largest JSON request body (env BUNKO_MAX_JSON_MB; default 4).")
 @click.option("--rate-limit", type=int, default=None, metavar="N",
               help="Requests per minute per API key, 0 = off (env BUNKO_RATE_LIMIT; default 600).")
 @click.option("--job-concurrency", type=int, default=None, metavar="N",
@@ -673,7 +677,8 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
 @click.pass_context
 @handle_errors
-def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, **limits: int | None) -> None:
+def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, log_format: str,
+          **limits: int | None) -> None:
     """Serve the HTTP API (seed 002's REST API; OpenAPI at /docs and /openapi.json).
 
     Uses the same store, embedder and LLM settings as the other commands; every worker gets the
@@ -686,16 +691,16 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     except ImportError as exc:
         raise click.ClickException(
             f'the HTTP server needs extra packages ({exc.name}): pip install "bunko[server]"') from None
-    from .config import Settings
+    from .config import Settings, redact_url
 
     obj = ctx.find_root().obj
     overrides: dict[str, Any] = dict(limits)
     settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **overrides)
-    shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
+    shown = redact_url(settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
     stderr.print(f"bunko API listening on http://{display_host}:{port} ({workers} worker{'s' * (workers > 1)}, "
                  f"store {escape(shown)}); OpenAPI at http://{display_host}:{port}/docs")
-    run_server(settings, host=host, port=port, workers=workers, log_level=log_level)
+    run_server(settings, host=host, port=port, workers=workers, log_level=log_level, log_format=log_format)
 
 
 @cli.group()
@@ -877,12 +882,14 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
 # -- command groups kept in their own modules ---------------------------------------------------
 from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow` (R30)
 from .memory_cli import attach as _attach_memory  # noqa: E402  (bunko memory, bunko mcp)
+from .metrics_cli import stats as _stats  # noqa: E402  (a command of its own module)
 from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
 
 for _command in PORTABILITY_COMMANDS:
     cli.add_command(_command)
 _attach_blocks(cli)
 _attach_memory(cli)
+cli.add_command(_stats)
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | reranker URL | ``BUNKO_RERANK_BASE_URL`` | ``[rerank] base_url`` | the provider's |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
 | largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
+| largest JSON request body (MiB) | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
 | requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
 | uploads processed at once per worker | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
@@ -103,6 +104,34 @@ class Env:
     @property
     def argument(self) -> str:
         return self.name.removeprefix("BUNKO_").lower()
+
+
+# Names of URL query parameters and libpq conninfo keys whose values are secrets.
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|credential|signature|sig\b", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """A store URL (or libpq conninfo) safe to print: passwords and other secret-looking values as ``***``.
+
+    Covers ``user:pass@host``, query parameters such as ``?password=...`` / ``&sslpassword=...`` /
+    ``&api_key=...``, and ``key=value`` conninfo strings (``host=db password=...``). Every place that
+    shows a store URL (``bunko serve``, the server log, ``repr`` of a backend) goes through this.
+    """
+    text = re.sub(r"(://[^@/?#\s]*?):[^@/?#\s]*@", r"\1:***@", url)  # user:password@
+
+    def query_value(match: re.Match[str]) -> str:
+        name = match.group(2)
+        return match.group(0) if not _SECRET_PARAM.search(name) else f"{match.group(1)}{name}=***"
+
+    text = re.sub(r"([?&])([^=&#\s]+)=([^&#]*)", query_value, text)
+
+    def conninfo_value(match: re.Match[str]) -> str:
+        name = match.group(2)
+        return match.group(0) if not _SECRET_PARAM.search(name) else f"{match.group(1)}{name}=***"
+
+    if "://" not in text:  # libpq "key=value key='value'" form
+        text = re.sub(r"(^|\s)(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", conninfo_value, text)
+    return text
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -223,6 +252,8 @@ class ServerSettings(Section):
     """
 
     max_upload_mb: Annotated[int, Env("BUNKO_MAX_UPLOAD_MB"), Field(ge=1, le=1_000_000)] = 50
+    # Every other request body (JSON): refused with 413 past this, before it is read.
+    max_json_mb: Annotated[int, Env("BUNKO_MAX_JSON_MB"), Field(ge=1, le=1024)] = 4
     rate_limit: Annotated[int, Env("BUNKO_RATE_LIMIT"), Field(ge=0)] = 600  # per API key and minute; 0 = off
     job_concurrency: Annotated[int, Env("BUNKO_JOB_CONCURRENCY"), Field(ge=1, le=1000)] = 2
     blas_threads: Annotated[int, Env("BUNKO_BLAS_THREADS"), Field(ge=1, le=1024)] = 1
@@ -230,6 +261,10 @@ class ServerSettings(Section):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def max_json_bytes(self) -> int:
+        return self.max_json_mb * 1024 * 1024
 
     @property
     def rate_limit_per_minute(self) -> int:
@@ -262,6 +297,8 @@ class PostgresSettings(Section):
     keyword_ranking: Annotated[Literal["bm25", "ts_rank"], Env("BUNKO_PG_KEYWORD_RANKING")] = "bm25"
     bm25_k1: Annotated[float, Env("BUNKO_PG_BM25_K1"), Field(ge=0, le=10)] = 1.2
     bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
+    # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
+    require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:

@@ -36,8 +36,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import ingest as runner
+from . import metrics, vectors
 from . import usage as metering
-from . import vectors
 from .config import DEFAULT_COLLECTION, Settings
 from .conversations import Conversations
 from .embedders import get_embedder
@@ -370,7 +370,9 @@ class Tenant:
         started = time.perf_counter()
         request = SearchRequest.build(query, collection, **options).resolved()
         hits = await self._metered(self.retriever(request.collection).search(request))
-        return SearchResponse(hits, (time.perf_counter() - started) * 1000, request.restriction)
+        seconds = time.perf_counter() - started
+        metrics.observe_search(str(request.mode), self.engine.backend.scheme, seconds)
+        return SearchResponse(hits, seconds * 1000, request.restriction)
 
     def search(self, query: str | SearchRequest, collection: str | None = None, **options: Any) -> SearchResponse:
         """Sync form of :meth:`asearch`."""

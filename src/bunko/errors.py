@@ -75,6 +75,12 @@ class CorruptDocumentError(LoaderError):
     code = "CORRUPT_DOCUMENT"
 
 
+class ArchiveTooLargeError(LoaderError):
+    """A ZIP-based file (Word, PowerPoint, ...) unpacks to more than the size limit for one file (a zip bomb)."""
+
+    code = "ARCHIVE_TOO_LARGE"
+
+
 class GarbledTextError(LoaderError):
     """Text came out as mojibake (CID codes, replacement characters) from every extractor."""
 

@@ -68,7 +68,7 @@ def parse_date(value: Any) -> int | None:
     """Microseconds since 1970-01-01 UTC for an ISO-8601 date or datetime string, else None."""
     if not isinstance(value, str):
         return None
-    m = _DATE_RE.match(value)
+    m = _DATE_RE.fullmatch(value)
     if m is None:
         return None
     try:
@@ -283,7 +283,7 @@ class _Parser:
         segments = key.split(".")
         bad = (
             len(segments) > MAX_PATH_SEGMENTS
-            or any(not _SEGMENT_RE.match(s) or s.isdigit() for s in segments)
+            or any(not _SEGMENT_RE.fullmatch(s) or s.isdigit() for s in segments)
         )
         if bad:
             self.fail(path or "(filter)",
@@ -325,6 +325,9 @@ class _Parser:
         elif isinstance(value, str):
             if len(value) > MAX_STRING:
                 self.fail(path, f"{op}: the string is longer than {MAX_STRING} characters")
+                return None
+            if "\x00" in value:
+                self.fail(path, f"{op}: NUL characters are not allowed")
                 return None
             micros = parse_date(value) if dates else None
             kind, typed = ("date", micros) if micros is not None else ("string", value)
@@ -408,6 +411,8 @@ def parse_filter(spec: FilterLike) -> Filter | None:
         except json.JSONDecodeError as exc:
             raise FilterError([FilterProblem("", f"not valid JSON: {exc.msg} at line {exc.lineno} column "
                                                  f"{exc.colno}")]) from None
+        except RecursionError:  # JSON nested far deeper than any filter may be
+            raise FilterError([FilterProblem("", f"nested deeper than {MAX_DEPTH} levels")]) from None
     parser = _Parser()
     root = parser.filter(spec, "", 0)
     if parser.problems:
@@ -699,7 +704,7 @@ def _pg_number(value: int | float) -> Any:
 
 def _pg_date_text(operand: Operand) -> str:
     text = str(operand.text)
-    if _DATE_RE.match(text).group(10):  # type: ignore[union-attr]
+    if _DATE_RE.fullmatch(text).group(10):  # type: ignore[union-attr]
         return text
     return text + ("T00:00:00Z" if len(text) == 10 else "Z")
 

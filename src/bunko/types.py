@@ -27,6 +27,30 @@ def new_id() -> str:
     return str(uuid.UUID(int=value))
 
 
+def nul_path(value: Any, path: str = "") -> str | None:
+    """The path (``tags[1]``, ``author.name``) of the first NUL character in a JSON-like value, or None.
+
+    Neither store can keep a NUL (PostgreSQL refuses it in text and jsonb), so every field that
+    reaches a store is checked with this before it is written or compared.
+    """
+    if isinstance(value, str):
+        return (path or "(value)") if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                return here
+            found = nul_path(item, here)
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = nul_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 @dataclass(slots=True)
 class DocumentPart:
     """A piece of a document with its own location metadata (a PDF page, a Markdown section).

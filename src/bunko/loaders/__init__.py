@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..analysis import detect_language
-from ..errors import CorruptDocumentError, LoaderError, UnsupportedFormatError
+from ..errors import ArchiveTooLargeError, CorruptDocumentError, LoaderError, UnsupportedFormatError
 from ..registry import Registry
 from ..types import Document
 
@@ -189,6 +190,46 @@ def file_metadata(path: Path, kind: str, text: str = "") -> dict[str, Any]:
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stat.st_mtime)),
         "language": detect_language(text) if text else "und",
     }
+
+
+# More members than this in one archive is refused too (each costs memory before anything is read).
+MAX_ARCHIVE_MEMBERS = 20_000
+
+
+def check_archive(source: Path | IO[bytes], limit: int, *, name: str | None = None, stream: bool = True) -> int:
+    """The unpacked size of a ZIP container (docx, pptx, any ZIP-based format), refused past ``limit``.
+
+    The sizes the archive declares are checked first (no member is unpacked for a bomb that admits
+    its size); then, with ``stream``, every member is unpacked in 1 MiB pieces and counted, so an
+    archive that understates its sizes is stopped as soon as the real bytes pass ``limit``, and
+    memory stays at one piece. Raises :class:`ArchiveTooLargeError` or, for a damaged container,
+    :class:`CorruptDocumentError`.
+    """
+    shown = name or (str(source) if isinstance(source, Path) else "the archive")
+    try:
+        with zipfile.ZipFile(source) as archive:
+            members = archive.infolist()
+            if len(members) > MAX_ARCHIVE_MEMBERS:
+                raise ArchiveTooLargeError(f"{shown}: {len(members)} files inside, over the limit of "
+                                           f"{MAX_ARCHIVE_MEMBERS}")
+            declared = sum(m.file_size for m in members)
+            if declared > limit:
+                raise ArchiveTooLargeError(f"{shown}: unpacks to {declared} bytes, over the {limit}-byte limit "
+                                           "for one file")
+            if not stream:
+                return declared
+            total = 0
+            for member in members:
+                with archive.open(member) as unpacking:
+                    while piece := unpacking.read(1 << 20):
+                        total += len(piece)
+                        if total > limit:
+                            raise ArchiveTooLargeError(f"{shown}: unpacks to more than the {limit}-byte limit "
+                                                       "for one file")
+            return total
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, zlib.error,
+            NotImplementedError) as exc:
+        raise CorruptDocumentError(f"{shown}: a damaged ZIP container ({exc})") from exc
 
 
 def read_bytes(path: Path, options: LoadOptions) -> bytes:

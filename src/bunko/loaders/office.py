@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import re
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,11 +18,10 @@ from typing import Any
 
 from ..errors import CorruptDocumentError, EncryptedDocumentError, LoaderError, UnsupportedFormatError
 from ..types import Document, DocumentPart
-from . import LoadOptions, file_metadata, read_bytes
+from . import LoadOptions, check_archive, file_metadata, read_bytes
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")
-_MAX_EXPANSION = 20  # unpacked parts may be this many times max_bytes (zip-bomb guard)
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
@@ -52,12 +50,9 @@ def _check_package(path: Path, raw: bytes, what: str, options: LoadOptions) -> N
             f"{path}: a legacy {what} 97-2003 file; save it in the current format (.docx / .pptx)"
         )
     try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise CorruptDocumentError(f"{path}: not a readable {what} file (damaged ZIP container: {exc})") from exc
-    if unpacked > options.max_bytes * _MAX_EXPANSION:
-        raise LoaderError(f"{path}: unpacks to {unpacked} bytes, over the limit for one file")
+        check_archive(io.BytesIO(raw), options.max_bytes, name=str(path))
+    except CorruptDocumentError as exc:
+        raise CorruptDocumentError(f"{path}: not a readable {what} file ({exc.message})") from exc
 
 
 def _iso(value: Any) -> str | None:

@@ -176,7 +176,7 @@ def fetch(url: str, policy: FetchPolicy | None = None, *, max_bytes: int | None 
             body = _read_body(response, current, limit, deadline, policy.timeout)
         except httpx.TimeoutException as exc:
             raise FetchError(f"{current}: timed out after {policy.timeout:g} s") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise FetchError(f"{current}: {type(exc).__name__}: {exc}") from exc
         finally:
             response.close()
@@ -226,7 +226,7 @@ def _send(target: _Target, addresses: list[IPAddress], policy: FetchPolicy, dead
         except httpx.TimeoutException as exc:
             client.close()
             raise FetchError(f"{target.url}: timed out after {policy.timeout:g} s") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: a Location httpx cannot parse
             client.close()
             raise FetchError(f"{target.url}: {type(exc).__name__}: {exc}") from exc
         return client, response

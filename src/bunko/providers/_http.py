@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from .. import metrics
 from ..errors import (
     BunkoError,
     ConfigError,
@@ -300,9 +301,11 @@ class HTTPCore:
             try:
                 response = await self._client().post(url, json=body, params=params)
             except httpx.HTTPError as exc:
+                metrics.count_provider(self.provider, "timeout" if isinstance(exc, httpx.TimeoutException) else "error")
                 error = self._transport_error(exc, attempt)
                 retryable = True
             else:
+                metrics.count_provider(self.provider, response.status_code)
                 if response.is_success:
                     try:
                         data = response.json()
@@ -334,6 +337,7 @@ class HTTPCore:
             try:
                 async with self._client().stream("POST", url, json=body, params=params,
                                                  headers={"accept": "text/event-stream"}) as response:
+                    metrics.count_provider(self.provider, response.status_code)
                     if not response.is_success:
                         text = (await response.aread()).decode("utf-8", "replace")
                         error = self._status_error(response, text, attempt)
@@ -345,6 +349,9 @@ class HTTPCore:
                             yield event
                         return
             except httpx.HTTPError as exc:
+                if response is None:  # no answer at all (a broken stream was counted with its status)
+                    metrics.count_provider(self.provider,
+                                           "timeout" if isinstance(exc, httpx.TimeoutException) else "error")
                 error = self._transport_error(exc, attempt)
                 if delivered:
                     raise self._error(

@@ -18,26 +18,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import FastAPI, Request
 
 from .. import __version__
 from ..blocks.http import router as blocks_router
-from ..config import Settings
+from ..config import Settings, redact_url
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
-from . import problems, schemas, webapp
+from . import observability, problems, schemas, webapp
+from .guard import RequestGuard
 from .jobs import JobRunner
 from .memory_routes import router as memory_router
+from .observability import RequestObserver
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
 
 logger = logging.getLogger(__name__)
-UPLOAD_PATH = "/api/v1/documents/upload"
-# Multipart framing and the small form fields around the file.
-_FORM_OVERHEAD = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -57,38 +55,6 @@ class ServerState:
         if store is None:
             store = self._stores[tenant] = self.engine.backend.for_tenant(tenant)
         return store
-
-
-class UploadLimit:
-    """Refuse upload bodies over the limit with 413, before reading them (Content-Length) or while reading."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes + _FORM_OVERHEAD
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != UPLOAD_PATH:
-            await self.app(scope, receive, send)
-            return
-        limit = self.max_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await Problem(413, "PAYLOAD_TOO_LARGE",
-                              f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB"
-                              ).response()(scope, receive, send)
-                return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                # An HTTPException: FastAPI turns other errors raised while parsing a body into a 400.
-                raise HTTPException(413, f"the upload is larger than {(limit - _FORM_OVERHEAD) // (1024 * 1024)} MiB")
-            return message
-
-        await self.app(scope, counted, send)
 
 
 def create_app(engine: Bunko | None = None, settings: Settings | None = None) -> FastAPI:
@@ -116,7 +82,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         app.state.bunko = state
         rate = f"{limits.rate_limit} requests/min per key" if limits.rate_limit else "no rate limit"
         logger.info("bunko API worker %d ready (store %s; uploads up to %d MiB; %s)",
-                    os.getpid(), _redact(bunko.backend.url), limits.max_upload_mb, rate)
+                    os.getpid(), redact_url(bunko.backend.url), limits.max_upload_mb, rate)
         try:
             yield
         finally:
@@ -136,6 +102,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     app.include_router(webapp.router)  # the web app at / (static files inside the package)
     app.include_router(blocks_router)  # blocks and workflows (R30)
     app.include_router(memory_router)  # agent memory (R31)
+    app.include_router(observability.router)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")
     async def healthz() -> schemas.Health:
@@ -152,7 +119,9 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
             raise Problem(503, "STORE_UNAVAILABLE", "the store does not answer") from None
         return schemas.Health(status="ready", store=state.engine.backend.scheme)
 
-    app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)  # type: ignore[arg-type]
+    app.add_middleware(RequestGuard, max_upload_bytes=limits.max_upload_bytes,  # type: ignore[arg-type]
+                       max_json_bytes=limits.max_json_bytes)
+    app.add_middleware(RequestObserver)  # type: ignore[arg-type]  # outermost: times and logs every answer
     return app
 
 
@@ -169,12 +138,6 @@ def _limit_blas_threads(threads: int) -> None:
         logger.warning("threadpoolctl is not installed: BLAS threads are not limited")
         return
     threadpool_limits(limits=threads, user_api="blas")
-
-
-def _redact(url: str) -> str:
-    import re
-
-    return re.sub(r"://[^@/]*@", "://***@", url)
 
 
 def app_factory() -> Any:
@@ -196,12 +159,23 @@ class AppFactory:
         return create_app(settings=self.settings)
 
 
-def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info") -> None:
-    """Run the API with uvicorn on ``host:port`` in ``workers`` processes, all over ``settings``."""
+def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info",
+          log_format: str = "json") -> None:
+    """Run the API with uvicorn on ``host:port`` in ``workers`` processes, all over ``settings``.
+
+    Metrics of all workers are kept in ``$BUNKO_HOME/metrics`` (prometheus-client's multiprocess
+    mode), emptied here first; ``/metrics`` and ``bunko stats`` read them. Logs are JSON lines with
+    the request id (``log_format="json"``) or plain text.
+    """
     import uvicorn
 
+    from .. import metrics
+
+    metrics.prepare_multiprocess(settings.home)
     config = uvicorn.Config(AppFactory(settings), factory=True, host=host, port=port, workers=workers,
-                            log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30)
+                            log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30,
+                            log_config=observability.log_config(log_level, json_lines=log_format == "json"),
+                            access_log=False)
     if workers == 1:
         server = uvicorn.Server(config)
         server.run()

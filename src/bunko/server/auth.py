@@ -19,6 +19,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from ..engine import Tenant
 from ..stores.base import VectorStore
 from ..stores.service import APIKey, conversation_prefix
+from .guard import KEY_STATE
 from .problems import Problem
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `bunko admin keys create`.")
@@ -90,14 +91,25 @@ class Caller:
         return self.key.admin or self.key.user_id is None or (owner is not None and owner == self.key.user_id)
 
 
-async def caller(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    header_key: Annotated[str | None, Depends(api_key_header)],
-) -> Caller:
-    """The authenticated caller of a request, after counting it against the key's rate limit."""
-    state = request.app.state.bunko
-    token = credentials.credentials if credentials is not None else header_key
+def _token(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The API key of a request: ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``."""
+    bearer_value = header_value = None
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, credentials = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and credentials.strip():
+                bearer_value = credentials.strip()
+        elif name == b"x-api-key" and value.strip():
+            header_value = value.decode("latin-1").strip()
+    return bearer_value or header_value
+
+
+async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -> APIKey:
+    """The valid key of a request's headers, counted against its rate limit; else a 401 or 429 ``Problem``.
+
+    Runs on the headers alone, before the body is read (see :mod:`bunko.server.guard`).
+    """
+    token = _token(headers)
     if not token:
         raise Problem(401, "UNAUTHENTICATED", "send an API key: Authorization: Bearer <key> (or X-API-Key)",
                       headers={"WWW-Authenticate": "Bearer"})
@@ -117,6 +129,24 @@ async def caller(
             retry = max(1, math.ceil((window + 1) * 60 - now))
             raise Problem(429, "RATE_LIMITED", f"this API key made more than {limit} requests this minute; "
                           f"retry in {retry} s", headers={"Retry-After": str(retry)})
+    return key  # type: ignore[no-any-return]
+
+
+async def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    header_key: Annotated[str | None, Depends(api_key_header)],
+) -> Caller:
+    """The authenticated caller of a request (the guard has checked the key before the body was read).
+
+    ``credentials`` and ``header_key`` are declared for the OpenAPI document; the key itself comes
+    from the guard, or is checked here for a route outside its reach.
+    """
+    state = request.app.state.bunko
+    key = request.scope.get("state", {}).get(KEY_STATE)
+    if key is None:
+        key = await authenticate_headers(state, request.scope["headers"])
+        request.scope.setdefault("state", {})[KEY_STATE] = key
     store = state.store_for(key.tenant)
     return Caller(key, store, Tenant(state.engine, UserStore(store, key.user_id)))  # type: ignore[arg-type]
 

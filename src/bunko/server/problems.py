@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
+    ArchiveTooLargeError,
     BunkoError,
     ConfigError,
     CorruptDocumentError,
@@ -88,6 +89,8 @@ def status_of(exc: BunkoError) -> int:
         return 422
     if isinstance(exc, UnsupportedFormatError):
         return 415
+    if isinstance(exc, ArchiveTooLargeError):
+        return 413
     if isinstance(exc, (EmbedderMismatchError, DimensionMismatchError)):
         return 409
     if isinstance(exc, RateLimited):

@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,11 +16,11 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from ..errors import BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
-from ..loaders import detect_kind, mime_type, sniff, supported_suffixes
+from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
+from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
 from ..stores.service import LEASE_SECONDS, Job
 from ..types import DocumentInfo as StoredDocument
-from ..types import new_id
+from ..types import new_id, nul_path
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event
@@ -91,8 +92,10 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
     for key in ("category", "description"):
         if key in out and not isinstance(out[key], str):
             raise Problem(422, "VALIDATION_ERROR", f"{key}: must be a string")
-    if "\x00" in json.dumps(out):
-        raise Problem(422, "VALIDATION_ERROR", "metadata: NUL characters are not allowed")
+    where = nul_path(out)
+    if where is not None:
+        raise Problem(422, "VALIDATION_ERROR", f"{where}: NUL characters are not allowed",
+                      extra={"field": where.split("[", 1)[0].split(".", 1)[0]})
     return out
 
 
@@ -125,7 +128,7 @@ async def upload_document(
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
-        kind = _kind(path)
+        kind = _kind(path, state.settings.max_upload_bytes)
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
@@ -188,10 +191,15 @@ async def _spool(file: UploadFile, path: Path, limit: int) -> int:
     return size
 
 
-def _kind(path: Path) -> str:
-    """The file's kind, or 415 for a type bunko does not read."""
+def _kind(path: Path, limit: int) -> str:
+    """The file's kind, or 415 for a type bunko does not read (413 for an archive unpacking past ``limit``)."""
     try:
-        return detect_kind(path)
+        kind = detect_kind(path)
+        if kind in ("docx", "pptx"):  # the sizes a ZIP declares, at once; the job unpacks and counts again
+            check_archive(path, limit, name=path.name, stream=False)
+        return kind
+    except ArchiveTooLargeError as exc:
+        raise Problem(413, exc.code, exc.message) from None
     except LoaderError as exc:
         if sniff(path) is None and path.suffix.lower() not in supported_suffixes():
             raise Problem(415, "UNSUPPORTED_FORMAT", f"{path.name}: unsupported file type; supported: "
@@ -330,14 +338,18 @@ async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schem
 
 
 @router.get("/search/logs", response_model=schemas.SearchLogResponse, responses=PROBLEM_RESPONSES,
-            summary="This tenant's latest searches (R33)")
+            summary="Your latest searches, or the tenant's with an admin key (R33)")
 async def search_logs(
     caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     anonymize: Annotated[bool, Query(description="leave the query text out")] = False,
 ) -> schemas.SearchLogResponse:
-    """Query, result count, time and type of each search, newest first."""
-    rows = await asyncio.to_thread(caller.store.search_log, limit)
+    """Query, result count, time and type of each search, newest first.
+
+    A user key sees its own user's searches; a tenant admin key (or a tenant key without a user)
+    sees the whole tenant's."""
+    own = None if caller.key.admin or caller.user_id is None else caller.user_id
+    rows = await asyncio.to_thread(partial(caller.store.search_log, limit, user_id=own))
     return schemas.SearchLogResponse(logs=[
         schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
                                searchTime=r["search_time_ms"], searchType=r["search_type"],

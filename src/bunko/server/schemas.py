@@ -6,13 +6,13 @@ Request bodies turn into the engine's request objects (:mod:`bunko.requests`) wi
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import requests
 from ..errors import FilterError, FilterProblem
+from ..types import nul_path
 
 # Names the stores accept (collections, document and conversation ids); text without NUL characters.
 NAME_PATTERN = r"^[\w][\w.\-]{0,99}$"
@@ -40,8 +40,9 @@ class DateRange(_Model):
 
 def checked_filter(spec: dict[str, Any] | None) -> None:
     """Refuse a metadata filter with NUL characters (no store can hold them) as a ``FilterError``."""
-    if spec is not None and "\x00" in json.dumps(spec):
-        raise FilterError([FilterProblem("", "NUL characters are not allowed")])
+    where = None if spec is None else nul_path(spec)
+    if where is not None:
+        raise FilterError([FilterProblem(where, "NUL characters are not allowed")])
 
 
 class Restriction(_Model):
@@ -134,8 +135,9 @@ class VectorRecord(_Model):
     def _something_to_store(self) -> VectorRecord:
         if self.vector is None and not self.content.strip():
             raise ValueError("give a vector, or content to embed")
-        if "\x00" in json.dumps(self.metadata):
-            raise ValueError("metadata: NUL characters are not allowed")
+        where = nul_path(self.metadata, "metadata")
+        if where is not None:
+            raise ValueError(f"{where}: NUL characters are not allowed")
         return self
 
     def to_record(self) -> dict[str, Any]:

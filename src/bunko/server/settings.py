@@ -3,6 +3,7 @@
 | setting | ``bunko serve`` flag | environment | ``bunko.toml`` | default |
 |---|---|---|---|---|
 | largest upload (MiB) | ``--max-upload-mb`` | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
+| largest JSON request body (MiB) | ``--max-json-mb`` | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
 | requests per minute per key | ``--rate-limit`` | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
 | uploads at once per worker | ``--job-concurrency`` | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``--blas-threads`` | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |

@@ -132,8 +132,8 @@ class RecordStore(Protocol):
         """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
         ...
 
-    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
+    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """This tenant's latest searches (only ``user_id``'s when given), newest first."""
         ...
 
     def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
@@ -306,7 +306,7 @@ TURN_ROLES = ("user", "assistant")
 
 def check_conversation_id(conversation_id: str) -> str:
     """A conversation id as given, or ``VectorStoreError`` (1-200 letters, digits, ``_ - . :``)."""
-    if not isinstance(conversation_id, str) or not _CONVERSATION_ID_RE.match(conversation_id):
+    if not isinstance(conversation_id, str) or not _CONVERSATION_ID_RE.fullmatch(conversation_id):
         raise VectorStoreError(
             f"invalid conversation id {conversation_id!r}: use 1-200 letters, digits, '_', '-', '.' or ':', "
             "starting with a letter or digit"

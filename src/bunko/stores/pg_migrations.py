@@ -206,6 +206,15 @@ _GRANTS = [
     f"REVOKE INSERT, UPDATE, DELETE ON bunko.schema_migrations FROM {APP_ROLE}",
     f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA bunko TO {APP_ROLE}",
     f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA bunko TO {APP_ROLE}",
+    # Keys and rate windows: only through bunko.authenticate_key and bunko.rate_hit (migration 6).
+    f"""DO $do$
+    BEGIN
+        IF to_regprocedure('bunko.authenticate_key(text)') IS NOT NULL THEN
+            REVOKE ALL ON bunko.api_keys, bunko.rate_windows FROM {APP_ROLE};
+            REVOKE ALL ON SEQUENCE bunko.api_keys_id_seq FROM {APP_ROLE};
+        END IF;
+    END
+    $do$""",
 ]
 
 # The keyword column is filled by the application's analyzer (the same one that builds the
@@ -344,6 +353,35 @@ _M006_AGENT_MEMORIES = [
     *_rls("memories"),
 ]
 
+# API keys and rate windows leave the application role's reach: it may no longer read, change or
+# delete their rows. A request's key is looked up by its hash through authenticate_key (one row for
+# one hash; the hash of a 256-bit key cannot be guessed), and counted through rate_hit. Creating,
+# listing and revoking keys is the owner login's work (`bunko admin keys ...`).
+_M007_API_KEYS = [
+    """CREATE FUNCTION bunko.authenticate_key(p_hash text)
+        RETURNS TABLE (id bigint, prefix text, tenant text, user_id text, admin boolean,
+                       created_at timestamptz, revoked_at timestamptz, key_hash text)
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+        SELECT k.id, k.prefix, k.tenant, k.user_id, k.admin, k.created_at, k.revoked_at, k.key_hash
+          FROM bunko.api_keys k WHERE k.key_hash = p_hash
+    $fn$""",
+    """CREATE FUNCTION bunko.rate_hit(p_key_id bigint, p_window bigint) RETURNS integer
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        n integer;
+    BEGIN
+        INSERT INTO bunko.rate_windows AS w (key_id, window_start, hits) VALUES (p_key_id, p_window, 1)
+            ON CONFLICT (key_id, window_start) DO UPDATE SET hits = w.hits + 1 RETURNING w.hits INTO n;
+        IF n = 1 THEN  -- a new window: forget the old ones of this key
+            DELETE FROM bunko.rate_windows WHERE key_id = p_key_id AND window_start < p_window;
+        END IF;
+        RETURN n;
+    END
+    $fn$""",
+    "REVOKE EXECUTE ON FUNCTION bunko.authenticate_key(text) FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION bunko.rate_hit(bigint, bigint) FROM PUBLIC",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -351,6 +389,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m004_api_keys_rate_windows_jobs", _M004),
     ("m005_keyword_lengths_and_bm25", _M005),
     ("m006_agent_memories", _M006_AGENT_MEMORIES),
+    ("m007_api_keys_behind_functions", _M007_API_KEYS),
 ]
 
 BOOTSTRAP = [

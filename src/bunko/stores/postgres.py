@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
-from ..config import PostgresSettings
+from ..config import PostgresSettings, redact_url
 from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
 from ..types import SearchHit
@@ -74,9 +74,9 @@ logger = logging.getLogger(__name__)
 # section of the settings tree: ``BUNKO_PG_<KEY>`` or ``[postgres] <key>`` in bunko.toml.
 
 
-def _one(conn: Any, query: str) -> Any:
+def _one(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
     """The single value of a statement that always returns one row."""
-    row = conn.execute(query).fetchone()
+    row = conn.execute(query, params).fetchone()
     if row is None:  # pragma: no cover - the statements passed here always return a row
         raise VectorStoreError(f"PostgreSQL returned no row for {query!r}")
     return row[0]
@@ -126,9 +126,12 @@ class PostgresBackend(SQLBackend):
         self.settings = settings or PostgresSettings.from_env()
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
-        if migrate:
+        if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
             migrate_database(conninfo)
         self._check_schema()
+        self.login_risks = self._login_risks()
+        if self.login_risks:
+            self._refuse_or_warn()
         self._pool = ConnectionPool(
             conninfo, min_size=self.settings.pool_min, max_size=self.settings.pool_max,
             configure=self._configure, open=False, name="bunko",
@@ -155,10 +158,7 @@ class PostgresBackend(SQLBackend):
         register_vector(conn)
         # The search breadth every HNSW scan starts from; a scan that needs more sets it locally.
         conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.settings.ef_search),))
-        bypass = conn.execute(
-            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()[0]
-        if bypass:
+        if self.login_risks:  # the login could bypass RLS: drop to the application role (see _login_risks)
             conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(pg_migrations.APP_ROLE)))
         # COPY cannot write into a table with row-level security, so bulk rows go through this
         # session-private staging table and then one INSERT ... SELECT that RLS checks.
@@ -186,6 +186,77 @@ class PostgresBackend(SQLBackend):
                 f"the database schema is at version {version}, this bunko needs {len(pg_migrations.MIGRATIONS)}: "
                 "run `bunko db migrate`"
             )
+
+    def _schema_is_current(self) -> bool:
+        """Whether every migration is applied (read with the login role; False when unknown)."""
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+                version = _one(conn, "SELECT coalesce(max(version), 0) FROM bunko.schema_migrations")
+        except psycopg.Error:
+            return False
+        return bool(version >= len(pg_migrations.MIGRATIONS))
+
+    def _login_risks(self) -> list[str]:
+        """Why the login role could get around row-level security (empty for a proper application login).
+
+        A superuser, a role with BYPASSRLS, and the owner of the bunko tables (or a member of the
+        owner role: it may ``ALTER TABLE ... NO FORCE ROW LEVEL SECURITY``) are all risks: the pool
+        drops to ``bunko_app`` with ``SET ROLE``, but a statement could undo that with ``RESET ROLE``.
+        """
+        with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT r.rolname, r.rolsuper, r.rolbypassrls, pg_has_role(current_user, c.relowner, 'MEMBER') "
+                "FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = 'bunko.chunks'::regclass"
+            ).fetchone()
+        if row is None:  # pragma: no cover - the schema check has found bunko.chunks
+            raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`")
+        name, superuser, bypass, owner = row
+        risks = []
+        if superuser:
+            risks.append(f"{name} is a superuser")
+        elif bypass:
+            risks.append(f"{name} has BYPASSRLS")
+        if owner and not superuser:
+            risks.append(f"{name} owns the bunko tables")
+        return risks
+
+    def _refuse_or_warn(self) -> None:
+        """Refuse a risky login when ``[postgres] require_app_login`` is set; otherwise say so loudly, once."""
+        problem = (f"bunko logs in to PostgreSQL as a role that can get around row-level security "
+                   f"({'; '.join(self.login_risks)}). Its connections drop to {pg_migrations.APP_ROLE} with "
+                   "SET ROLE, which a statement could undo with RESET ROLE. Run the server with a separate "
+                   f"application login (CREATE ROLE bunko_api LOGIN PASSWORD '...' IN ROLE {pg_migrations.APP_ROLE}) "
+                   "and keep the owner login for `bunko db migrate` and `bunko admin` (docs/ARCHITECTURE.md, "
+                   '"PostgreSQL logins").')
+        if self.settings.require_app_login:
+            raise VectorStoreError(problem + " Refused: BUNKO_PG_REQUIRE_APP_LOGIN is set.")
+        logger.warning("SECURITY WARNING: %s Set BUNKO_PG_REQUIRE_APP_LOGIN=true to refuse such logins.", problem)
+
+    @contextmanager
+    def owner_transaction(self, what: str) -> Iterator[Any]:
+        """A transaction on a connection of the login role itself (not dropped to ``bunko_app``).
+
+        For the statements only the owner of the bunko schema may run (API keys); an application
+        login gets a ``VectorStoreError`` that says which login to use.
+        """
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn, conn.transaction():
+                yield conn
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise VectorStoreError(
+                f"this PostgreSQL login may not {what}: use the owner login (the one that ran `bunko db migrate`) "
+                "for `bunko admin`; the server's application login cannot read or change API keys"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def service_records(self) -> Any:
+        """The server's records, with API keys behind the definer functions (see :mod:`.pg_service`)."""
+        from .pg_service import PostgresServiceRecords
+
+        return PostgresServiceRecords(self)
 
     def _scalar(self, query: str) -> Any:
         with self._pool.connection() as conn:
@@ -226,7 +297,7 @@ class PostgresBackend(SQLBackend):
         self._pool.close()
 
     def __repr__(self) -> str:
-        return f"PostgresBackend({re.sub(r'://[^@/]*@', '://***@', self.url)!r})"
+        return f"PostgresBackend({redact_url(self.url)!r})"
 
 
 def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
@@ -257,7 +328,8 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
                         applied.append(name)
                     for statement in pg_migrations.GRANTS:
                         conn.execute(statement)
-                    if not _one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
+                    if not _one(conn, "SELECT rolsuper OR pg_has_role(current_user, %s, 'MEMBER') FROM pg_roles "
+                                      "WHERE rolname = current_user", (pg_migrations.APP_ROLE,)):
                         conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(
                             sql.Identifier(pg_migrations.APP_ROLE)))
             finally:

@@ -39,7 +39,7 @@ _USER_RE = re.compile(r"^[\w][\w.@\-]{0,99}$")
 
 def check_user_id(user_id: str) -> str:
     """A user id as given, or ``ConfigError`` (1-100 letters, digits, ``_ . @ -``)."""
-    if not isinstance(user_id, str) or not _USER_RE.match(user_id):
+    if not isinstance(user_id, str) or not _USER_RE.fullmatch(user_id):
         raise ConfigError(f"invalid user id {user_id!r}: use 1-100 letters, digits, '_', '.', '@' or '-', "
                           "starting with a letter or digit")
     return user_id

@@ -365,7 +365,8 @@ class SQLiteBackend(SQLBackend):
             except OSError as exc:
                 raise VectorStoreError(f"cannot create the folder for {self.path}: {exc.strerror}") from exc
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        # Each thread's connection, with its thread: a dead thread's connection is closed (see _connect).
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
         self._cache_lock = threading.Lock()
@@ -395,7 +396,16 @@ class SQLiteBackend(SQLBackend):
             raise VectorStoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
         self._local.conn = conn
         with self._conn_lock:
-            self._connections.append(conn)
+            # Threads come and go (asyncio.run's executor in every sync call, a server's thread pool):
+            # close the connections of threads that ended, so descriptors stay bounded by live threads.
+            dead = [c for t, c in self._connections if not t.is_alive()]
+            self._connections = [(t, c) for t, c in self._connections if t.is_alive()]
+            self._connections.append((threading.current_thread(), conn))
+        for old in dead:
+            try:
+                old.close()
+            except sqlite3.Error:  # pragma: no cover - closing is best effort
+                pass
         return conn
 
     @contextmanager
@@ -456,7 +466,7 @@ class SQLiteBackend(SQLBackend):
         """Close every connection this backend opened and drop its caches."""
         self._closed = True
         with self._conn_lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 try:
                     conn.close()
                 except sqlite3.Error:  # pragma: no cover - closing is best effort

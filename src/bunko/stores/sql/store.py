@@ -77,7 +77,7 @@ DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = 
 
 def check_name(kind: str, name: str) -> str:
     """A tenant or collection name as given, or ``VectorStoreError``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise VectorStoreError(
             f"invalid {kind} name {name!r}: use 1-100 letters, digits, '_', '-' or '.', "
             "starting with a letter or digit"
@@ -685,14 +685,15 @@ class SQLStore:
                            "search_type) VALUES (?, ?, ?, ?, ?, ?)",
                      (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type))
 
-    def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
+    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """This tenant's latest searches (only ``user_id``'s when given), newest first."""
         with self.session() as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
+            mine, params = ("", ()) if user_id is None else (" AND user_id = ?", (user_id,))
             rows = self.run(conn, "SELECT query, result_count, search_time_ms, search_type, created_at "
-                                  "FROM search_logs WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
-                            (tenant_pk, int(limit))).fetchall()
+                                  f"FROM search_logs WHERE tenant_id = ?{mine} ORDER BY id DESC LIMIT ?",
+                            (tenant_pk, *params, int(limit))).fetchall()
         return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
                  "created_at": self._d.time_out(r[4])} for r in rows]
 
