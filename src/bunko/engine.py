@@ -68,7 +68,7 @@ from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
 from .rerankers import get_reranker
-from .retrieval import Retriever
+from .search import Retriever
 from .splitters import Splitter, splitter_spec
 from .stores import StoreBackend, VectorStore, open_backend
 from .types import (

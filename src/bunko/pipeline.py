@@ -22,7 +22,7 @@ from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
 from .llm import LLMMessage
 from .requests import AskRequest
-from .retrieval import Retriever
+from .search import Retriever
 from .types import Document, GenerationResult, IngestResult
 
 EVENT_TYPES = ("search_start", "search_results", "generation_start", "token", "citation", "done")

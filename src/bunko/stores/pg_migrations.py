@@ -305,12 +305,19 @@ _M005 = [
     $fn$""",
 ]
 
+# The collection's write counter: every ingest, delete or version change bumps it (the search
+# cache's key), like SQLite's.
+_M_WRITE_SEQ = [
+    "ALTER TABLE bunko.collections ADD COLUMN write_seq bigint NOT NULL DEFAULT 0",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
     ("m003_usage_items_conversations", _M003),
     ("m004_api_keys_rate_windows_jobs", _M004),
     ("m005_keyword_lengths_and_bm25", _M005),
+    ("m_search_core_collection_write_seq", _M_WRITE_SEQ),
 ]
 
 BOOTSTRAP = [

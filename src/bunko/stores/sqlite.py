@@ -211,6 +211,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX search_logs_user ON search_logs (tenant_id, user_id);
     CREATE INDEX usage_records_user ON usage_records (tenant_id, user_id);
     """,
+    # collection write counter: every ingest, delete or version change bumps it (the search cache's key).
+    """
+    ALTER TABLE collections ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -634,6 +638,7 @@ class SQLiteVectorStore(SQLStore):
         *,
         document_ids: Sequence[str] | None = None,
         filter: FilterLike = None,
+        include_content: bool = True,
     ) -> list[SearchHit]:
         """Top-k by BM25 over the analyzed text, best first (score = -bm25, larger is better).
 
@@ -675,7 +680,8 @@ class SQLiteVectorStore(SQLStore):
                 rows = conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
-            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows])
+            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows],
+                              include_content)
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
