@@ -82,6 +82,19 @@ class Retriever:
             return self.cache.put_query_vector(tenant, self.embedder, query, vector)
         return vector
 
+    async def prime(self, queries: Sequence[str]) -> int:
+        """Embed the queries that are not cached yet in batches, ahead of their searches (``bunko eval``
+        knows all its questions at once); returns how many were embedded. Without a cache, nothing."""
+        if self.cache is None or not isinstance(self.embedder, BaseEmbedder):
+            return 0
+        tenant = self.vector_store.tenant
+        missing = list(dict.fromkeys(q for q in queries if self.cache.query_vector(tenant, self.embedder, q) is None))
+        if missing:
+            vectors = await self.embedder.embed_array(missing, query=True)
+            for text, vector in zip(missing, vectors, strict=True):
+                self.cache.put_query_vector(tenant, self.embedder, text, vector)
+        return len(missing)
+
     def check_embedder(self, collection: Collection) -> None:
         """Refuse to embed queries for ``collection`` with an embedder other than the one it was built with."""
         # Provider and model first: a hosted embedder may learn its dimension only from its first answer.
@@ -188,6 +201,9 @@ class Retriever:
                                             None if spec_reranker else reranker)
                 hits = self.cache.results(key)
                 cached = hits is not None
+                if cached and request.mode != "keyword":  # for the extractive answer, if still cached
+                    self.last_query_vector = self.cache.query_vector(self.vector_store.tenant, self.embedder,
+                                                                     request.query)
             if hits is None:
                 hits = await self._search(collection, request, reranker)
                 if key is not None:

@@ -335,6 +335,7 @@ async def search_logs(
     anonymize: Annotated[bool, Query(description="leave the query text out")] = False,
 ) -> schemas.SearchLogResponse:
     """Query, result count, time and type of each search, newest first."""
+    await asyncio.to_thread(caller.scope.engine.flush_usage)  # searches answered just before are listed
     rows = await asyncio.to_thread(caller.store.search_log, limit)
     return schemas.SearchLogResponse(logs=[
         schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
@@ -470,6 +471,7 @@ async def erase_user(
     A user key may erase its own data; a tenant admin key any user's."""
     if not (caller.key.admin or caller.user_id == user_id):
         raise Problem(403, "FORBIDDEN", "a key may erase only its own user's data (or use a tenant admin key)")
+    await asyncio.to_thread(caller.scope.engine.flush_usage)  # nothing of the user's is written after the erasure
     erasure = await asyncio.to_thread(_state(request).records.erase_user, caller.store, user_id)
     return schemas.Erasure(deleted=erasure.to_dict())
 
@@ -480,6 +482,7 @@ async def erase_tenant(request: Request, caller: CallerDep) -> schemas.Erasure:
     """Every collection, document, chunk, job, log, usage record and conversation of the tenant. Keys stay."""
     if not caller.key.admin:
         raise Problem(403, "FORBIDDEN", "erasing a tenant needs its admin key (bunko admin keys create --admin)")
+    await asyncio.to_thread(caller.scope.engine.flush_usage)
     erasure = await asyncio.to_thread(_state(request).records.erase_tenant, caller.store)
     return schemas.Erasure(deleted=erasure.to_dict())
 

@@ -109,6 +109,13 @@ class RecordStore(Protocol):
         """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
         ...
 
+    def record_activity(self, events: Sequence[UsageEvent],
+                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
+                        user_id: str | None = None) -> None:
+        """Store usage records and search-log rows ``(query, result count, ms, search type)`` together,
+        in one transaction (the background writer's batch)."""
+        ...
+
     def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
         ...

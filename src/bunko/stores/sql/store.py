@@ -653,6 +653,24 @@ class SQLStore:
                             int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
                            for e in items])
 
+    def record_activity(self, events: Sequence[UsageEvent],
+                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
+                        user_id: str | None = None) -> None:
+        """Store usage records and search-log rows ``(query, result count, ms, search type)`` in one transaction."""
+        items, rows = list(events), list(searches)
+        if not items and not rows:
+            return
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run_many(conn, "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, "
+                                "input_tokens, output_tokens, latency_ms, items, metadata) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
+                            int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
+                           for e in items])
+            self.run_many(conn, "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
+                                "search_type) VALUES (?, ?, ?, ?, ?, ?)",
+                          [(tenant_pk, user_id, query, int(count), float(ms), kind) for query, count, ms, kind in rows])
+
     def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
         with self.session() as (conn, tenant_pk):
