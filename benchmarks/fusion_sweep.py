@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     saved: dict[str, Any] = {}
     if args.load:
         with open(args.load, "rb") as handle:
-            saved = pickle.load(handle)  # noqa: S301 - a file this script wrote
+            saved = pickle.load(handle)  # a file this script wrote
     for path in args.datasets:
         if path in saved:
             captured = saved[path]

@@ -256,9 +256,21 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_blas_cap: int | None = None
+
+
+def cap_blas_threads(threads: int | None) -> None:
+    """Never use more than ``threads`` BLAS threads per call (None: no cap). The HTTP server sets its
+    ``blas_threads`` setting here: its requests already run side by side."""
+    global _blas_cap
+    _blas_cap = None if threads is None else max(1, int(threads))
+
+
 def blas_threads(batch: int) -> int:
     """The BLAS threads for embedding ``batch`` texts with the bundled model."""
-    return 1 if batch <= SMALL_BATCH else min(MAX_BLAS_THREADS, available_cores())
+    if batch <= SMALL_BATCH:
+        return 1
+    return min(MAX_BLAS_THREADS, available_cores(), _blas_cap or MAX_BLAS_THREADS)
 
 
 class UniversalSentenceEncoderEmbedder(BaseEmbedder):
