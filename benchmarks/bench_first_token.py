@@ -31,8 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bunko import Bunko  # noqa: E402
 from tests.provider_fakes import OpenAIFake  # noqa: E402
+
+from bunko import Bunko  # noqa: E402
 
 QUESTIONS = ["水は何日分？", "避難場所はどこ？", "家具の固定方法は？", "非常持ち出し袋に入れるものは？",
              "地震のときはどうする？", "連絡方法を決めておくには？", "What should I pack in a go-bag?",
