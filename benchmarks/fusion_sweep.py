@@ -9,7 +9,7 @@ Usage::
 
     python benchmarks/fusion_sweep.py ../shared/data/jsquad-dev ../shared/data/cranfield [--json]
 
-Settings swept: RRF with k in {5, 10, 20, 60}, and min-max score fusion with the weakest hit's
+Settings swept: RRF with k in {5, 10, 15, 20, 30, 40, 60}, and min-max score fusion with the weakest hit's
 floor in {0, 0.1, 0.2, 0.3, 0.5}; vector weight from 0 to 1 in steps of 0.1 (keyword weight =
 1 - vector weight). ``--save FILE`` keeps the captured legs (pickle) and ``--load FILE`` scores
 them again without ingesting.
@@ -80,7 +80,8 @@ def score(captured: dict[str, Any], fusion: Fusion | None, leg: str | None = Non
 
 def settings() -> list[Fusion]:
     out = []
-    for method, k, floor in (("rrf", 60, 0.0), ("rrf", 20, 0.0), ("rrf", 10, 0.0), ("rrf", 5, 0.0),
+    for method, k, floor in (("rrf", 60, 0.0), ("rrf", 40, 0.0), ("rrf", 30, 0.0), ("rrf", 20, 0.0),
+                             ("rrf", 15, 0.0), ("rrf", 10, 0.0), ("rrf", 5, 0.0),
                              ("score", 60, 0.0), ("score", 60, 0.1), ("score", 60, 0.2), ("score", 60, 0.3),
                              ("score", 60, 0.5)):
         for tenth in range(0, 11):
