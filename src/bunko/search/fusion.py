@@ -2,13 +2,16 @@
 
 Methods:
 
-* ``score`` (the default): each leg's scores min-max normalised over its candidates onto
+* ``rrf`` (the default): weighted reciprocal rank fusion, score = sum over legs of
+  weight / (k + rank); the default is k = 15, vector 0.1 / keyword 0.9. A chunk both legs found
+  gains from both, so the chunk that holds a rare name and also means what was asked is not
+  buried under a short keyword-only match.
+* ``score``: each leg's scores min-max normalised over its candidates onto
   ``[floor, 1]``, then the weighted sum; a hit a leg did not return gets 0 from that leg. The floor
   gives the weakest hit a leg *did* return part of the leg's credit: with a floor of 0 (plain
   min-max) the only chunk that contains a rare query term could get no keyword credit at all when
   the keyword leg also found chunks that score higher on a shorter, more common term, and be
   buried under chunks that do not contain the term.
-* ``rrf``: weighted reciprocal rank fusion, score = sum over legs of weight / (k + rank).
 
 The default weights and floor are chosen by measurement with the bundled embedder on
 jsquad-dev and cranfield (``benchmarks/fusion_sweep.py``; docs/ARCHITECTURE.md "Hybrid defaults").
@@ -27,7 +30,8 @@ FUSION_METHODS: tuple[str, ...] = ("rrf", "score")
 # The seed's weights: semantic 0.7 / keyword 0.3 by reciprocal rank fusion; they assume a strong
 # hosted embedder.
 SEED_WEIGHTS = (0.7, 0.3)
-RRF_K = 60
+RRF_K = 60  # the RRF constant of the literature (and of the seed)
+DEFAULT_RRF_K = 15  # bunko's default, measured (docs/ARCHITECTURE.md "Hybrid defaults")
 # Each leg of a hybrid search fetches this many times top_k candidates before fusing.
 HYBRID_DEPTH = 3
 
@@ -44,10 +48,10 @@ class Fusion:
     """How a hybrid search fuses its legs: method, per-leg weights (0 allowed), the RRF constant, and
     the floor of ``score`` normalisation (the credit share the weakest returned hit keeps, 0–1)."""
 
-    method: str = "score"
-    vector_weight: float = 0.2
-    keyword_weight: float = 0.8
-    k: int = RRF_K
+    method: str = "rrf"
+    vector_weight: float = 0.1
+    keyword_weight: float = 0.9
+    k: int = DEFAULT_RRF_K
     floor: float = 0.3
 
     def __post_init__(self) -> None:
@@ -130,5 +134,5 @@ def fuse_rrf(legs: Sequence[tuple[str, float, Sequence[Ranked]]], top_k: int, k:
     return fuse(legs, top_k, Fusion("rrf", 0.5, 0.5, k))
 
 
-__all__ = ["DEFAULT_FUSION", "FUSION_METHODS", "HYBRID_DEPTH", "RRF_K", "SEED_FUSION", "SEED_WEIGHTS", "Fusion",
+__all__ = ["DEFAULT_FUSION", "DEFAULT_RRF_K", "FUSION_METHODS", "HYBRID_DEPTH", "RRF_K", "SEED_FUSION", "SEED_WEIGHTS", "Fusion",
            "fuse", "fuse_rrf", "normalised"]

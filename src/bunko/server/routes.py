@@ -322,8 +322,8 @@ async def search_keyword(caller: CallerDep, body: schemas.SearchRequest) -> sche
 @router.post("/search/hybrid", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
              summary="Hybrid search (semantic and keyword results fused)")
 async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
-    """Vector and keyword results fused (by default min-max scores, vector 0.2 / keyword 0.8; see
-    docs/ARCHITECTURE.md "Hybrid defaults")."""
+    """Vector and keyword results fused (by default reciprocal ranks, k = 15, vector 0.1 / keyword 0.9;
+    see docs/ARCHITECTURE.md "Hybrid defaults")."""
     return await _search(caller, body, "hybrid")
 
 
