@@ -15,8 +15,10 @@ handed over so far (reads of usage and search logs call it first); closing the e
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -94,6 +96,17 @@ def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRo
                        getattr(store, "tenant", "?"), exc)
 
 
+_IDLE_SECONDS = 10.0  # a writer's thread ends after this long without work
+_WRITERS: weakref.WeakSet[UsageWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_writers() -> None:
+    """At interpreter exit, write what engines that were never closed still hold."""
+    for writer in list(_WRITERS):
+        writer.close()
+
+
 class UsageWriter:
     """Writes usage records and search logs in a background thread, batched per tenant store.
 
@@ -104,6 +117,7 @@ class UsageWriter:
     """
 
     def __init__(self) -> None:
+        _WRITERS.add(self)
         self._pending: list[tuple[Any, list[UsageEvent], list[SearchRow]]] = []
         self._lock = threading.Condition()
         self._submitted = 0
@@ -130,9 +144,11 @@ class UsageWriter:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closed:
-                    self._lock.wait()
-                if not self._pending and self._closed:
+                if not self._pending and not self._closed:
+                    self._lock.wait(_IDLE_SECONDS)
+                if not self._pending:
+                    # Closed, or idle for a while: end the thread (the next submit starts another).
+                    self._thread = None
                     return
                 batch, self._pending = self._pending, []
             groups: dict[tuple[Any, ...], tuple[Any, list[UsageEvent], list[SearchRow]]] = {}
