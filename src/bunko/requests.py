@@ -46,7 +46,7 @@ class SearchRequest:
       the shortcuts ``file_types`` (``["pdf", "md"]``) and ``since``/``until`` on ``date_field``
       (default ``created_at``), ANDed with the filter; ``threshold``, the lowest cosine similarity
       a vector hit may have.
-    * Ranking: ``fusion`` (``{"method", "vector_weight", "keyword_weight", "k"}``) tunes a hybrid
+    * Ranking: ``fusion`` (``{"method", "vector_weight", "keyword_weight", "k", "floor"}``) tunes a hybrid
       search; ``mmr_lambda`` (0–1) diversifies by maximal marginal relevance; ``dedupe`` drops
       near-duplicate chunks; ``rerank`` (``"cohere:rerank-v3.5"``) reorders the candidates.
     """
