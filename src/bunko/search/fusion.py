@@ -134,5 +134,5 @@ def fuse_rrf(legs: Sequence[tuple[str, float, Sequence[Ranked]]], top_k: int, k:
     return fuse(legs, top_k, Fusion("rrf", 0.5, 0.5, k))
 
 
-__all__ = ["DEFAULT_FUSION", "DEFAULT_RRF_K", "FUSION_METHODS", "HYBRID_DEPTH", "RRF_K", "SEED_FUSION", "SEED_WEIGHTS", "Fusion",
-           "fuse", "fuse_rrf", "normalised"]
+__all__ = ["DEFAULT_FUSION", "DEFAULT_RRF_K", "FUSION_METHODS", "HYBRID_DEPTH", "RRF_K", "SEED_FUSION",
+           "SEED_WEIGHTS", "Fusion", "fuse", "fuse_rrf", "normalised"]
