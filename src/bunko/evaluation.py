@@ -4,7 +4,9 @@ A dataset folder holds ``corpus.jsonl`` (``{"id", "title", "text"}``), ``queries
 (``{"id", "text", ...}``) and ``qrels.tsv`` (a header line ``query-id corpus-id score``,
 then one judgment per line; a score of 1 or more means relevant). ``evaluate`` ingests the
 corpus into a throw-away collection of a tenant, runs every judged query in each search
-mode and reports nDCG@10, recall@5, recall@10, MRR@10 and the median latency per mode.
+mode and reports nDCG@10, recall@5, recall@10, MRR@10 and the median latency per mode. The
+questions are embedded in batches ahead of their searches (through the engine's query cache), so
+the latencies are the searches' own.
 
     dataset = load_beir("../shared/data/cranfield")
     report = await evaluate(engine.tenant("default"), dataset, MODES, top_k=10)
