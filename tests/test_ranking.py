@@ -68,7 +68,7 @@ def test_mmr_function_uses_the_vectors() -> None:
 def test_fusion_methods_weights_and_validation(tenant) -> None:
     a = [hit("a", 0.9), hit("b", 0.5), hit("c", 0.1)]
     k = [hit("c", 12.0), hit("b", 11.0), hit("d", 2.0)]
-    by_score = fuse([("vector", 0.5, a), ("keyword", 0.5, k)], 4, Fusion("score", 0.5, 0.5))
+    by_score = fuse([("vector", 0.5, a), ("keyword", 0.5, k)], 4, Fusion("score", 0.5, 0.5, floor=0.0))
     # min-max per leg: vector a 1, b 0.5, c 0; keyword c 1, b 0.9, d 0. Weighted: b 0.7, a 0.5, c 0.5
     # (a tie, broken by chunk id), d 0.
     assert [h.chunk_id for h in by_score] == ["b", "a", "c", "d"]

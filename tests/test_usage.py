@@ -37,7 +37,7 @@ def test_every_operation_is_recorded_for_its_own_tenant(store_url: str, embedder
         acme, other = engine.tenant("acme"), engine.tenant("other")
         report = acme.ingest([EXAMPLES], "bousai")
         acme.search("避難場所", "bousai", top_k=3, mode="hybrid")
-        answer = acme.ask("水は何日分？", "bousai")
+        answer = acme.ask("水は何日分？", "bousai", mode="vector")
 
         usage = totals(acme)
         embedding = usage[("embedding", "use", embedder.model)]

@@ -41,7 +41,7 @@ from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse, get_llm, regist
 from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
-from .retrieval import Retriever
+from .search import Retriever
 from .splitters import RecursiveCharacterSplitter, get_splitter, register_splitter
 from .stores import SQLiteBackend, VectorStore, open_backend
 from .types import (

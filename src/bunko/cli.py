@@ -290,12 +290,13 @@ def ranking_options(func: F) -> F:
 
     options = [
         click.option("--fusion", "fusion_method", type=click.Choice(["rrf", "score"]), default=None,
-                     help="Hybrid fusion: weighted reciprocal ranks (rrf) or normalised scores (score)."),
+                     help="Hybrid fusion: weighted reciprocal ranks (rrf, the default) or normalised scores "
+                          "(score)."),
         click.option("--vector-weight", type=click.FloatRange(0, 1), default=None,
                      help="Weight of the vector leg in hybrid search (0 turns it off)."),
         click.option("--keyword-weight", type=click.FloatRange(0, 1), default=None,
                      help="Weight of the keyword leg in hybrid search (0 turns it off)."),
-        click.option("--rrf-k", type=click.IntRange(1, 1000), default=None, help="The RRF constant (default 60)."),
+        click.option("--rrf-k", type=click.IntRange(1, 1000), default=None, help="The RRF constant (default 15)."),
         click.option("--mmr", "mmr_lambda", type=click.FloatRange(0, 1), default=None, metavar="LAMBDA",
                      help="Diversify by maximal marginal relevance (1 = relevance only, 0 = diversity only)."),
         click.option("--dedupe", is_flag=True, help="Drop chunks whose text nearly repeats a better one."),
@@ -308,9 +309,10 @@ def ranking_options(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-mode_option = click.option("--mode", type=click.Choice(["vector", "keyword", "hybrid"]), default="vector",
+mode_option = click.option("--mode", type=click.Choice(["hybrid", "vector", "keyword"]), default="hybrid",
                            show_default=True,
-                           help="Vector (semantic), keyword (BM25) or hybrid (both legs fused; see --fusion).")
+                           help="hybrid: meaning and exact words, fused (see --fusion); vector: meaning only; "
+                                "keyword: exact words only (BM25).")
 
 
 @cli.command()

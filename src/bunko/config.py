@@ -31,6 +31,8 @@ value (``BUNKO_LLM=``) counts as not set.
 | context budget (tokens) | ``BUNKO_CONTEXT_TOKENS`` | ``[llm] context_tokens`` | 4000 |
 | conversation turns fed back | ``BUNKO_HISTORY_TURNS`` | ``[llm] history_turns`` | 6 |
 | reranker URL | ``BUNKO_RERANK_BASE_URL`` | ``[rerank] base_url`` | the provider's |
+| cached query embeddings | ``BUNKO_CACHE_QUERY_VECTORS`` | ``[cache] query_vectors`` | 2048 (0 = off) |
+| cached search results | ``BUNKO_CACHE_SEARCH_RESULTS`` | ``[cache] search_results`` | 512 (0 = off) |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
 | largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
 | largest JSON request body (MiB) | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
@@ -230,6 +232,17 @@ class RerankSettings(Section):
     base_url: Annotated[str | None, Env("BUNKO_RERANK_BASE_URL")] = None
 
 
+class CacheSettings(Section):
+    """``[cache]``: how many query embeddings and search results an engine keeps (0 turns one off).
+
+    Entries are per tenant; a result is keyed by the whole request and the collection's write
+    counter, so any write to the collection makes its cached results unreachable.
+    """
+
+    query_vectors: Annotated[int, Env("BUNKO_CACHE_QUERY_VECTORS"), Field(ge=0, le=10_000_000)] = 2048
+    search_results: Annotated[int, Env("BUNKO_CACHE_SEARCH_RESULTS"), Field(ge=0, le=10_000_000)] = 512
+
+
 class FetchSettings(Section):
     """``[fetch]``: the URL loader. ``allow_hosts`` opens private hosts, IPs or networks (CIDR) to it."""
 
@@ -335,6 +348,7 @@ SECTIONS: dict[str, type[Section]] = {
     "embedder": EmbedderSettings,
     "llm": LLMSettings,
     "rerank": RerankSettings,
+    "cache": CacheSettings,
     "fetch": FetchSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
@@ -459,6 +473,7 @@ class Settings(BaseSettings):
                                         validation_alias=AliasChoices("embedder", "embedding"))
     llm: LLMSettings = Field(default_factory=LLMSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)

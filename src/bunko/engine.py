@@ -69,7 +69,7 @@ from .pipeline import RAGPipeline, StreamEvent
 from .preprocess import Preprocessor
 from .requests import AskRequest, QueryRequest, SearchRequest
 from .rerankers import get_reranker
-from .retrieval import Retriever
+from .search import Retriever, SearchCache
 from .splitters import Splitter, splitter_spec
 from .stores import StoreBackend, VectorStore, open_backend
 from .types import (
@@ -155,6 +155,10 @@ class Bunko:
         self._llm: LLMProvider | None = None if isinstance(llm, str) else llm
         metering.install(self._llm)
         self._rerankers: dict[str, Any] = {}
+        # Query embeddings and search results, per tenant (R37); sizes from the [cache] settings.
+        self.cache = SearchCache(self.settings.cache.query_vectors, self.settings.cache.search_results)
+        # Usage records and search logs are written by a background thread, off the request path.
+        self.usage_writer = metering.UsageWriter()
         # The keyword analyzer of new collections (None: bunko.analysis.DEFAULT_ANALYZER_NAME);
         # existing collections keep the one they were created with.
         self.analyzer = analyzer
@@ -208,18 +212,25 @@ class Bunko:
                 except Exception:  # closing is best effort; the store must still close
                     pass
 
+    def flush_usage(self) -> None:
+        """Wait until the usage records and search logs of finished operations are written."""
+        self.usage_writer.flush()
+
     async def aclose(self) -> None:
-        """Close the LLM's and embedder's clients, then the store."""
+        """Close the LLM's and embedder's clients, write the pending usage records, then close the store."""
         await self.aclose_clients()
+        await asyncio.to_thread(self.usage_writer.close)
         self.backend.close()
 
     def close(self) -> None:
-        """Close clients and the store (inside a running event loop only the store; use :meth:`aclose`)."""
+        """Close clients, write pending usage records and close the store (inside a running event loop
+        the clients stay open; use :meth:`aclose`)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             asyncio.run(self.aclose())
         else:
+            self.usage_writer.close()
             self.backend.close()
 
     def __enter__(self) -> Bunko:
@@ -272,7 +283,8 @@ class Tenant:
 
     def retriever(self, collection: str = DEFAULT_COLLECTION) -> Retriever:
         """A ``Retriever`` over one collection of this tenant, with the engine's embedder and rerankers."""
-        return Retriever(self._engine.embedder, self._store, collection, rerankers=self._engine.reranker)
+        return Retriever(self._engine.embedder, self._store, collection, rerankers=self._engine.reranker,
+                         cache=self._engine.cache)
 
     def generator(self, *, temperature: float | None = None, max_tokens: int | None = None,
                   system_prompt: str | None = None) -> Generator:
@@ -301,7 +313,7 @@ class Tenant:
             with metering.recording(recorder):
                 return await work
         finally:
-            await recorder.aflush()
+            self._engine.usage_writer.submit(recorder)
 
     # -- ingest ---------------------------------------------------------------------
     async def aingest(
@@ -436,7 +448,7 @@ class Tenant:
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
 
-        return metering.metered(self._recorder(), events())
+        return metering.metered(self._recorder(), events(), self._engine.usage_writer)
 
     # -- vectors (R14) -------------------------------------------------------------------
     async def aupsert(self, collection: str, records: Sequence[VectorRecord | Mapping[str, Any]]) -> list[str]:
@@ -499,10 +511,12 @@ class Tenant:
     # -- usage and conversations -------------------------------------------------------
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage (R13) per operation, provider and model, since ``since`` if given."""
+        self._engine.flush_usage()
         return self._store.usage_summary(since)  # type: ignore[attr-defined, no-any-return]
 
     def search_log(self, limit: int = 100) -> list[dict[str, Any]]:
         """This tenant's latest searches (R33), newest first."""
+        self._engine.flush_usage()
         return self._store.search_log(limit)  # type: ignore[attr-defined, no-any-return]
 
     def conversation(self, conversation_id: str) -> list[ConversationTurn]:

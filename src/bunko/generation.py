@@ -372,9 +372,13 @@ class Generator:
         counter = getattr(self.embedder, "count_tokens", None)
         return counter if callable(counter) else estimate_tokens
 
-    async def generate(self, query: str, chunks: Sequence[SearchHit],
-                       history: Sequence[LLMMessage] = ()) -> GenerationResult:
-        """An answer to ``query`` from ``chunks`` (best first), after the ``history`` of a conversation."""
+    async def generate(self, query: str, chunks: Sequence[SearchHit], history: Sequence[LLMMessage] = (), *,
+                       query_vector: Any = None) -> GenerationResult:
+        """An answer to ``query`` from ``chunks`` (best first), after the ``history`` of a conversation.
+
+        ``query_vector`` is the question's embedding when the search already made it (by this
+        generator's embedder); the extractive answer then does not embed the question again.
+        """
         started = time.perf_counter()
         try:
             if self.llm_provider is not None:
@@ -384,7 +388,7 @@ class Generator:
                 )
                 result = self._finish(response, plan)
             else:
-                result = await self._generate_extractive(query, list(chunks))
+                result = await self._generate_extractive(query, list(chunks), query_vector)
         except GenerationError:
             raise
         except BunkoError as exc:
@@ -392,9 +396,10 @@ class Generator:
         result.processing_time_ms = (time.perf_counter() - started) * 1000
         return result
 
-    async def stream(self, query: str, chunks: Sequence[SearchHit],
-                     history: Sequence[LLMMessage] = ()) -> AsyncIterator[GenerationEvent]:
-        """The answer as it is written: ``token`` pieces, a ``citation`` per new valid ``[N]``, then ``result``."""
+    async def stream(self, query: str, chunks: Sequence[SearchHit], history: Sequence[LLMMessage] = (), *,
+                     query_vector: Any = None) -> AsyncIterator[GenerationEvent]:
+        """The answer as it is written: ``token`` pieces, a ``citation`` per new valid ``[N]``, then ``result``
+        (``query_vector`` as in :meth:`generate`)."""
         started = time.perf_counter()
         try:
             if self.llm_provider is not None:
@@ -422,7 +427,7 @@ class Generator:
                         yield GenerationEvent("citation", source=source)
                 result = self._finish(response, plan)
             else:
-                result = await self._generate_extractive(query, list(chunks))
+                result = await self._generate_extractive(query, list(chunks), query_vector)
                 cited = {s.index: s for s in result.sources}
                 shown: set[int] = set()
                 for line in result.answer.splitlines(keepends=True):
@@ -472,7 +477,8 @@ class Generator:
             return await self.embedder.embed_array(texts)
         return np.asarray(await self.embedder.embed_batch(texts), dtype=np.float32)
 
-    async def _generate_extractive(self, query: str, hits: list[SearchHit]) -> GenerationResult:
+    async def _generate_extractive(self, query: str, hits: list[SearchHit],
+                                   query_vector: Any = None) -> GenerationResult:
         language = "ja" if detect_language(query) in ("ja", "zh") else "en"
         messages = _MESSAGES[language]
         candidates: list[tuple[int, Passage]] = []  # (context number, passage)
@@ -487,9 +493,14 @@ class Generator:
         usage = {"input_tokens": 0, "output_tokens": 0, "embedded_texts": 0}
         if not candidates:
             return GenerationResult(messages["none"], [], "extractive", usage, extractive=True)
-        vectors = await self._embed([query] + [p.text for _, p in candidates])
-        usage["embedded_texts"] = len(candidates) + 1
-        q, sentence_vectors = vectors[0], vectors[1:]
+        q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).ravel()
+        if q is not None:  # the search's embedding of the question: embed only the passages
+            sentence_vectors = await self._embed([p.text for _, p in candidates])
+            usage["embedded_texts"] = len(candidates)
+        if q is None or q.shape[0] != sentence_vectors.shape[1]:
+            vectors = await self._embed([query] + [p.text for _, p in candidates])
+            usage["embedded_texts"] = len(candidates) + 1
+            q, sentence_vectors = vectors[0], vectors[1:]
         norms = np.linalg.norm(sentence_vectors, axis=1) * (np.linalg.norm(q) or 1.0)
         cosine = (sentence_vectors @ q) / np.where(norms == 0, 1.0, norms)
         query_terms = set(DEFAULT_ANALYZER.terms(query))

@@ -22,7 +22,7 @@ from .generation import Generator
 from .indexing import IndexManager, ProgressCallback
 from .llm import LLMMessage
 from .requests import AskRequest
-from .retrieval import Retriever
+from .search import Retriever
 from .types import Document, GenerationResult, IngestResult
 
 EVENT_TYPES = ("search_start", "search_results", "generation_start", "token", "citation", "done")
@@ -70,7 +70,9 @@ class RAGPipeline:
         request = self._request(request, top_k, options)
         try:
             hits = await self.retriever.search(request.search_for(search_query or request.query))
-            result = await self.generator.generate(request.query, hits, history)
+            # The question's vector from the search, when it was the question that was searched.
+            result = await self.generator.generate(request.query, hits, history, query_vector=self._query_vector(
+                request, search_query))
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
@@ -88,7 +90,8 @@ class RAGPipeline:
             hits = await self.retriever.search(request.search_for(search_query or request.query))
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")
-            async for event in self.generator.stream(request.query, hits, history):
+            async for event in self.generator.stream(request.query, hits, history,
+                                                     query_vector=self._query_vector(request, search_query)):
                 if event.type == "token":
                     yield StreamEvent("token", {"content": event.content})
                 elif event.type == "citation" and event.source is not None:
@@ -102,6 +105,12 @@ class RAGPipeline:
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
+
+    def _query_vector(self, request: AskRequest, search_query: str | None) -> Any:
+        """The question's embedding from the search just run, if the question itself was searched."""
+        if search_query and search_query != request.query:
+            return None
+        return self.retriever.last_query_vector
 
     def _request(self, request: AskRequest | str, top_k: int | None, options: dict[str, Any]) -> AskRequest:
         if top_k is not None:

@@ -23,6 +23,9 @@ from .filters import Filter, FilterLike, as_filter, build_filter
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
+# Hybrid finds both what a question means and the exact words it names (measured in
+# docs/ARCHITECTURE.md "Hybrid defaults"), so it is what every entry point does unless told otherwise.
+DEFAULT_MODE: SearchMode = "hybrid"
 MAX_TOP_K = 100
 
 R = TypeVar("R", bound="SearchRequest")
@@ -37,12 +40,13 @@ def _check_top_k(top_k: Any) -> None:
 class SearchRequest:
     """A search of one collection (R18–R22).
 
-    * ``query``, ``collection``, ``top_k`` (1–100) and ``mode`` (``vector``, ``keyword``, ``hybrid``).
+    * ``query``, ``collection``, ``top_k`` (1–100) and ``mode``: ``hybrid`` (the default: both legs,
+      fused), ``vector`` (semantic only) or ``keyword`` (BM25 only).
     * The restriction (R21): ``document_ids``; ``filter`` (a metadata filter, see :mod:`bunko.filters`);
       the shortcuts ``file_types`` (``["pdf", "md"]``) and ``since``/``until`` on ``date_field``
       (default ``created_at``), ANDed with the filter; ``threshold``, the lowest cosine similarity
       a vector hit may have.
-    * Ranking: ``fusion`` (``{"method", "vector_weight", "keyword_weight", "k"}``) tunes a hybrid
+    * Ranking: ``fusion`` (``{"method", "vector_weight", "keyword_weight", "k", "floor"}``) tunes a hybrid
       search; ``mmr_lambda`` (0–1) diversifies by maximal marginal relevance; ``dedupe`` drops
       near-duplicate chunks; ``rerank`` (``"cohere:rerank-v3.5"``) reorders the candidates.
     """
@@ -50,7 +54,7 @@ class SearchRequest:
     query: str
     collection: str = DEFAULT_COLLECTION
     top_k: int = 5
-    mode: SearchMode = "vector"
+    mode: SearchMode = DEFAULT_MODE
     document_ids: Sequence[str] | None = None
     threshold: float | None = None
     filter: FilterLike = None
@@ -161,4 +165,4 @@ class QueryRequest:
         as_filter(self.filter)  # a malformed filter raises FilterError here
 
 
-__all__ = ["MODES", "AskRequest", "QueryRequest", "SearchMode", "SearchRequest"]
+__all__ = ["DEFAULT_MODE", "MODES", "AskRequest", "QueryRequest", "SearchMode", "SearchRequest"]

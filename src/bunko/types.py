@@ -151,6 +151,9 @@ class Collection:
     created_at: str = ""
     config: dict[str, Any] = field(default_factory=dict)  # e.g. {"splitter": {"name": "token", ...}}
     analyzer: str = "bigram"  # the keyword analyzer, fixed at creation (bunko.analysis)
+    # The write counter: it changes with every ingest, delete or version change of the collection
+    # (the search cache keys on it). Read by ``get_collection``; 0 where a listing leaves it out.
+    write_seq: int = field(default=0, compare=False)
 
     @property
     def embedder(self) -> EmbedderInfo:
@@ -159,7 +162,9 @@ class Collection:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return asdict(self)
+        data = asdict(self)
+        del data["write_seq"]
+        return data
 
 
 @dataclass(slots=True)

@@ -5,14 +5,20 @@ client), so their ``usage_sink`` is :func:`route`, set once. ``route`` hands eac
 ``UsageEvent`` to the recorder of the tenant operation that is running, found through a
 context variable: concurrent requests of different tenants each see their own recorder,
 including inside ``asyncio.to_thread``. Searches and upserts are reported the same way by
-the retriever and the index manager. The engine flushes a recorder into the tenant's store
-(``record_usage``, and ``log_search`` for searches) when the operation ends, failed or not.
+the retriever and the index manager. When the operation ends, failed or not, the engine hands
+the recorder's events to its :class:`UsageWriter`, which writes them off the request path: a
+background thread writes each tenant's usage records and search-log rows together, in one
+transaction per batch, after the answer is on its way. ``UsageWriter.flush`` waits for what was
+handed over so far (reads of usage and search logs call it first); closing the engine flushes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -38,34 +44,140 @@ class UsageRecorder:
         """Buffer one event."""
         self.events.append(event)
 
-    def flush(self) -> None:
-        """Write the buffered events (and a search-log row per search); a failure is logged, not raised.
-
-        Accounting must never turn a good answer into an error; a store that cannot take the
-        records is failing anyway, and the operation's own error (if any) is the one to show.
-        """
+    def take(self) -> tuple[list[UsageEvent], list[SearchRow]]:
+        """The buffered events as usage records and search-log rows (the buffer is emptied)."""
         events, self.events = self.events, []
-        if not events:
-            return
-        records = []
-        try:
-            for event in events:
-                metadata = dict(event.metadata)
-                query = metadata.pop("query", None)
-                if event.operation == "search":
-                    self.store.log_search(None if self.anonymize_queries else query, event.items,
-                                          event.latency_ms, str(metadata.get("mode", event.model)))
-                records.append(UsageEvent(event.operation, event.provider, event.model, event.input_tokens,
-                                          event.output_tokens, event.latency_ms, event.items, metadata))
-            self.store.record_usage(records)
-        except Exception as exc:  # any failure: see the docstring
-            logger.warning("could not record %d usage event(s) for tenant %s: %s", len(events),
-                           getattr(self.store, "tenant", "?"), exc)
+        records: list[UsageEvent] = []
+        searches: list[SearchRow] = []
+        for event in events:
+            metadata = dict(event.metadata)
+            query = metadata.pop("query", None)
+            if event.operation == "search":
+                searches.append((None if self.anonymize_queries else query, event.items, event.latency_ms,
+                                 str(metadata.get("mode", event.model))))
+            records.append(UsageEvent(event.operation, event.provider, event.model, event.input_tokens,
+                                      event.output_tokens, event.latency_ms, event.items, metadata))
+        return records, searches
+
+    def flush(self) -> None:
+        """Write the buffered events (and a search-log row per search) now; a failure is logged, not raised."""
+        records, searches = self.take()
+        write_records(self.store, records, searches)
 
     async def aflush(self) -> None:
         """:meth:`flush` in a worker thread (store writes are blocking)."""
         if self.events:
             await asyncio.to_thread(self.flush)
+
+
+# A search-log row: query (None when anonymised), result count, latency in ms, search type.
+SearchRow = tuple[str | None, int, float, str]
+
+
+def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRow]) -> None:
+    """Write usage records and search-log rows to a tenant's store, in one transaction where the store
+    can (``record_activity``); a failure is logged, not raised.
+
+    Accounting must never turn a good answer into an error; a store that cannot take the
+    records is failing anyway, and the operation's own error (if any) is the one to show.
+    """
+    if not records and not searches:
+        return
+    try:
+        together = getattr(store, "record_activity", None)
+        if together is not None:
+            together(records, searches)
+        else:
+            for row in searches:
+                store.log_search(*row)
+            store.record_usage(records)
+    except Exception as exc:  # any failure: see the docstring
+        logger.warning("could not record %d usage event(s) for tenant %s: %s", len(records),
+                       getattr(store, "tenant", "?"), exc)
+
+
+_IDLE_SECONDS = 10.0  # a writer's thread ends after this long without work
+_WRITERS: weakref.WeakSet[UsageWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_writers() -> None:
+    """At interpreter exit, write what engines that were never closed still hold."""
+    for writer in list(_WRITERS):
+        writer.close()
+
+
+class UsageWriter:
+    """Writes usage records and search logs in a background thread, batched per tenant store.
+
+    :meth:`submit` never blocks on the database; the thread takes everything queued, groups it by
+    store (tenant and user) and writes each group in one transaction. :meth:`flush` waits until
+    what was submitted before it is written; :meth:`close` flushes and stops the thread. Events
+    submitted after ``close`` are written at once, in the caller's thread.
+    """
+
+    def __init__(self) -> None:
+        _WRITERS.add(self)
+        self._pending: list[tuple[Any, list[UsageEvent], list[SearchRow]]] = []
+        self._lock = threading.Condition()
+        self._submitted = 0
+        self._written = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, recorder: UsageRecorder) -> None:
+        """Queue a recorder's buffered events for writing."""
+        records, searches = recorder.take()
+        if not records and not searches:
+            return
+        with self._lock:
+            if not self._closed:
+                self._pending.append((recorder.store, records, searches))
+                self._submitted += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="bunko-usage-writer", daemon=True)
+                    self._thread.start()
+                self._lock.notify_all()
+                return
+        write_records(recorder.store, records, searches)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending and not self._closed:
+                    self._lock.wait(_IDLE_SECONDS)
+                if not self._pending:
+                    # Closed, or idle for a while: end the thread (the next submit starts another).
+                    self._thread = None
+                    return
+                batch, self._pending = self._pending, []
+            groups: dict[tuple[Any, ...], tuple[Any, list[UsageEvent], list[SearchRow]]] = {}
+            for store, records, searches in batch:
+                key = (type(store), id(getattr(store, "_backend", None)), getattr(store, "tenant", None),
+                       getattr(store, "user_id", None))
+                group = groups.setdefault(key, (store, [], []))
+                group[1].extend(records)
+                group[2].extend(searches)
+            for store, records, searches in groups.values():
+                write_records(store, records, searches)
+            with self._lock:
+                self._written += len(batch)
+                self._lock.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted so far is written; False if ``timeout`` (s) ran out first."""
+        with self._lock:
+            target = self._submitted
+            return self._lock.wait_for(lambda: self._written >= target, timeout)
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 def route(event: UsageEvent) -> None:
@@ -87,8 +199,10 @@ def recording(recorder: UsageRecorder) -> Iterator[UsageRecorder]:
         _current.reset(token)
 
 
-async def metered(recorder: UsageRecorder, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-    """Iterate ``stream`` with its usage going to ``recorder``; flushes at the end, also on error or close.
+async def metered(recorder: UsageRecorder, stream: AsyncIterator[T],
+                  writer: UsageWriter | None = None) -> AsyncIterator[T]:
+    """Iterate ``stream`` with its usage going to ``recorder``; at the end, also on error or close, the
+    events go to ``writer`` (or are written at once without one).
 
     The context variable is set and reset around each step, never across a ``yield``, so the
     consumer's context is left as it was between items.
@@ -106,7 +220,10 @@ async def metered(recorder: UsageRecorder, stream: AsyncIterator[T]) -> AsyncIte
         if close is not None:
             with recording(recorder):
                 await close()
-        await recorder.aflush()
+        if writer is not None:
+            writer.submit(recorder)
+        else:
+            await recorder.aflush()
 
 
 def install(target: Any) -> None:

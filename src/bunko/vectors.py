@@ -21,7 +21,7 @@ from .errors import CollectionNotFoundError, DimensionMismatchError, VectorStore
 from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
-from .retrieval import Retriever
+from .search import Retriever
 from .types import SearchHit, UsageEvent, VectorRecord
 from .usage import route, store_kind
 

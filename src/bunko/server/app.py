@@ -132,6 +132,9 @@ def _engine_from(settings: Settings) -> Bunko:
 
 def _limit_blas_threads(threads: int) -> None:
     """Cap the BLAS thread pool of this worker process (see ``ServerSettings``)."""
+    from ..embedders import cap_blas_threads
+
+    cap_blas_threads(threads)  # the bundled embedder sets its threads per call: cap those too
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - part of the "server" extra

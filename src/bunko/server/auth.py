@@ -50,6 +50,15 @@ class UserStore:
         """Record usage for this tenant and the key's user."""
         self._store.record_usage(events, user_id=self._user_id)
 
+    @property
+    def user_id(self) -> str | None:
+        """The key's user (None for a tenant key)."""
+        return self._user_id
+
+    def record_activity(self, events: Any, searches: Any = ()) -> None:
+        """Record usage and search-log rows for this tenant and the key's user, in one transaction."""
+        self._store.record_activity(events, searches, user_id=self._user_id)  # type: ignore[attr-defined]
+
     def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
         """Log a search for this tenant and the key's user."""
         self._store.log_search(query, result_count, search_time_ms, search_type,

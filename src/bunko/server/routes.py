@@ -332,8 +332,8 @@ async def search_keyword(caller: CallerDep, body: schemas.SearchRequest) -> sche
 @router.post("/search/hybrid", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,
              summary="Hybrid search (semantic and keyword results fused)")
 async def search_hybrid(caller: CallerDep, body: schemas.SearchRequest) -> schemas.SearchResponse:
-    """Vector and keyword results fused (by default min-max scores, vector 0.2 / keyword 0.8; see
-    docs/ARCHITECTURE.md "Hybrid defaults")."""
+    """Vector and keyword results fused (by default reciprocal ranks, k = 15, vector 0.1 / keyword 0.9;
+    see docs/ARCHITECTURE.md "Hybrid defaults")."""
     return await _search(caller, body, "hybrid")
 
 
@@ -349,6 +349,7 @@ async def search_logs(
     A user key sees its own user's searches; a tenant admin key (or a tenant key without a user)
     sees the whole tenant's."""
     own = None if caller.key.admin or caller.user_id is None else caller.user_id
+    await asyncio.to_thread(caller.scope.engine.flush_usage)  # searches answered just before are listed
     rows = await asyncio.to_thread(partial(caller.store.search_log, limit, user_id=own))
     return schemas.SearchLogResponse(logs=[
         schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
@@ -484,6 +485,7 @@ async def erase_user(
     A user key may erase its own data; a tenant admin key any user's."""
     if not (caller.key.admin or caller.user_id == user_id):
         raise Problem(403, "FORBIDDEN", "a key may erase only its own user's data (or use a tenant admin key)")
+    await asyncio.to_thread(caller.scope.engine.flush_usage)  # nothing of the user's is written after the erasure
     erasure = await asyncio.to_thread(_state(request).records.erase_user, caller.store, user_id)
     return schemas.Erasure(deleted=erasure.to_dict())
 
@@ -494,6 +496,7 @@ async def erase_tenant(request: Request, caller: CallerDep) -> schemas.Erasure:
     """Every collection, document, chunk, job, log, usage record and conversation of the tenant. Keys stay."""
     if not caller.key.admin:
         raise Problem(403, "FORBIDDEN", "erasing a tenant needs its admin key (bunko admin keys create --admin)")
+    await asyncio.to_thread(caller.scope.engine.flush_usage)
     erasure = await asyncio.to_thread(_state(request).records.erase_tenant, caller.store)
     return schemas.Erasure(deleted=erasure.to_dict())
 

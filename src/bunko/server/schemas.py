@@ -102,7 +102,8 @@ class SearchResponse(BaseModel):
 
 class SearchParams(Restriction):
     topK: int = Field(5, ge=1, le=50)
-    mode: Literal["semantic", "keyword", "hybrid"] = "semantic"
+    mode: Literal["semantic", "keyword", "hybrid"] = Field(
+        "hybrid", description="hybrid (the default: semantic and keyword results fused), semantic or keyword")
 
 
 class ChatRequest(_Model):

@@ -123,6 +123,13 @@ class RecordStore(Protocol):
         """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
         ...
 
+    def record_activity(self, events: Sequence[UsageEvent],
+                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
+                        user_id: str | None = None) -> None:
+        """Store usage records and search-log rows ``(query, result count, ms, search type)`` together,
+        in one transaction (the background writer's batch)."""
+        ...
+
     def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
         ...
@@ -274,8 +281,21 @@ class VectorStore(RecordStore, Protocol):
         *,
         document_ids: Sequence[str] | None = None,
         filter: FilterLike = None,
+        include_content: bool = True,
     ) -> list[SearchHit]:
-        """Top-k by BM25 over the analyzed text, best first, inside ``document_ids`` and ``filter``."""
+        """Top-k by BM25 over the analyzed text, best first, inside ``document_ids`` and ``filter``.
+
+        ``include_content=False`` leaves the text out of the hits (a search's legs rank ids only).
+        """
+        ...
+
+    def fetch_hits(self, collection: str, ranked: Sequence[tuple[str, float]], *,
+                   vectors: dict[str, np.ndarray] | None = None) -> list[SearchHit]:
+        """Hits with content and metadata for ranked (chunk id, score) pairs, in order, in one query.
+
+        Ids of other tenants or collections are left out. ``vectors``, if a dict, receives the
+        chunks' stored vectors from the same query.
+        """
         ...
 
 

@@ -382,6 +382,12 @@ _M007_API_KEYS = [
     "REVOKE EXECUTE ON FUNCTION bunko.rate_hit(bigint, bigint) FROM PUBLIC",
 ]
 
+# The collection's write counter: every ingest, delete or version change bumps it (the search
+# cache's key), like SQLite's.
+_M008_WRITE_SEQ = [
+    "ALTER TABLE bunko.collections ADD COLUMN write_seq bigint NOT NULL DEFAULT 0",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -390,6 +396,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m005_keyword_lengths_and_bm25", _M005),
     ("m006_agent_memories", _M006_AGENT_MEMORIES),
     ("m007_api_keys_behind_functions", _M007_API_KEYS),
+    ("m008_collection_write_seq", _M008_WRITE_SEQ),
 ]
 
 BOOTSTRAP = [

@@ -620,6 +620,7 @@ class PostgresVectorStore(SQLStore):
         *,
         document_ids: Sequence[str] | None = None,
         filter: FilterLike = None,
+        include_content: bool = True,
     ) -> list[SearchHit]:
         """Top-k by BM25 (or ``ts_rank``, see ``PostgresSettings.keyword_ranking``) over the analyzed text.
 
@@ -669,7 +670,8 @@ class PostgresVectorStore(SQLStore):
                      settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
                      tenant_pk, *restrict_params, top_k],
                 ).fetchall()
-            return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked], True)
+            return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked],
+                              include_content)
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:

@@ -244,6 +244,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX memories_user ON memories (tenant_id, user_id, session_id);
     """,
+    # 5: the collection write counter: every ingest, delete or version change bumps it (the search cache key).
+    """
+    ALTER TABLE collections ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -677,6 +681,7 @@ class SQLiteVectorStore(SQLStore):
         *,
         document_ids: Sequence[str] | None = None,
         filter: FilterLike = None,
+        include_content: bool = True,
     ) -> list[SearchHit]:
         """Top-k by BM25 over the analyzed text, best first (score = -bm25, larger is better).
 
@@ -718,7 +723,8 @@ class SQLiteVectorStore(SQLStore):
                 rows = conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
-            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows])
+            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows],
+                              include_content)
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:

@@ -15,6 +15,7 @@ tenant's row id, which :meth:`SQLStore.session` resolves inside the transaction.
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -239,10 +240,16 @@ class SQLStore:
             raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
         return row
 
-    def _collection(self, row: Any) -> Collection:
+    def _collection(self, row: Any, write_seq: int = 0) -> Collection:
         return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
                           dimension=int(row[5]), created_at=self._d.time_out(row[6]), document_count=int(row[7]),
-                          chunk_count=int(row[8]), config=self._d.json_out(row[9]), analyzer=row[10])
+                          chunk_count=int(row[8]), config=self._d.json_out(row[9]), analyzer=row[10],
+                          write_seq=int(write_seq))
+
+    def _wrote(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
+        """Bump the collection's write counter (in the writing transaction)."""
+        self.run(conn, "UPDATE collections SET write_seq = write_seq + 1 WHERE tenant_id = ? AND id = ?",
+                 (tenant_pk, collection_pk))
 
     def _count_documents(self, conn: Any, tenant_pk: int, collection_pk: int, delta: int) -> None:
         if delta:
@@ -308,12 +315,14 @@ class SQLStore:
         columns = "".join(f", {c}" for c in extra)
         marks = ", ?" * len(extra)
         with self.session(create=True) as (conn, tenant_pk):
+            # The write counter starts anywhere: a collection deleted and created again under its
+            # name never repeats a counter value its predecessor had (cached results key on it).
             self.run(conn, "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
-                           f"embedding_model, dimension, analyzer, config{columns}) "
-                           f"VALUES (?, ?, ?, ?, ?, ?, ?, ?{marks}) "
+                           f"embedding_model, dimension, analyzer, config, write_seq{columns}) "
+                           f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?{marks}) "
                            "ON CONFLICT (tenant_id, name) DO NOTHING",
                      (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
-                      analyzer_name, self._d.json_in(config or {}), *extra.values()))
+                      analyzer_name, self._d.json_in(config or {}), secrets.randbits(40), *extra.values()))
             collection = self._collection(self._collection_row(conn, tenant_pk, name))
         if collection.embedder != embedder:
             raise EmbedderMismatchError(
@@ -325,9 +334,15 @@ class SQLStore:
         return collection
 
     def get_collection(self, name: str) -> Collection:
-        """The collection, or ``CollectionNotFoundError``."""
+        """The collection (with its write counter), or ``CollectionNotFoundError``."""
         with self.session() as (conn, tenant_pk):
-            return self._collection(self._collection_row(conn, tenant_pk, name))
+            row = None
+            if tenant_pk is not None:
+                row = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS}, write_seq FROM collections "
+                                     "WHERE tenant_id = ? AND name = ?", (tenant_pk, name)).fetchone()
+            if row is None:
+                raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+            return self._collection(row, row[11])
 
     def list_collections(self) -> list[Collection]:
         """This tenant's collections, by name."""
@@ -413,6 +428,8 @@ class SQLStore:
                 block = np.concatenate([vectors[p.position] for p in written]) if len(written) > 1 \
                     else vectors[written[0].position]
                 self._insert_chunks(conn, tenant_pk, collection_pk, rows, block, flat_keywords)
+            if written:
+                self._wrote(conn, tenant_pk, collection_pk)
             total = int(self.run(conn, "SELECT chunk_count FROM collections WHERE tenant_id = ? AND id = ?",
                                  (tenant_pk, collection_pk)).fetchone()[0])
         self._after_write(collection_pk, total)
@@ -485,6 +502,7 @@ class SQLStore:
                 listed, listed_params = d.any("id", doc_pks)
                 self.run(conn, f"DELETE FROM documents WHERE tenant_id = ? AND {listed}", (tenant_pk, *listed_params))
                 self._count_documents(conn, tenant_pk, collection_pk, -len(doc_pks))
+                self._wrote(conn, tenant_pk, collection_pk)
         return len(rows)
 
     # -- chunks and vectors ---------------------------------------------------------------------
@@ -524,6 +542,7 @@ class SQLStore:
                 (ids[i], doc_pks.get(r.document_id or ""), None, int(r.metadata.get("chunk_index", 0)), 0,
                  len(r.content), 0, r.content, r.metadata) for i, r in enumerate(records)]
             self._insert_chunks(conn, tenant_pk, collection_pk, rows, vectors, keywords)
+            self._wrote(conn, tenant_pk, collection_pk)
         return ids
 
     def delete(self, collection: str, ids: Sequence[str]) -> int:
@@ -533,7 +552,10 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
             assert tenant_pk is not None
-            return self._delete_chunks(conn, tenant_pk, collection_pk, uids=[str(i) for i in ids])
+            removed = self._delete_chunks(conn, tenant_pk, collection_pk, uids=[str(i) for i in ids])
+            if removed:
+                self._wrote(conn, tenant_pk, collection_pk)
+            return removed
 
     def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored vectors of these chunks of this tenant's collection (unknown ids are left out)."""
@@ -549,17 +571,7 @@ class SQLStore:
 
     def get_chunks(self, collection: str, chunk_ids: Sequence[str]) -> list[SearchHit]:
         """These chunks of this tenant's collection as hits (score 0), in the order asked; unknown ids are left out."""
-        if not chunk_ids:
-            return []
-        d = self._d
-        with self.session() as (conn, tenant_pk):
-            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
-            assert tenant_pk is not None
-            listed, params = d.any("uid", [str(i) for i in chunk_ids])
-            found = dict(self.run(conn, f"SELECT uid, id FROM chunks WHERE tenant_id = ? AND collection_id = ? "
-                                        f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall())
-            ranked = [(found[i], 0.0) for i in dict.fromkeys(str(i) for i in chunk_ids) if i in found]
-            return self._hits(conn, tenant_pk, collection_pk, ranked)
+        return self.fetch_hits(collection, [(i, 0.0) for i in dict.fromkeys(str(i) for i in chunk_ids)])
 
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
@@ -645,6 +657,39 @@ class SQLStore:
 
         return SQLMemories(self)
 
+    def fetch_hits(self, collection: str, ranked: Sequence[tuple[str, float]], *,
+                   vectors: dict[str, np.ndarray] | None = None) -> list[SearchHit]:
+        """Search hits (content and metadata) for ranked (chunk id, score) pairs, in that order, in one query.
+
+        The last stage of a search: the legs rank chunk ids, and only the final ones are read whole.
+        Ids of other tenants or collections, and chunks deleted meanwhile, are left out. With
+        ``vectors`` (a dict), the chunks' stored vectors are read in the same query and put there.
+        """
+        if not ranked:
+            return []
+        d = self._d
+        with self.session() as (conn, tenant_pk):
+            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
+            listed, params = d.any("c.uid", [str(uid) for uid, _ in ranked])
+            rows = self.run(
+                conn,
+                "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, "
+                "c.metadata, d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count"
+                f"{', c.embedding' if vectors is not None else ''} "
+                f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}",
+                (tenant_pk, collection_pk, *params),
+            ).fetchall()
+        by_uid = {r[1]: r for r in rows}
+        hits = []
+        for uid, score in ranked:
+            r = by_uid.get(str(uid))
+            if r is None:
+                continue
+            hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]), True))
+            if vectors is not None:
+                vectors[r[1]] = d.vector_out(r[12])
+        return hits
+
     # -- usage records, search logs and conversations ------------------------------------------
     def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
         """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
@@ -658,6 +703,24 @@ class SQLStore:
                           [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
                             int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
                            for e in items])
+
+    def record_activity(self, events: Sequence[UsageEvent],
+                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
+                        user_id: str | None = None) -> None:
+        """Store usage records and search-log rows ``(query, result count, ms, search type)`` in one transaction."""
+        items, rows = list(events), list(searches)
+        if not items and not rows:
+            return
+        with self.session(create=True) as (conn, tenant_pk):
+            self.run_many(conn, "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, "
+                                "input_tokens, output_tokens, latency_ms, items, metadata) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
+                            int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
+                           for e in items])
+            self.run_many(conn, "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
+                                "search_type) VALUES (?, ?, ?, ?, ?, ?)",
+                          [(tenant_pk, user_id, query, int(count), float(ms), kind) for query, count, ms, kind in rows])
 
     def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
