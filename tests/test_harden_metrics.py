@@ -53,7 +53,7 @@ def test_the_helpers_record_into_the_exposition() -> None:
     assert content_type.startswith("text/plain")
     for name, labels in (("bunko_search_duration_seconds_count", {"mode": "hybrid", "store": "sqlite"}),
                          ("bunko_jobs_total", {"outcome": "completed"}),
-                         ("bunko_cache_requests_total", {"result": "hit"}),
+                         ("bunko_cache_requests_total", {"cache": "search_results", "result": "hit"}),
                          ("bunko_http_request_duration_seconds_count",
                           {"route": "/api/v1/search/hybrid", "status": "200"})):
         assert _value(text, name, **labels) == _value(text0, name, **labels) + 1, name

@@ -8,7 +8,8 @@
   answer of a hosted provider's HTTP API (429s included), ``timeout`` or ``error`` when none came.
 - ``bunko_jobs_total`` (counter; ``outcome``): :func:`count_job` with ``completed``, ``failed``,
   ``abandoned`` or ``retried``.
-- ``bunko_cache_requests_total`` (counter; ``result``): :func:`count_cache` with ``hit`` or ``miss``.
+- ``bunko_cache_requests_total`` (counter; ``cache``, ``result``): :func:`count_cache` with the cache
+  (``query_vectors`` or ``search_results``) and ``hit`` or ``miss``.
 
 ``prometheus-client`` is part of the ``server`` extra; without it every function here does nothing.
 It is imported on first use, never at import time: ``bunko serve`` first points
@@ -56,7 +57,7 @@ def _get() -> dict[str, Any] | None:
                                 "Requests to hosted providers by provider and answer status (429 included)",
                                 ["provider", "status"]),
             "jobs": Counter("bunko_jobs_total", "Upload jobs by outcome", ["outcome"]),
-            "cache": Counter("bunko_cache_requests_total", "Cache lookups by result", ["result"]),
+            "cache": Counter("bunko_cache_requests_total", "Cache lookups by cache and result", ["cache", "result"]),
         }
         return _metrics
 
@@ -89,11 +90,11 @@ def count_job(outcome: str) -> None:
         m["jobs"].labels(outcome=outcome).inc()
 
 
-def count_cache(result: str) -> None:
-    """Count one cache lookup: ``hit`` or ``miss``."""
+def count_cache(result: str, cache: str = "search_results") -> None:
+    """Count one cache lookup: ``hit`` or ``miss``, in ``cache`` (``query_vectors`` or ``search_results``)."""
     m = _get()
     if m is not None:
-        m["cache"].labels(result=result).inc()
+        m["cache"].labels(cache=cache, result=result).inc()
 
 
 # -- several processes -------------------------------------------------------------------------------

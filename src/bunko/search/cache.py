@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import metrics
 from ..filters import Filter
 from ..requests import SearchRequest
 from ..types import Collection, SearchHit
@@ -31,7 +32,8 @@ from ..types import Collection, SearchHit
 class _LRU:
     """A bounded, thread-safe least-recently-used map with hit and miss counters."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, name: str) -> None:
+        self.name = name  # the cache's label in bunko_cache_requests_total
         self.capacity = max(0, int(capacity))
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -40,12 +42,16 @@ class _LRU:
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
-            if key in self._items:
+            found = key in self._items
+            if found:
                 self._items.move_to_end(key)
                 self.hits += 1
-                return self._items[key]
-            self.misses += 1
-            return None
+                value = self._items[key]
+            else:
+                self.misses += 1
+                value = None
+        metrics.count_cache("hit" if found else "miss", self.name)
+        return value
 
     def put(self, key: Hashable, value: Any) -> None:
         if self.capacity <= 0:
@@ -87,8 +93,8 @@ class SearchCache:
     """Per-tenant query embeddings and search results of one engine (see the module docstring)."""
 
     def __init__(self, query_vectors: int = 2048, search_results: int = 512) -> None:
-        self._vectors = _LRU(query_vectors)
-        self._results = _LRU(search_results)
+        self._vectors = _LRU(query_vectors, "query_vectors")
+        self._results = _LRU(search_results, "search_results")
 
     @property
     def enabled(self) -> bool:
