@@ -671,6 +671,11 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="Uploads processed at once per worker (env BUNKO_JOB_CONCURRENCY; default 2).")
 @click.option("--blas-threads", type=int, default=None, metavar="N",
               help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
+@click.option("--job-workers", type=int, default=None, metavar="N",
+              help="Upload workers each API process starts; 0 when separate `bunko worker` processes run "
+                   "(env BUNKO_JOB_WORKERS; default 1).")
+@click.option("--spool-dir", default=None, metavar="DIR",
+              help="Folder uploads wait in, shared with the workers (env BUNKO_SPOOL_DIR; default BUNKO_HOME/spool).")
 @click.pass_context
 @handle_errors
 def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, **limits: int | None) -> None:
@@ -689,7 +694,7 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     from .config import Settings
 
     obj = ctx.find_root().obj
-    overrides: dict[str, Any] = dict(limits)
+    overrides: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
     settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **overrides)
     shown = re.sub(r"://[^@/]*@", "://***@", settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
@@ -872,6 +877,11 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
         f"ingested in {report['ingest_ms'] / 1000:.1f} s; {report['skipped_queries']} queries without relevance "
         f"judgments skipped; total {report['elapsed_ms'] / 1000:.1f} s"
     )
+
+
+from .worker_cli import worker as _worker_command  # noqa: E402
+
+cli.add_command(_worker_command)
 
 
 def main() -> None:
