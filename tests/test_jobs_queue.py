@@ -158,7 +158,7 @@ def test_the_app_role_sees_no_other_tenants_jobs_on_postgresql(request: pytest.F
             assert conn.execute("SELECT count(*) FROM bunko.tenants").fetchone()[0] == 0
         globex = backend.for_tenant("globex")
         records.create_tenant("globex")
-        with globex.session() as (conn, tenant_pk):  # type: ignore[attr-defined]
+        with globex.session() as (conn, _):  # type: ignore[attr-defined]
             assert conn.execute("SELECT count(*) FROM bunko.jobs").fetchone()[0] == 0
         assert records.claim_job("w", 60).claim is not None  # the job is there, for a worker
     finally:
