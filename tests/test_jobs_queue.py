@@ -196,3 +196,31 @@ def test_sweep_removes_files_of_ended_and_unknown_jobs_only(backend: StoreBacken
     assert removed == 3
     assert sorted(p.name for p in (root / "acme").iterdir()) == ["arriving", "waiting"]
     assert (root / "globex" / "ended" / "f.txt").exists()  # recent and unknown: an upload still arriving
+
+
+def test_the_heartbeat_keeps_the_lease_while_the_event_loop_is_blocked(backend: StoreBackend,
+                                                                       records: ServiceRecords) -> None:
+    """Finding 3: the lease is renewed by its own thread, whatever the processing does to the event loop."""
+    import asyncio
+
+    from bunko.worker import Heartbeat
+
+    acme = backend.for_tenant("acme")
+    _queue(records, acme, "busy")
+    lease = 2.0
+    assert records.claim_job("w1", lease).claim is not None
+
+    async def cpu_bound_on_the_loop() -> tuple[int, object]:
+        with Heartbeat(records, acme, "busy", "w1", lease) as beat:
+            while beat.renewals < 6:  # 1.5 leases of CPU work on the loop's own thread, as splitting was
+                sum(range(10_000))
+            taken = records.claim_job("w2", lease).claim  # the lease still holds: nobody else may take it
+        return beat.renewals, taken
+
+    renewals, taken = asyncio.run(cpu_bound_on_the_loop())
+    assert renewals >= 6 and taken is None
+    assert records.get_job(acme, "busy").worker == "w1"
+    # A deleted job: the heartbeat notices it is no longer ours and stops.
+    records.delete_jobs(acme, ["busy"])
+    with Heartbeat(records, acme, "busy", "w1", 0.2) as beat:
+        assert beat.lost.wait(600)

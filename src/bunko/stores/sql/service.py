@@ -188,6 +188,11 @@ class SQLServiceRecords:
         """
         result = ClaimResult()
         now = time.time()
+        if self._d.name != "postgresql":  # SQLite: look before taking the write lock, which blocks every writer
+            with self.backend.transaction(None, None, write=False) as conn:
+                if self._run(conn, "SELECT 1 FROM jobs WHERE status = 'processing' AND lease_until < ? LIMIT 1",
+                             (now,)).fetchone() is None:
+                    return result
         with self.backend.transaction(None, None, write=True) as conn:
             if self._d.name == "postgresql":
                 # Across tenants under RLS: the owner's SECURITY DEFINER function picks the job.
