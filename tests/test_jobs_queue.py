@@ -3,6 +3,7 @@ only moves forward, collection deletion, spool clean-up, and tenant isolation of
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -185,15 +186,18 @@ def test_sweep_removes_files_of_ended_and_unknown_jobs_only(backend: StoreBacken
         folder.mkdir(parents=True)
         (folder / "f.txt").write_text("x")
     old = time.time() - 3600
-    import os
-
     for path in (job_folder(root, "acme", "never-recorded"), job_folder(root, "acme", "never-recorded") / "f.txt"):
         os.utime(path, (old, old))
     (root / "globex" / "ended").mkdir(parents=True)  # the same id in another tenant has no job there
     (root / "globex" / "ended" / "f.txt").write_text("x")
+    legacy = root / "0192-old-layout-job"  # SPOOL/<job id>/<file>, from before tenants had folders
+    legacy.mkdir()
+    (legacy / "f.txt").write_text("x")
+    for path in (legacy, legacy / "f.txt"):
+        os.utime(path, (old, old))
     with Bunko(backend.url) as engine:
         removed = sweep_spool(engine, root, grace=600)
-    assert removed == 3
+    assert removed == 4 and not legacy.exists()
     assert sorted(p.name for p in (root / "acme").iterdir()) == ["arriving", "waiting"]
     assert (root / "globex" / "ended" / "f.txt").exists()  # recent and unknown: an upload still arriving
 

@@ -104,11 +104,17 @@ def sweep_spool(engine: Bunko, root: Path, records: ServiceRecords | None = None
     for tenant_dir in [p for p in root.iterdir() if p.is_dir()]:
         try:
             store = engine.backend.for_tenant(tenant_dir.name)
-        except ConfigError:  # not a tenant's folder (an older spool layout): its jobs can no longer run
+        except ConfigError:
             store = None
-        for folder in [p for p in tenant_dir.iterdir() if p.is_dir()] if store is not None else [tenant_dir]:
+        if store is None or any(p.is_file() for p in tenant_dir.iterdir()):
+            # An upload of the older layout (SPOOL/<job id>/<file>): no worker reads it any more.
+            if now - _newest_change(tenant_dir) > grace:
+                shutil.rmtree(tenant_dir, ignore_errors=True)
+                removed += 1
+            continue
+        for folder in [p for p in tenant_dir.iterdir() if p.is_dir()]:
             try:
-                ended = store is None or records.get_job(store, folder.name).status != "processing"
+                ended = records.get_job(store, folder.name).status != "processing"
             except DocumentNotFoundError:
                 ended = now - _newest_change(folder) > grace
             except OSError:
@@ -116,9 +122,8 @@ def sweep_spool(engine: Bunko, root: Path, records: ServiceRecords | None = None
             if ended:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
-        if store is not None:
-            with contextlib.suppress(OSError):
-                tenant_dir.rmdir()  # only when empty
+        with contextlib.suppress(OSError):
+            tenant_dir.rmdir()  # only when empty
     return removed
 
 
