@@ -1,14 +1,10 @@
-"""Ingest as a job: batches, re-runs that embed nothing, and a SIGKILL that leaves no half document."""
+"""Ingest as a job: batches and re-runs that embed nothing (SIGKILL safety: tests/test_crash_safety.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bunko import Bunko
@@ -66,48 +62,6 @@ def test_rerun_embeds_nothing_and_a_changed_file_only_itself(tmp_path: Path, emb
     assert [(Path(d.source).name, d.status, d.version) for d in changed] == [("doc0003.md", "replaced", 2)]
     assert counting.texts == 1  # just the one chunk of the changed file
     engine.close()
-
-
-def test_sigkill_mid_ingest_leaves_only_whole_documents(tmp_path: Path) -> None:
-    folder = tmp_path / "docs"
-    _make_files(folder, 400)
-    db = tmp_path / "kill.db"
-    env = {**os.environ, "BUNKO_HOME": str(tmp_path / "home")}
-    cmd = [sys.executable, "-m", "bunko", "--db", f"sqlite:///{db}", "ingest", str(folder), "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 3600  # only catches a hang: a loaded machine takes minutes to the first commit
-    stored = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        if db.exists():
-            try:
-                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
-                    stored = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
-            except sqlite3.OperationalError:
-                continue
-            if stored >= 1:
-                break
-    assert proc.poll() is None, "the ingest finished before it could be killed; make the job bigger"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-
-    with sqlite3.connect(db) as conn:
-        docs = conn.execute("SELECT id, chunk_count FROM documents").fetchall()
-        assert 0 < len(docs) < 400
-        for doc_pk, expected in docs:
-            actual = conn.execute("SELECT count(*) FROM chunks WHERE document_id = ?", (doc_pk,)).fetchone()[0]
-            assert actual == expected > 0  # every stored document is whole
-        orphans = conn.execute("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)")
-        assert orphans.fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == \
-            conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        counters = conn.execute("SELECT document_count, chunk_count FROM collections").fetchone()
-        assert counters == (len(docs), sum(c for _, c in docs))
-
-    rerun = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr
-    data = json.loads(rerun.stdout)
-    assert data["documents"] == 400 and data["unchanged"] == len(docs) and data["errors"] == []
 
 
 def test_ingest_urls_through_the_guard(tmp_path: Path, engine: Bunko, monkeypatch) -> None:

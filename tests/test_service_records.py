@@ -75,7 +75,9 @@ def test_jobs_are_tenant_scoped_and_dead_workers_jobs_fail(backend: StoreBackend
     acme, globex = backend.for_tenant("acme"), backend.for_tenant("globex")
     records.create_job(acme, Job("j1", "default", "a.pdf", 10, "application/pdf", "alice",
                                  lease_until=time.time() + 60, metadata={"tags": ["x"]}))
-    records.create_job(acme, Job("j2", "default", "b.pdf", 20, user_id=None, lease_until=time.time() - 1))
+    # j2 may be claimed no more (max_attempts 0) and its lease ran out: its worker died for the last time.
+    records.create_job(acme, Job("j2", "default", "b.pdf", 20, user_id=None, lease_until=time.time() - 1,
+                                 max_attempts=0))
     records.create_job(globex, Job("j1", "default", "same-id.pdf", 5, lease_until=time.time() + 60))
     assert records.get_job(acme, "j1").filename == "a.pdf" and records.get_job(acme, "j1").metadata == {"tags": ["x"]}
     assert records.get_job(globex, "j1").filename == "same-id.pdf"

@@ -677,6 +677,11 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
               help="Uploads processed at once per worker (env BUNKO_JOB_CONCURRENCY; default 2).")
 @click.option("--blas-threads", type=int, default=None, metavar="N",
               help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
+@click.option("--job-workers", type=int, default=None, metavar="N",
+              help="Upload workers each API process starts; 0 when separate `bunko worker` processes run "
+                   "(env BUNKO_JOB_WORKERS; default 1).")
+@click.option("--spool-dir", default=None, metavar="DIR",
+              help="Folder uploads wait in, shared with the workers (env BUNKO_SPOOL_DIR; default BUNKO_HOME/spool).")
 @click.pass_context
 @handle_errors
 def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, log_format: str,
@@ -696,7 +701,7 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
     from .config import Settings, redact_url
 
     obj = ctx.find_root().obj
-    overrides: dict[str, Any] = dict(limits)
+    overrides: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
     settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **overrides)
     shown = redact_url(settings.database_url)
     display_host = f"[{host}]" if ":" in host else host
@@ -886,12 +891,14 @@ from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`,
 from .memory_cli import attach as _attach_memory  # noqa: E402  (bunko memory, bunko mcp)
 from .metrics_cli import stats as _stats  # noqa: E402  (a command of its own module)
 from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
+from .worker_cli import worker as _worker_command  # noqa: E402
 
 for _command in PORTABILITY_COMMANDS:
     cli.add_command(_command)
 _attach_blocks(cli)
 _attach_memory(cli)
 cli.add_command(_stats)
+cli.add_command(_worker_command)
 
 
 def main() -> None:

@@ -39,6 +39,10 @@ value (``BUNKO_LLM=``) counts as not set.
 | requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
 | uploads processed at once per worker | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
+| upload workers per API process | ``BUNKO_JOB_WORKERS`` | ``[server] job_workers`` | 1 (0: ``bunko worker``) |
+| spool folder shared by API and workers | ``BUNKO_SPOOL_DIR`` | ``[server] spool_dir`` | ``$BUNKO_HOME/spool`` |
+| job lease (s) | ``BUNKO_JOB_LEASE_SECONDS`` | ``[server] job_lease_seconds`` | 60 |
+| claims of a job before it fails | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
 | memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
 | memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
@@ -270,6 +274,16 @@ class ServerSettings(Section):
     rate_limit: Annotated[int, Env("BUNKO_RATE_LIMIT"), Field(ge=0)] = 600  # per API key and minute; 0 = off
     job_concurrency: Annotated[int, Env("BUNKO_JOB_CONCURRENCY"), Field(ge=1, le=1000)] = 2
     blas_threads: Annotated[int, Env("BUNKO_BLAS_THREADS"), Field(ge=1, le=1024)] = 1
+    # Upload workers (bunko.worker): processes each API process starts beside it; 0 = separate
+    # `bunko worker` processes take the jobs (any number of API replicas and workers on one store).
+    job_workers: Annotated[int, Env("BUNKO_JOB_WORKERS"), Field(ge=0, le=64)] = 1
+    # Where uploads wait for a worker; API processes and workers must see the same folder
+    # (the same machine, or a shared file system). Default: BUNKO_HOME/spool.
+    spool_dir: Annotated[str | None, Env("BUNKO_SPOOL_DIR")] = None
+    # A worker renews its job's lease every quarter of this; a lease not renewed this long means it died.
+    job_lease_seconds: Annotated[float, Env("BUNKO_JOB_LEASE_SECONDS"), Field(gt=0, le=86_400)] = 60.0
+    # Claims of one upload before it is failed (its workers died this often).
+    job_attempts: Annotated[int, Env("BUNKO_JOB_ATTEMPTS"), Field(ge=1, le=100)] = 3
 
     @property
     def max_upload_bytes(self) -> int:

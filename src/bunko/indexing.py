@@ -134,33 +134,14 @@ class IndexManager:
             return await self.embedder.embed_array(texts)
         return await self.embedder.embed_batch(texts)
 
-    async def prepare(
-        self, document: Document, *, progress: ProgressCallback | None = None, embed: bool = True
-    ) -> DocumentWrite | IngestResult:
-        """Normalise, split and embed a document into a ``DocumentWrite`` ready to store.
-
-        Returns an ``IngestResult`` with status ``unchanged`` instead when the stored
-        version has the same content hash: nothing is embedded then. With ``embed=False``
-        the vectors are left for :meth:`embed`, which batches several documents.
-        ``progress`` is called with the number of chunks embedded so far, batch by batch.
-        """
-        started = time.perf_counter()
-        normalized, spans = self.normalize(document)
-        source = document.source
-        if not self._ready:
-            await self._learn_dimension()
-            await asyncio.to_thread(self._ensure_collection)
+    def _chunks(self, source: str, normalized: str, spans: Any) -> list[ChunkWrite]:
+        """Split normalised text into chunk rows: offsets, token counts, part metadata and language."""
         assert self.chunker is not None
-        digest = self.content_hash(normalized)
-        existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
-        if existing is not None and existing.content_hash == digest:
-            return IngestResult(existing.id, source, existing.chunks, "unchanged",
-                                (time.perf_counter() - started) * 1000)
         pieces = self.chunker.split(normalized)
         if not pieces:  # normalize() refuses empty text, so this means a splitter bug
             raise EmbeddingError(f"{source}: the splitter produced no chunks")
         counter = getattr(self.embedder, "count_tokens", None)
-        chunks = [
+        return [
             ChunkWrite(
                 id=new_id(),
                 content=p.content,
@@ -174,6 +155,32 @@ class IndexManager:
             )
             for p in pieces
         ]
+
+    async def prepare(
+        self, document: Document, *, progress: ProgressCallback | None = None, embed: bool = True
+    ) -> DocumentWrite | IngestResult:
+        """Normalise, split and embed a document into a ``DocumentWrite`` ready to store.
+
+        Returns an ``IngestResult`` with status ``unchanged`` instead when the stored
+        version has the same content hash: nothing is embedded then. With ``embed=False``
+        the vectors are left for :meth:`embed`, which batches several documents.
+        ``progress`` is called with the number of chunks embedded so far, batch by batch.
+        """
+        started = time.perf_counter()
+        # Normalising, splitting, token counting and language detection are CPU work: they run in a
+        # thread, never on the event loop, so a large document does not stall a server's other requests.
+        normalized, spans = await asyncio.to_thread(self.normalize, document)
+        source = document.source
+        if not self._ready:
+            await self._learn_dimension()
+            await asyncio.to_thread(self._ensure_collection)
+        assert self.chunker is not None
+        digest = self.content_hash(normalized)
+        existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
+        if existing is not None and existing.content_hash == digest:
+            return IngestResult(existing.id, source, existing.chunks, "unchanged",
+                                (time.perf_counter() - started) * 1000)
+        chunks = await asyncio.to_thread(self._chunks, source, normalized, spans)
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from . import crashpoints
 from .errors import BunkoError
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
@@ -196,7 +197,9 @@ class _Runner:
                 try:
                     prepared: list[DocumentWrite | IngestResult] = []
                     for document in await loads.pop(i):
+                        crashpoints.reach("ingest.loaded")
                         prepared.append(await self.manager.prepare(document, embed=False))
+                        crashpoints.reach("ingest.prepared")
                 except BunkoError as exc:
                     self.fail([item.label], exc)
                     continue

@@ -26,9 +26,9 @@ from ..config import Settings, redact_url
 from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
+from ..worker import WorkerProcesses, spool_root
 from . import observability, problems, schemas, webapp
 from .guard import RequestGuard
-from .jobs import JobRunner
 from .memory_routes import router as memory_router
 from .observability import RequestObserver
 from .problems import Problem
@@ -40,13 +40,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class ServerState:
-    """What the routes share in one worker: the engine, the store's server records, the job runner."""
+    """What the routes share in one API process: the engine, the store's server records, the spool folder."""
 
     engine: Bunko
     records: ServiceRecords
     settings: ServerSettings
     spool: Path
-    jobs: JobRunner
     _stores: dict[str, VectorStore] = field(default_factory=dict)
 
     def store_for(self, tenant: str) -> VectorStore:
@@ -71,14 +70,17 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         own = engine is None
         _limit_blas_threads(limits.blas_threads)
         bunko = engine if engine is not None else await asyncio.to_thread(_engine_from, tree)
-        spool = Path(bunko.settings.home) / "spool"
+        spool = spool_root(tree)
         spool.mkdir(parents=True, exist_ok=True)
         records = service_records(bunko.backend)
+        # Uploads are processed by worker processes, never on this process's event loop.
+        workers = WorkerProcesses(tree, limits.job_workers) if limits.job_workers else None
+        if workers is not None:
+            workers.start()
         warm_up = getattr(bunko.embedder, "warm_up", None)
         if warm_up is not None:
             await asyncio.to_thread(warm_up)
-        state = ServerState(bunko, records, limits, spool,
-                            JobRunner(records, spool, limits.job_concurrency, limits.max_upload_bytes))
+        state = ServerState(bunko, records, limits, spool)
         app.state.bunko = state
         rate = f"{limits.rate_limit} requests/min per key" if limits.rate_limit else "no rate limit"
         logger.info("bunko API worker %d ready (store %s; uploads up to %d MiB; %s)",
@@ -86,7 +88,8 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         try:
             yield
         finally:
-            await state.jobs.aclose()
+            if workers is not None:
+                await asyncio.to_thread(workers.stop)
             if own:
                 await bunko.aclose()
 

@@ -18,9 +18,10 @@ from fastapi.responses import StreamingResponse
 
 from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
-from ..stores.service import LEASE_SECONDS, Job
+from ..stores.service import Job
 from ..types import DocumentInfo as StoredDocument
 from ..types import new_id, nul_path
+from ..worker import job_folder, remove_job_files, remove_tenant_files
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event
@@ -33,6 +34,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code in (401, 403, 404, 409, 422, 429)
 }
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f/\\]+")
+# How often ``?wait=true`` looks at its job's state while a worker processes it.
+_WAIT_POLL_SECONDS = 0.2
 
 
 def _state(request: Request) -> Any:
@@ -115,7 +118,7 @@ async def upload_document(
     collection: Annotated[str, Form(pattern=schemas.NAME_PATTERN)] = "default",
     wait: Annotated[bool, Query(description="answer when processing has finished")] = False,
 ) -> schemas.UploadResponse:
-    """Store the file, start processing it, and answer ``processing`` with the document id at once.
+    """Store the file, queue it for a worker, and answer ``processing`` with the document id at once.
 
     The file name is the document's key in its collection: uploading a file with the same name
     again makes a new version of the same document (same id; unchanged content is not re-embedded).
@@ -124,16 +127,17 @@ async def upload_document(
     extra = _form_metadata(metadata, tags, category, description)
     filename = _safe_filename(file.filename)
     job_id, previous = await _upload_target(state, caller, collection, filename)
-    folder = state.spool / job_id
+    folder = job_folder(state.spool, caller.tenant, job_id)
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
-        kind = _kind(path, state.settings.max_upload_bytes)
+        kind = await asyncio.to_thread(_kind, path, state.settings.max_upload_bytes)
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
+    # Waiting for a worker (no lease yet); bunko.worker claims it.
     job = Job(job_id, collection, filename, size, mime_type(kind), caller.user_id, metadata=extra,
-              lease_until=time.time() + LEASE_SECONDS)
+              lease_until=0.0, max_attempts=state.settings.job_attempts)
     try:
         if previous is not None:  # the job of the earlier version gives way to this one
             await asyncio.to_thread(state.records.delete_jobs, caller.store, [previous.id])
@@ -141,9 +145,13 @@ async def upload_document(
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
-    task = state.jobs.start(caller.scope, caller.store, job, path)
     if wait:
-        job = await asyncio.shield(task)
+        while job.status == "processing":  # until a worker has ended it (the client may hang up)
+            await asyncio.sleep(_WAIT_POLL_SECONDS)
+            try:
+                job = await asyncio.to_thread(state.records.get_job, caller.store, job_id)
+            except DocumentNotFoundError:  # deleted meanwhile
+                break
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,  # type: ignore[arg-type]
                                   chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
@@ -287,6 +295,7 @@ async def delete_document(request: Request, caller: CallerDep, document_id: IdPa
         raise Problem(403, "FORBIDDEN", "this key may delete only the documents its user uploaded")
     await asyncio.to_thread(caller.store.delete_documents, [document_id])
     await asyncio.to_thread(state.records.delete_jobs, caller.store, [document_id])
+    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, [document_id])
     return schemas.Deleted(deleted=True, id=document_id)
 
 
@@ -430,11 +439,14 @@ async def list_collections(caller: CallerDep) -> schemas.CollectionList:
 
 @router.delete("/collections/{name}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
                summary="Delete a collection with all its documents")
-async def delete_collection(caller: CallerDep, name: NameParam) -> schemas.Deleted:
-    """Admin and tenant (user-less) keys only."""
+async def delete_collection(request: Request, caller: CallerDep, name: NameParam) -> schemas.Deleted:
+    """Admin and tenant (user-less) keys only. Its documents' upload jobs (and spooled files) go with it."""
     if not caller.may_manage(None):
         raise Problem(403, "FORBIDDEN", "only a tenant admin key or a tenant key may delete collections")
+    state = _state(request)
     await asyncio.to_thread(caller.store.delete_collection, name)
+    job_ids = await asyncio.to_thread(state.records.delete_collection_jobs, caller.store, name)
+    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, job_ids)
     return schemas.Deleted(deleted=True, id=name)
 
 
@@ -485,8 +497,10 @@ async def erase_user(
     A user key may erase its own data; a tenant admin key any user's."""
     if not (caller.key.admin or caller.user_id == user_id):
         raise Problem(403, "FORBIDDEN", "a key may erase only its own user's data (or use a tenant admin key)")
+    state = _state(request)
     await asyncio.to_thread(caller.scope.engine.flush_usage)  # nothing of the user's is written after the erasure
-    erasure = await asyncio.to_thread(_state(request).records.erase_user, caller.store, user_id)
+    erasure = await asyncio.to_thread(state.records.erase_user, caller.store, user_id)
+    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, erasure.job_ids)
     return schemas.Erasure(deleted=erasure.to_dict())
 
 
@@ -496,8 +510,10 @@ async def erase_tenant(request: Request, caller: CallerDep) -> schemas.Erasure:
     """Every collection, document, chunk, job, log, usage record and conversation of the tenant. Keys stay."""
     if not caller.key.admin:
         raise Problem(403, "FORBIDDEN", "erasing a tenant needs its admin key (bunko admin keys create --admin)")
+    state = _state(request)
     await asyncio.to_thread(caller.scope.engine.flush_usage)
-    erasure = await asyncio.to_thread(_state(request).records.erase_tenant, caller.store)
+    erasure = await asyncio.to_thread(state.records.erase_tenant, caller.store)
+    await asyncio.to_thread(remove_tenant_files, state.spool, caller.tenant)
     return schemas.Erasure(deleted=erasure.to_dict())
 
 

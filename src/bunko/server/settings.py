@@ -7,8 +7,13 @@
 | requests per minute per key | ``--rate-limit`` | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
 | uploads at once per worker | ``--job-concurrency`` | ``BUNKO_JOB_CONCURRENCY`` | ``[server] job_concurrency`` | 2 |
 | BLAS threads per worker | ``--blas-threads`` | ``BUNKO_BLAS_THREADS`` | ``[server] blas_threads`` | 1 |
+| upload workers per API process | ``--job-workers`` | ``BUNKO_JOB_WORKERS`` | ``[server] job_workers`` | 1 |
+| spool folder (shared) | ``--spool-dir`` | ``BUNKO_SPOOL_DIR`` | ``[server] spool_dir`` | ``BUNKO_HOME/spool`` |
+| job lease (s) | ``--job-lease-seconds`` | ``BUNKO_JOB_LEASE_SECONDS`` | ``[server] job_lease_seconds`` | 60 |
+| claims of a job before it fails | | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
 
-The store, embedder and LLM come from the same tree. ``bunko serve`` resolves it once and hands it
+``job_workers = 0``: separate ``bunko worker`` processes take the jobs (``--job-lease-seconds`` is a flag
+of ``bunko worker``). The store, embedder and LLM come from the same tree. ``bunko serve`` resolves it once and hands it
 to every worker process as data (see ``bunko.server.app.serve``).
 """
 

@@ -388,6 +388,69 @@ _M008_WRITE_SEQ = [
     "ALTER TABLE bunko.collections ADD COLUMN write_seq bigint NOT NULL DEFAULT 0",
 ]
 
+# Upload jobs as a queue that worker processes claim (bunko.worker): attempts, the claiming worker, a
+# status that only moves forward (a trigger), and the claim itself. Jobs are tenant data under RLS, so
+# the application role cannot look across tenants for work: ``claim_job`` (SECURITY DEFINER, run as the
+# tables' owner, whom a policy on jobs and tenants lets see every row) takes the oldest claimable job
+# with FOR UPDATE SKIP LOCKED and returns only its tenant name and id; everything else the worker
+# reads and writes in that tenant's own RLS-checked transactions.
+_M009_JOB_QUEUE = [
+    "ALTER TABLE bunko.jobs ADD COLUMN attempts integer NOT NULL DEFAULT 0",
+    "ALTER TABLE bunko.jobs ADD COLUMN max_attempts integer NOT NULL DEFAULT 3",
+    "ALTER TABLE bunko.jobs ADD COLUMN worker text",
+    "CREATE INDEX jobs_queue ON bunko.jobs (lease_until) WHERE status = 'processing'",
+    """CREATE FUNCTION bunko.job_status_forward() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+        IF OLD.status <> 'processing' AND NEW.status IS DISTINCT FROM OLD.status THEN
+            RAISE EXCEPTION 'job % is %: a finished job keeps its status', OLD.uid, OLD.status
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END
+    $fn$""",
+    "CREATE TRIGGER jobs_status_forward BEFORE UPDATE OF status ON bunko.jobs FOR EACH ROW "
+    "EXECUTE FUNCTION bunko.job_status_forward()",
+    # Only the owner (inside SECURITY DEFINER functions) sees across tenants; bunko_app never does.
+    "CREATE POLICY job_queue ON bunko.jobs TO CURRENT_USER USING (true) WITH CHECK (true)",
+    "CREATE POLICY job_queue ON bunko.tenants FOR SELECT TO CURRENT_USER USING (true)",
+    """CREATE FUNCTION bunko.claim_job(p_worker text, p_now double precision, p_lease double precision,
+                                     p_error text)
+        RETURNS TABLE (tenant text, job_uid text, attempt integer, claimed boolean)
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        j record;
+    BEGIN
+        LOOP
+            SELECT q.id, q.tenant_id, q.uid, q.attempts, q.max_attempts INTO j FROM bunko.jobs q
+             WHERE q.status = 'processing' AND q.lease_until < p_now
+             ORDER BY q.lease_until, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+            tenant := (SELECT t.name FROM bunko.tenants t WHERE t.id = j.tenant_id);
+            job_uid := j.uid;
+            IF j.attempts >= j.max_attempts THEN
+                -- Its workers died as often as allowed: failed, with the reason.
+                UPDATE bunko.jobs SET status = 'failed', error_code = 'JOB_ABANDONED',
+                       error = format(p_error, j.attempts), worker = NULL, updated_at = now() WHERE id = j.id;
+                attempt := j.attempts;
+                claimed := false;
+                RETURN NEXT;
+            ELSE
+                UPDATE bunko.jobs SET attempts = j.attempts + 1, worker = p_worker, lease_until = p_now + p_lease,
+                       updated_at = now() WHERE id = j.id;
+                attempt := j.attempts + 1;
+                claimed := true;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END LOOP;
+    END
+    $fn$""",
+    "REVOKE ALL ON FUNCTION bunko.claim_job(text, double precision, double precision, text) FROM PUBLIC",
+    f"GRANT EXECUTE ON FUNCTION bunko.claim_job(text, double precision, double precision, text) TO {APP_ROLE}",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -397,6 +460,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m006_agent_memories", _M006_AGENT_MEMORIES),
     ("m007_api_keys_behind_functions", _M007_API_KEYS),
     ("m008_collection_write_seq", _M008_WRITE_SEQ),
+    ("m009_job_queue", _M009_JOB_QUEUE),
 ]
 
 BOOTSTRAP = [

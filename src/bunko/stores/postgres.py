@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import crashpoints
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
 from ..config import PostgresSettings, redact_url
 from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
@@ -524,10 +525,12 @@ class PostgresVectorStore(SQLStore):
         with self._backend._index_lock, self.session() as (conn, tenant_pk):
             if collection_pk is None:
                 collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
-            return conn.execute(
+            name = conn.execute(
                 "SELECT bunko.build_hnsw_index(%s, %s, %s)",
                 (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
             ).fetchone()[0]
+            crashpoints.reach("store.hnsw.build")
+            return name
 
     def _has_index(self, conn: Any, collection_pk: int) -> bool:
         # Only "it exists" is cached: an index goes away only with its collection, and then the

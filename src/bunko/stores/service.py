@@ -9,9 +9,13 @@ any number of worker processes (``bunko serve --workers N``) can share one store
   tenant-scoped; it holds only hashes.
 - **Rate-limit windows** count requests per key and fixed one-minute window.
 - **Jobs** (tenant data, tenant-scoped like every other table, RLS on PostgreSQL) record each
-  uploaded file: ``processing`` → ``completed`` or ``failed`` with the reason. The worker running a
-  job renews its lease; a job whose lease ran out (its worker died) is failed with a reason by the
-  next reader, so no job stays ``processing`` silently.
+  uploaded file: ``processing`` → ``completed`` or ``failed`` with the reason, never backwards (the
+  updates say ``WHERE status = 'processing'`` and a trigger refuses any other change). A job is a
+  queue entry too: a worker process (:mod:`bunko.worker`) claims it with a lease
+  (:meth:`ServiceRecords.claim_job`), renews the lease from a heartbeat thread while it works, and
+  finishes it only while it still holds it. A job whose lease ran out (its worker died) is claimed
+  again, up to ``max_attempts`` claims in all, then failed with the reason (by the next claimer or
+  reader), so no job stays ``processing`` silently.
 - **Erasure** (R34): a user's documents, jobs, search logs, usage records and conversations, or all
   of a tenant's data.
 
@@ -32,8 +36,10 @@ from .base import StoreBackend, VectorStore
 
 KEY_PREFIX = "bk_"
 JOB_STATUSES = ("processing", "completed", "failed")
-# A job's worker renews the lease this often; a lease not renewed for LEASE_SECONDS means the worker died.
+# A job's worker renews its lease every quarter of it; a lease not renewed for this long means the worker died.
 LEASE_SECONDS = 60.0
+# Claims of one job, counting the first: a job whose workers died this often is failed.
+MAX_ATTEMPTS = 3
 _USER_RE = re.compile(r"^[\w][\w.@\-]{0,99}$")
 
 
@@ -94,9 +100,30 @@ class Job:
     error_code: str | None = None
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    lease_until: float = 0.0
+    lease_until: float = 0.0  # 0: waiting for a worker
     created_at: str = ""
     updated_at: str = ""
+    attempts: int = 0  # claims by workers so far
+    max_attempts: int = MAX_ATTEMPTS
+    worker: str | None = None  # the worker holding the lease
+
+
+@dataclass(slots=True, frozen=True)
+class Claim:
+    """A job a worker claimed: its tenant, id and attempt number (1 for the first claim)."""
+
+    tenant: str
+    job_id: str
+    attempt: int
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    """What one claim did: the job claimed (None: nothing to do), and jobs failed on the way
+    because their workers died ``max_attempts`` times (``(tenant, job id)``; their spooled files can go)."""
+
+    claim: Claim | None = None
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -110,6 +137,7 @@ class Erasure:
     conversation_turns: int = 0
     collections: int = 0
     memories: int = 0
+    job_ids: list[str] = field(default_factory=list)  # the jobs removed (their spooled files go too)
 
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict in the API's camelCase."""
@@ -161,18 +189,31 @@ class ServiceRecords(Protocol):
         """All jobs of the store's tenant, oldest first (dead workers' jobs failed first)."""
         ...
 
-    def renew_job(self, store: VectorStore, job_id: str, lease_until: float) -> None:
-        """Extend a processing job's lease."""
+    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS) -> ClaimResult:
+        """Claim the oldest waiting (or abandoned) job of any tenant for ``worker``, with a lease.
+
+        Concurrent claimers never get the same job (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
+        immediate transaction on SQLite). A job already claimed ``max_attempts`` times is failed instead.
+        """
+        ...
+
+    def renew_job(self, store: VectorStore, job_id: str, lease_until: float, worker: str | None = None) -> bool:
+        """Extend a processing job's lease (held by ``worker``, when given); False if it is no longer held."""
         ...
 
     def finish_job(self, store: VectorStore, job_id: str, status: str, *, chunk_count: int = 0,
                    processing_time_ms: float | None = None, error_code: str | None = None,
-                   error: str | None = None) -> bool:
-        """Set a processing job's final state; False if the job no longer exists (erased meanwhile)."""
+                   error: str | None = None, worker: str | None = None) -> bool:
+        """Set a processing job's final state (only while ``worker``, when given, holds it); False if the
+        job is no longer processing for this worker (erased, deleted, failed or claimed by another)."""
         ...
 
     def delete_jobs(self, store: VectorStore, job_ids: list[str]) -> int:
         """Delete jobs of the store's tenant; returns how many existed."""
+        ...
+
+    def delete_collection_jobs(self, store: VectorStore, collection: str) -> list[str]:
+        """Delete the jobs of a collection of the store's tenant; returns their ids."""
         ...
 
     def erase_user(self, store: VectorStore, user_id: str) -> Erasure:

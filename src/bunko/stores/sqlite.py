@@ -248,6 +248,19 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE collections ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0;
     """,
+    # 6: upload jobs as a queue that worker processes claim (bunko.worker): attempts, the claiming worker,
+    # and a status that only moves forward (processing -> completed | failed), enforced by a trigger.
+    """
+    ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 3;
+    ALTER TABLE jobs ADD COLUMN worker TEXT;
+    CREATE INDEX jobs_queue ON jobs (lease_until) WHERE status = 'processing';
+    CREATE TRIGGER jobs_status_forward BEFORE UPDATE OF status ON jobs
+    WHEN OLD.status <> 'processing' AND NEW.status <> OLD.status
+    BEGIN
+        SELECT RAISE(ABORT, 'a finished job keeps its status');
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

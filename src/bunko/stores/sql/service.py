@@ -13,14 +13,32 @@ from typing import Any
 
 from ...errors import ConfigError, DocumentNotFoundError, VectorStoreError
 from ..base import VectorStore
-from ..service import APIKey, Erasure, Job, check_user_id, conversation_prefix, hash_key, new_api_key
+from ..service import (
+    LEASE_SECONDS,
+    APIKey,
+    Claim,
+    ClaimResult,
+    Erasure,
+    Job,
+    check_user_id,
+    conversation_prefix,
+    hash_key,
+    new_api_key,
+)
 from .store import SQLBackend, SQLStore
 
 _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, status, chunk_count, processing_time_ms, "
-                "error_code, error, metadata, lease_until, created_at, updated_at")
+                "error_code, error, metadata, lease_until, created_at, updated_at, attempts, max_attempts, worker")
 _KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
-_ABANDONED = ("JOB_ABANDONED", "processing stopped: the server worker handling this upload exited before it "
-              "finished (restart or crash); upload the file again")
+_ABANDONED = "JOB_ABANDONED"
+
+
+def abandoned_message(attempts: int | str) -> str:
+    """The reason given for a job whose workers died ``attempts`` times."""
+    return (f"processing stopped: the workers handling this upload exited before it finished ({attempts} attempts; "
+            "restart or crash); upload the file again")
+
+
 _USER_TABLES = ("jobs", "search_logs", "usage_records")
 
 
@@ -109,23 +127,26 @@ class SQLServiceRecords:
         d = self._d
         return Job(row[0], row[1], row[2], int(row[3]), row[4], row[5], row[6], int(row[7]),
                    None if row[8] is None else float(row[8]), row[9], row[10], dict(d.json_out(row[11]) or {}),
-                   float(row[12]), d.time_out(row[13]), d.time_out(row[14]))
+                   float(row[12]), d.time_out(row[13]), d.time_out(row[14]), int(row[15]), int(row[16]), row[17])
 
     def create_job(self, store: VectorStore, job: Job) -> None:
         """Record a new job in the store's tenant."""
         scoped = self._scoped(store)
         with scoped.session(create=True) as (conn, tenant_pk):
             scoped.run(conn, "INSERT INTO jobs (uid, tenant_id, collection, filename, file_size, mime_type, user_id, "
-                             "status, metadata, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             "status, metadata, lease_until, max_attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (job.id, tenant_pk, job.collection, job.filename, job.file_size, job.mime_type, job.user_id,
-                        job.status, self._d.json_in(job.metadata), job.lease_until))
+                        job.status, self._d.json_in(job.metadata), job.lease_until, job.max_attempts))
 
     def _fail_abandoned(self, scoped: SQLStore) -> None:
-        """Fail the tenant's processing jobs whose lease ran out (their worker died)."""
+        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died)."""
         with scoped.session(write=True) as (conn, tenant_pk):
-            scoped.run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, updated_at = {now} "
-                             "WHERE tenant_id = ? AND status = 'processing' AND lease_until < ?",
-                       (*_ABANDONED, tenant_pk, time.time()))
+            for uid, attempts in scoped.run(
+                    conn, "SELECT uid, attempts FROM jobs WHERE tenant_id = ? AND status = 'processing' "
+                          "AND attempts >= max_attempts AND lease_until < ?", (tenant_pk, time.time())).fetchall():
+                scoped.run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
+                                 "updated_at = {now} WHERE tenant_id = ? AND uid = ? AND status = 'processing'",
+                           (_ABANDONED, abandoned_message(int(attempts)), tenant_pk, uid))
 
     def get_job(self, store: VectorStore, job_id: str) -> Job:
         """A job of the store's tenant, or ``DocumentNotFoundError``; a job whose worker died is failed first."""
@@ -138,7 +159,7 @@ class SQLServiceRecords:
             if row is None:
                 raise DocumentNotFoundError(f"document {job_id!r} does not exist in tenant {store.tenant!r}")
             job = self._job(row)
-            if job.status != "processing" or job.lease_until >= time.time():
+            if job.status != "processing" or job.attempts < job.max_attempts or job.lease_until >= time.time():
                 return job
             self._fail_abandoned(scoped)
         return job
@@ -150,7 +171,8 @@ class SQLServiceRecords:
             if tenant_pk is None:
                 return []
             abandoned = scoped.run(conn, "SELECT 1 FROM jobs WHERE tenant_id = ? AND status = 'processing' "
-                                         "AND lease_until < ? LIMIT 1", (tenant_pk, time.time())).fetchone()
+                                         "AND attempts >= max_attempts AND lease_until < ? LIMIT 1",
+                                   (tenant_pk, time.time())).fetchone()
         if abandoned is not None:
             self._fail_abandoned(scoped)
         with scoped.session() as (conn, tenant_pk):
@@ -158,26 +180,72 @@ class SQLServiceRecords:
                               (tenant_pk,)).fetchall()
         return [self._job(r) for r in rows]
 
-    def renew_job(self, store: VectorStore, job_id: str, lease_until: float) -> None:
-        """Extend a processing job's lease."""
+    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS) -> ClaimResult:
+        """Claim the oldest waiting (or abandoned) job of any tenant for ``worker``, with a lease.
+
+        Concurrent claimers never get the same job (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
+        immediate transaction on SQLite). A job already claimed ``max_attempts`` times is failed instead.
+        """
+        result = ClaimResult()
+        now = time.time()
+        if self._d.name != "postgresql":  # SQLite: look before taking the write lock, which blocks every writer
+            with self.backend.transaction(None, None, write=False) as conn:
+                if self._run(conn, "SELECT 1 FROM jobs WHERE status = 'processing' AND lease_until < ? LIMIT 1",
+                             (now,)).fetchone() is None:
+                    return result
+        with self.backend.transaction(None, None, write=True) as conn:
+            if self._d.name == "postgresql":
+                # Across tenants under RLS: the owner's SECURITY DEFINER function picks the job.
+                rows = conn.execute("SELECT tenant, job_uid, attempt, claimed FROM bunko.claim_job(%s, %s, %s, %s)",
+                                    (worker, now, lease_seconds, abandoned_message("%s"))).fetchall()
+                for tenant, uid, attempt, claimed in rows:
+                    if claimed:
+                        result.claim = Claim(tenant, uid, int(attempt))
+                    else:
+                        result.failed.append((tenant, uid))
+                return result
+            while True:
+                row = self._run(conn, "SELECT j.id, t.name, j.uid, j.attempts, j.max_attempts FROM jobs j "
+                                      "JOIN tenants t ON t.id = j.tenant_id WHERE j.status = 'processing' "
+                                      "AND j.lease_until < ? ORDER BY j.lease_until, j.id LIMIT 1", (now,)).fetchone()
+                if row is None:
+                    return result
+                pk, tenant, uid, attempts, max_attempts = row
+                if attempts >= max_attempts:
+                    self._run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
+                                    "updated_at = {now} WHERE id = ?", (_ABANDONED, abandoned_message(attempts), pk))
+                    result.failed.append((tenant, uid))
+                    continue
+                self._run(conn, "UPDATE jobs SET attempts = attempts + 1, worker = ?, lease_until = ?, "
+                                "updated_at = {now} WHERE id = ?", (worker, now + lease_seconds, pk))
+                result.claim = Claim(tenant, uid, int(attempts) + 1)
+                return result
+
+    def renew_job(self, store: VectorStore, job_id: str, lease_until: float, worker: str | None = None) -> bool:
+        """Extend a processing job's lease (held by ``worker``, when given); False if it is no longer held."""
         scoped = self._scoped(store)
+        held = "" if worker is None else " AND worker = ?"
         with scoped.session(write=True) as (conn, tenant_pk):
-            scoped.run(conn, "UPDATE jobs SET lease_until = ? WHERE tenant_id = ? AND uid = ? "
-                             "AND status = 'processing'",
-                       (lease_until, tenant_pk, job_id))
+            return int(scoped.run(conn, "UPDATE jobs SET lease_until = ? WHERE tenant_id = ? AND uid = ? "
+                                        f"AND status = 'processing'{held}",
+                                  (lease_until, tenant_pk, job_id, *([] if worker is None else [worker]))
+                                  ).rowcount) > 0
 
     def finish_job(self, store: VectorStore, job_id: str, status: str, *, chunk_count: int = 0,
                    processing_time_ms: float | None = None, error_code: str | None = None,
-                   error: str | None = None) -> bool:
-        """Set a processing job's final state; False if the job no longer exists (erased meanwhile)."""
+                   error: str | None = None, worker: str | None = None) -> bool:
+        """Set a processing job's final state (only while ``worker``, when given, holds it); False if the
+        job is no longer processing for this worker (erased, deleted, failed or claimed by another)."""
         if status not in ("completed", "failed"):
             raise VectorStoreError(f"a job ends completed or failed, not {status!r}")
         scoped = self._scoped(store)
+        held = "" if worker is None else " AND worker = ?"
         with scoped.session(write=True) as (conn, tenant_pk):
             return int(scoped.run(
                 conn, "UPDATE jobs SET status = ?, chunk_count = ?, processing_time_ms = ?, error_code = ?, error = ?, "
-                      "updated_at = {now} WHERE tenant_id = ? AND uid = ?",
-                (status, chunk_count, processing_time_ms, error_code, error, tenant_pk, job_id)).rowcount) > 0
+                      f"updated_at = {{now}} WHERE tenant_id = ? AND uid = ? AND status = 'processing'{held}",
+                (status, chunk_count, processing_time_ms, error_code, error, tenant_pk, job_id,
+                 *([] if worker is None else [worker]))).rowcount) > 0
 
     def delete_jobs(self, store: VectorStore, job_ids: list[str]) -> int:
         """Delete jobs of the store's tenant; returns how many existed."""
@@ -189,6 +257,15 @@ class SQLServiceRecords:
             return int(scoped.run(conn, f"DELETE FROM jobs WHERE tenant_id = ? AND {listed}",
                                   (tenant_pk, *params)).rowcount)
 
+    def delete_collection_jobs(self, store: VectorStore, collection: str) -> list[str]:
+        """Delete the jobs of a collection of the store's tenant; returns their ids."""
+        scoped = self._scoped(store)
+        with scoped.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            return [r[0] for r in scoped.run(conn, "DELETE FROM jobs WHERE tenant_id = ? AND collection = ? "
+                                                   "RETURNING uid", (tenant_pk, collection)).fetchall()]
+
     def erase_user(self, store: VectorStore, user_id: str) -> Erasure:
         """Delete a user's documents (with chunks and vectors), jobs, search logs, usage records, conversations
         and agent memories."""
@@ -197,7 +274,8 @@ class SQLServiceRecords:
         with scoped.session() as (conn, tenant_pk):
             document_ids = [] if tenant_pk is None else [r[0] for r in scoped.run(
                 conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND user_id = ?", (tenant_pk, user_id))]
-        erasure = Erasure(documents=scoped.delete_documents(document_ids) if document_ids else 0)
+        erasure = Erasure(documents=scoped.delete_documents(document_ids) if document_ids else 0,
+                          job_ids=document_ids)
         prefix = conversation_prefix(user_id)
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
@@ -221,6 +299,8 @@ class SQLServiceRecords:
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return erasure
+            erasure.job_ids = [r[0] for r in scoped.run(conn, "SELECT uid FROM jobs WHERE tenant_id = ?",
+                                                        (tenant_pk,)).fetchall()]
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
                       for table in (*_USER_TABLES, "conversation_turns")]
             erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import crashpoints
 from ...analysis import Analyzer, get_analyzer
 from ...errors import (
     AnalyzerMismatchError,
@@ -382,6 +383,7 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None
+            crashpoints.reach("store.write.begin")
             same_analyzer(row[10], analyzer, collection)
             collection_pk, dim = int(row[0]), int(row[5])
             vectors = [checked_vectors(collection, dim, document) for document in documents]
@@ -399,6 +401,7 @@ class SQLStore:
             if replaced:
                 # A new version of a document: same id, old chunks out, new chunks in, in this transaction.
                 self._delete_chunks(conn, tenant_pk, collection_pk, document_pks=list(doc_pks.values()))
+                crashpoints.reach("store.version.swap")
                 self.run_many(conn, "UPDATE documents SET content_hash = ?, metadata = ?, chunk_count = ?, "
                                     "version = ?, updated_at = {now} WHERE tenant_id = ? AND id = ?",
                               [(documents[p.position].content_hash, d.json_in(documents[p.position].metadata),
@@ -432,6 +435,8 @@ class SQLStore:
                 self._wrote(conn, tenant_pk, collection_pk)
             total = int(self.run(conn, "SELECT chunk_count FROM collections WHERE tenant_id = ? AND id = ?",
                                  (tenant_pk, collection_pk)).fetchone()[0])
+            crashpoints.reach("store.write.chunks")
+        crashpoints.reach("store.write.committed")
         self._after_write(collection_pk, total)
         elapsed = (time.perf_counter() - started) * 1000
         return [IngestResult(p.uid, documents[p.position].source, p.chunk_count, p.status, version=p.version,

@@ -1,0 +1,224 @@
+"""Mixed load against 2 API processes and 2 upload workers on one PostgreSQL, one worker SIGKILLed midway.
+
+Clients (32 by default, over 4 tenants) upload small texts, search (hybrid), chat (RAG, SSE) and delete
+their own uploads, spread over both API processes. Halfway through, one worker is SIGKILLed; its job is
+claimed again by the other once its lease runs out. After the load the script waits for the queue to
+drain and reports:
+
+- requests made, and answers with a 5xx status (expected 0);
+- acknowledged uploads (202) not deleted whose document is not ``completed`` afterwards (expected 0);
+- deleted documents a keyword search for their unique word still returns (expected 0).
+
+    PYTHONPATH=src python benchmarks/load_jobs.py --seconds 60 [--clients 32] [--json]
+
+PostgreSQL: ``--database-url`` (a superuser or owner URL; migrated here), or a pgserver in a temp folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TENANTS = ["acme", "globex", "initech", "umbrella"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(env: dict[str, str], *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "bunko", *args, "--json"], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stdout + out.stderr)
+    return json.loads(out.stdout)
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: Counter[str] = Counter()
+        self.server_errors: list[str] = []
+        self.acked: dict[str, tuple[str, str]] = {}  # document id -> (tenant, word)
+        self.deleted: dict[str, tuple[str, str]] = {}
+
+    def count(self, kind: str, response: httpx.Response) -> None:
+        with self.lock:
+            self.requests[kind] += 1
+            if response.status_code >= 500:
+                self.server_errors.append(f"{kind} {response.status_code} {response.text[:200]}")
+
+
+def _client_loop(n: int, urls: list[str], keys: dict[str, str], stop: threading.Event, stats: Stats) -> None:
+    tenant = TENANTS[n % len(TENANTS)]
+    rng = random.Random(n)
+    clients = [httpx.Client(base_url=u, headers={"Authorization": f"Bearer {keys[tenant]}"}, timeout=300)
+               for u in urls]
+    mine: list[tuple[str, str]] = []
+    i = 0
+    try:
+        while not stop.is_set():
+            client = clients[i % len(clients)]
+            i += 1
+            action = rng.random()
+            try:
+                if action < 0.25 or not mine:
+                    word = f"zq{n}x{i}w"
+                    text = f"# 備蓄メモ {word}\n\n{word} の記録です。非常用の水は一人一日3リットルを目安に備蓄します。"
+                    r = client.post("/api/v1/documents/upload", files={"file": (f"{word}.md", text.encode())})
+                    stats.count("upload", r)
+                    if r.status_code == 202:
+                        doc = r.json()["documentId"]
+                        with stats.lock:
+                            stats.acked[doc] = (tenant, word)
+                        mine.append((doc, word))
+                elif action < 0.65:
+                    r = client.post("/api/v1/search/hybrid", json={"query": "水の備蓄は何リットル", "limit": 5})
+                    stats.count("search", r)
+                elif action < 0.85:
+                    with client.stream("POST", "/api/v1/chat/rag", json={"message": "水は一日何リットル？"}) as r:
+                        for _ in r.iter_lines():
+                            pass
+                    stats.count("chat", r)
+                else:
+                    doc, word = mine.pop(rng.randrange(len(mine)))
+                    r = client.delete(f"/api/v1/documents/{doc}")
+                    stats.count("delete", r)
+                    if r.status_code == 200:
+                        with stats.lock:
+                            stats.deleted[doc] = (tenant, word)
+            except httpx.HTTPError as exc:
+                with stats.lock:
+                    stats.requests["transport_error"] += 1
+                    stats.server_errors.append(f"transport {type(exc).__name__}")
+    finally:
+        for c in clients:
+            c.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--database-url", default=os.environ.get("BUNKO_TEST_DATABASE_URL"))
+    parser.add_argument("--lease", type=float, default=10.0, help="job lease (s): how soon a dead worker's job moves")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    folder = Path(tempfile.mkdtemp(prefix="bunko-load-"))
+    pg = None
+    url = args.database_url
+    if not url:
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="bunko-run-"))
+        import pgserver
+
+        pg = pgserver.get_server(folder / "pg", cleanup_mode="stop")
+        url = pg.get_uri()
+    from bunko.stores.postgres import migrate_database
+
+    migrate_database(url)
+    env = {**os.environ, "BUNKO_HOME": str(folder / "home"), "BUNKO_DATABASE_URL": url, "BUNKO_RATE_LIMIT": "0",
+           "BUNKO_JOB_WORKERS": "0", "BUNKO_JOB_LEASE_SECONDS": str(args.lease)}
+    keys = {}
+    for tenant in TENANTS:
+        _cli(env, "admin", "tenants", "create", tenant)
+        keys[tenant] = _cli(env, "admin", "keys", "create", "--tenant", tenant, "--admin")["api_key"]
+    ports = [_port(), _port()]
+    logs = [(folder / f"p{i}.log").open("wb") for i in range(4)]
+    apis = [subprocess.Popen([sys.executable, "-m", "bunko", "serve", "--port", str(p), "--log-level", "warning"],
+                             env=env, stdout=logs[i], stderr=subprocess.STDOUT) for i, p in enumerate(ports)]
+    workers = [subprocess.Popen([sys.executable, "-m", "bunko", "worker", "--log-level", "warning"], env=env,
+                                stdout=logs[2 + i], stderr=subprocess.STDOUT) for i in range(2)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    stats = Stats()
+    try:
+        for u in urls:
+            while True:
+                try:
+                    if httpx.get(u + "/readyz", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+        stop = threading.Event()
+        threads = [threading.Thread(target=_client_loop, args=(n, urls, keys, stop, stats))
+                   for n in range(args.clients)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        time.sleep(args.seconds / 2)
+        workers[0].send_signal(signal.SIGKILL)  # one worker dies midway, its job in hand or not
+        killed_at = round(time.monotonic() - started, 1)
+        time.sleep(args.seconds / 2)
+        stop.set()
+        for t in threads:
+            t.join()
+        load_seconds = time.monotonic() - started
+
+        # Drain: every acknowledged, undeleted upload must end completed.
+        live = {d: v for d, v in stats.acked.items() if d not in stats.deleted}
+        status: dict[str, str] = {}
+        drain_started = time.monotonic()
+        with httpx.Client(timeout=300) as c:
+            pending = set(live)
+            while pending and time.monotonic() - drain_started < 1800:
+                for doc in list(pending):
+                    tenant = live[doc][0]
+                    r = c.get(f"{urls[0]}/api/v1/documents/{doc}", headers={"Authorization": f"Bearer {keys[tenant]}"})
+                    status[doc] = r.json().get("status", str(r.status_code)) if r.status_code == 200 else str(
+                        r.status_code)
+                    if status[doc] != "processing":
+                        pending.discard(doc)
+                if pending:
+                    time.sleep(1)
+            missing = [d for d in live if status.get(d) != "completed"]
+            searchable = 0
+            for doc, (tenant, word) in stats.deleted.items():
+                r = c.post(f"{urls[1]}/api/v1/search/keyword", json={"query": word, "limit": 10},
+                           headers={"Authorization": f"Bearer {keys[tenant]}"})
+                searchable += any(h["documentId"] == doc for h in r.json().get("results", []))
+        report = {
+            "clients": args.clients, "api_processes": 2, "workers": 2, "seconds": round(load_seconds, 1),
+            "worker_killed_at_s": killed_at, "requests": dict(stats.requests),
+            "requests_total": sum(stats.requests.values()), "server_errors": len(stats.server_errors),
+            "server_error_samples": stats.server_errors[:5], "uploads_acknowledged": len(stats.acked),
+            "uploads_deleted": len(stats.deleted), "acknowledged_uploads_missing": len(missing),
+            "missing_statuses": dict(Counter(status.get(d, "?") for d in missing)),
+            "deleted_still_searchable": searchable, "drain_s": round(time.monotonic() - drain_started, 1),
+        }
+    finally:
+        for p in [*apis, *workers]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*apis, *workers]:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for f in logs:
+            f.close()
+        if pg is not None:
+            pg.cleanup()
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        for key, value in report.items():
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
