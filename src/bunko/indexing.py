@@ -155,7 +155,7 @@ class IndexManager:
         existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
         if existing is not None and existing.content_hash == digest:
             return IngestResult(existing.id, source, existing.chunks, "unchanged",
-                                (time.perf_counter() - started) * 1000)
+                                (time.perf_counter() - started) * 1000, version=existing.version)
         pieces = self.chunker.split(normalized)
         if not pieces:  # normalize() refuses empty text, so this means a splitter bug
             raise EmbeddingError(f"{source}: the splitter produced no chunks")
