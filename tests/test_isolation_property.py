@@ -146,11 +146,6 @@ class World:
     checks: int = 0
     violations: list[str] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)
-    next_id: int = 0
-
-    def new_id(self, kind: str) -> str:
-        self.next_id += 1
-        return f"{kind}-{self.store_name}-{self.next_id}"
 
 
 class Violation(AssertionError):
@@ -175,6 +170,11 @@ class IsolationMachine(RuleBasedStateMachine):
             self.reset(tenant)
         self.counted = {t: self._counts(t) for t in TENANTS}
         self.acting: tuple[str, str | None] | None = None
+        self.next_id = 0  # ids count from 1 in every example: Hypothesis replays need the same draws
+
+    def new_id(self, kind: str) -> str:
+        self.next_id += 1
+        return f"{kind}-{self.world.store_name}-{self.next_id:05d}"
 
     # -- helpers -----------------------------------------------------------------------------------
     def store(self, tenant: str) -> Any:
@@ -236,7 +236,7 @@ class IsolationMachine(RuleBasedStateMachine):
         else:
             taken = set(self.all_docs(tenant))
             candidates = [i for i in self.foreign_doc_ids(tenant) if i not in taken] if foreign else []
-            doc_id = candidates[0] if candidates else self.world.new_id("doc")  # another tenant's id, or a new one
+            doc_id = candidates[0] if candidates else self.new_id("doc")  # another tenant's id, or a new one
         store = self.store(tenant)
         if user is not None:  # as an upload: a job records who owns the document
             if existing is not None:
@@ -273,7 +273,7 @@ class IsolationMachine(RuleBasedStateMachine):
         for _ in range(data.draw(st.integers(1, 3), "n")):
             kind = data.draw(st.sampled_from(("new", "own", "foreign")), "id kind")
             pick = own if kind == "own" else foreign if kind == "foreign" else []
-            record_id = data.draw(st.sampled_from(pick), "id") if pick else self.world.new_id("rec")
+            record_id = data.draw(st.sampled_from(pick), "id") if pick else self.new_id("rec")
             if record_id in ids:
                 continue
             variant = data.draw(st.integers(0, 3), "variant")
