@@ -179,7 +179,7 @@ class IndexManager:
         existing = await asyncio.to_thread(self.vector_store.find_by_source, self.collection, source)
         if existing is not None and existing.content_hash == digest:
             return IngestResult(existing.id, source, existing.chunks, "unchanged",
-                                (time.perf_counter() - started) * 1000)
+                                (time.perf_counter() - started) * 1000, version=existing.version)
         chunks = await asyncio.to_thread(self._chunks, source, normalized, spans)
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
