@@ -99,7 +99,7 @@ def test_sigkill_mid_ingest_leaves_only_whole_documents(tmp_path: Path) -> None:
             assert actual == expected > 0  # every stored document is whole
         orphans = conn.execute("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)")
         assert orphans.fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == \
+        assert conn.execute("SELECT count(*) FROM chunks_fts_1").fetchone()[0] == \
             conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         counters = conn.execute("SELECT document_count, chunk_count FROM collections").fetchone()
         assert counters == (len(docs), sum(c for _, c in docs))

@@ -1,9 +1,11 @@
 """The embedded store: one SQLite file (WAL) with exact cosine search in numpy.
 
 Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (content,
-metadata, float32 vector blob), plus ``chunks_fts`` (FTS5 over analyzed terms,
-rowid = chunk rowid). Every row below ``tenants`` carries ``tenant_id`` and every
-statement filters by it.
+metadata, float32 vector blob), plus one FTS5 table per collection,
+``chunks_fts_<collection rowid>`` (analyzed terms, rowid = chunk rowid), so BM25's
+document counts and average length are the collection's own: one tenant's data never
+moves another tenant's scores. Every row below ``tenants`` carries ``tenant_id`` and
+every statement filters by it.
 
 Vector search keeps, per process, a normalised float32 matrix per collection.
 The collection row has a ``mutation_seq`` that every update or delete bumps;
@@ -24,7 +26,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +73,33 @@ SQLITE = Dialect(
     no_limit=-1,
 )
 
-# Ordered migrations: index i upgrades a database from version i to i + 1.
-MIGRATIONS: list[str] = [
+
+
+def fts_table(collection_pk: int) -> str:
+    """The name of a collection's FTS5 table (the collection's rowid is an integer: safe in SQL text)."""
+    return f"chunks_fts_{int(collection_pk)}"
+
+
+def create_fts(conn: sqlite3.Connection, collection_pk: int) -> None:
+    """Create a collection's FTS5 table if it does not exist yet."""
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts_table(collection_pk)} USING fts5 "
+                 "(terms, tokenize = 'unicode61 remove_diacritics 0')")
+
+
+def _m004_fts_per_collection(conn: sqlite3.Connection) -> None:
+    """Move every collection's rows out of the shared ``chunks_fts`` into its own FTS5 table."""
+    for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+        create_fts(conn, collection_pk)
+        conn.execute(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) SELECT f.rowid, f.terms "
+                     "FROM chunks_fts f JOIN chunks c ON c.id = f.rowid WHERE c.collection_id = ?", (collection_pk,))
+    conn.execute("DROP TABLE chunks_fts")
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+# Ordered migrations: index i upgrades a database from version i to i + 1; a migration is a SQL
+# script or a function of the connection (for steps that name tables per collection).
+MIGRATIONS: list[Migration] = [
     """
     CREATE TABLE tenants (
         id INTEGER PRIMARY KEY,
@@ -211,6 +238,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX search_logs_user ON search_logs (tenant_id, user_id);
     CREATE INDEX usage_records_user ON usage_records (tenant_id, user_id);
     """,
+    # 4: keyword statistics per collection (one FTS5 table each) instead of across all tenants.
+    _m004_fts_per_collection,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -232,7 +261,7 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[str], *, path: str = "the store") -> None:
+def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: str = "the store") -> None:
     """Bring a database from its ``user_version`` to ``len(migrations)``, inside the caller's transaction."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > len(migrations):
@@ -240,8 +269,13 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[str], *, pat
             f"{path} was written by a newer bunko (schema {version}, this one knows {len(migrations)}); upgrade bunko"
         )
     for target in range(version, len(migrations)):
+        migration = migrations[target]
+        if callable(migration):
+            migration(conn)
+            conn.execute(f"PRAGMA user_version = {target + 1}")
+            continue
         # executescript() would COMMIT the caller's transaction first; run statement by statement instead.
-        for statement in split_statements(migrations[target]):
+        for statement in split_statements(migration):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {target + 1}")
 
@@ -483,7 +517,9 @@ class SQLiteVectorStore(SQLStore):
             "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id > ? ORDER BY id",
             (tenant_pk, collection_pk, first),
         )]
-        conn.executemany("INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)", zip(new_ids, keywords, strict=True))
+        create_fts(conn, collection_pk)
+        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
+                         zip(new_ids, keywords, strict=True))
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -495,7 +531,9 @@ class SQLiteVectorStore(SQLStore):
         else:
             listed, values = d.any("uid", uids or [])
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
-        conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
+        if self._has_fts(conn, collection_pk):
+            conn.execute(f"DELETE FROM {fts_table(collection_pk)} WHERE rowid IN (SELECT id FROM chunks WHERE {where})",
+                         params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
             self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
@@ -503,10 +541,14 @@ class SQLiteVectorStore(SQLStore):
 
     def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
         scope = (tenant_pk, collection_pk)
-        conn.execute("DELETE FROM chunks_fts WHERE rowid IN "
-                     "(SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ?)", scope)
+        conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
+
+    @staticmethod
+    def _has_fts(conn: sqlite3.Connection, collection_pk: int) -> bool:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (fts_table(collection_pk),)).fetchone() is not None
 
     def _forget_collection(self, collection_pk: int) -> None:
         self._backend.drop_cached(collection_pk)
@@ -651,12 +693,15 @@ class SQLiteVectorStore(SQLStore):
                 return []
             # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
             # check from the index alone, without reading each matching chunk row.
-            sql = ("SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts CROSS JOIN chunks c INDEXED BY chunks_scan "
-                   "ON c.tenant_id = ? AND c.collection_id = ? AND c.id = chunks_fts.rowid")
+            if not self._has_fts(conn, collection_pk):
+                return []  # nothing was ever written to the collection
+            fts = fts_table(collection_pk)
+            sql = (f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+                   f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid")
             params: list[Any] = [tenant_pk, collection_pk]
             if flt is not None:
                 sql += " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-            sql += " WHERE chunks_fts MATCH ?"
+            sql += f" WHERE {fts} MATCH ?"
             params.append(match)
             if document_ids is not None:
                 wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids).tolist()
