@@ -41,7 +41,7 @@ def store_backend(db_url: str) -> Iterator[StoreBackend]:
 
 def _results(engine: Bunko, tenant: str) -> dict[str, list[tuple[str, float]]]:
     scope = engine.tenant(tenant)
-    return {mode: [(h.id, h.score) for h in scope.search(QUERY, "docs", mode=mode, top_k=4).results]
+    return {mode: [(h.chunk_id, h.score) for h in scope.search(QUERY, "docs", mode=mode, top_k=4).results]
             for mode in ("keyword", "hybrid")}
 
 
