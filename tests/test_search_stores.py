@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from bunko.analysis import get_analyzer
 from bunko.engine import Bunko
 from bunko.stores import open_backend
 from bunko.stores.base import StoreBackend

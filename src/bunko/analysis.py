@@ -262,7 +262,7 @@ class StemmedAnalyzer:
 
     def _map(self, tokens: Iterable[str]) -> list[str]:
         stop = self._stop
-        words = [t for t in tokens if not (t in stop)]
+        words = [t for t in tokens if t not in stop]
         alphabetic = [i for i, t in enumerate(words) if t.isalpha() and not _CJK_CHAR_RE.search(t)]
         if alphabetic:
             with self._lock:

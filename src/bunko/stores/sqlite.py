@@ -36,7 +36,7 @@ import numpy as np
 
 from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
 from ..errors import ConfigError, VectorStoreError
-from ..filters import FilterLike, as_filter, compile_sqlite, parse_date
+from ..filters import And, Filter, FilterLike, Node, Not, Or, as_filter, compile_sqlite, parse_date
 from ..types import SearchHit
 from .base import check_query_vector
 from .sql import ChunkRow, Dialect, SQLBackend, SQLStore, check_dimension, check_name, check_top_k
@@ -287,6 +287,7 @@ class _Snapshot:
     rowids: np.ndarray  # int64 (n,), ascending
     doc_rowids: np.ndarray  # int64 (n,), -1 for chunks without a document
     vectors: np.ndarray  # float32 (n, d), rows L2-normalised
+    state: tuple[int, int] = (-1, 0)  # (mutation_seq, high_water) of the collection these rows are
 
 
 class _Matrix:
@@ -310,7 +311,7 @@ class _Matrix:
 
     def snapshot(self) -> _Snapshot:
         n = self.size
-        return _Snapshot(self._rowids[:n], self._docs[:n], self._vectors[:n])
+        return _Snapshot(self._rowids[:n], self._docs[:n], self._vectors[:n], (self.mutation_seq, self.high_water))
 
     def _reserve(self, extra: int) -> None:
         need = self.size + extra
@@ -351,6 +352,50 @@ class _Matrix:
         self.size = len(self._rowids)
 
 
+class _Column:
+    """One metadata field of a collection's chunks, factorised: ``codes[i]`` indexes ``values``.
+
+    The value is the chunk's, else its document's (the precedence filters use); ``values[0]``
+    stands for a missing field. Rows follow the in-memory matrix (same rowids, same order) and the
+    column is valid for the collection state ``(mutation_seq, high_water)`` it was read at.
+    """
+
+    __slots__ = ("_index", "codes", "high_water", "mutation_seq", "size", "values")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = [_MISSING]
+        self._index: dict[str | None, int] = {None: 0}
+        self.codes = np.empty(0, dtype=np.int32)
+        self.size = 0
+        self.mutation_seq = -1
+        self.high_water = 0
+
+    def append(self, texts: list[str | None]) -> None:
+        """Append the JSON texts of new rows (None: missing)."""
+        index, values = self._index, self.values
+        new = np.empty(len(texts), dtype=np.int32)
+        for i, text in enumerate(texts):
+            code = index.get(text)
+            if code is None:
+                code = index[text] = len(values)
+                values.append(json.loads(text))  # type: ignore[arg-type]
+            new[i] = code
+        self.codes = np.concatenate([self.codes[: self.size], new]) if self.size else new
+        self.size = len(self.codes)
+
+
+_MISSING = object()
+
+
+def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A metadata object holding ``value`` at ``path`` (empty for a missing value)."""
+    if value is _MISSING:
+        return {}
+    for key in reversed(path):
+        value = {key: value}
+    return value  # type: ignore[no-any-return]
+
+
 class SQLiteBackend(SQLBackend):
     """An embedded store in one SQLite file; safe for several threads and processes."""
 
@@ -369,6 +414,7 @@ class SQLiteBackend(SQLBackend):
         self._connections: list[sqlite3.Connection] = []
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
+        self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
         self._cache_lock = threading.Lock()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
@@ -452,6 +498,8 @@ class SQLiteBackend(SQLBackend):
         """Forget a collection's in-memory vectors (it was deleted, or rows vanished under a search)."""
         with self._cache_lock:
             self._cache.pop(collection_pk, None)
+            for key in [k for k in self._columns if k[0] == collection_pk]:
+                del self._columns[key]
 
     def close(self) -> None:
         """Close every connection this backend opened and drop its caches."""
@@ -466,6 +514,7 @@ class SQLiteBackend(SQLBackend):
         self._local = threading.local()
         with self._cache_lock:
             self._cache.clear()
+            self._columns.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -563,6 +612,66 @@ class SQLiteVectorStore(SQLStore):
             (tenant_pk, collection_pk, *params),
         )), dtype=np.int64)
 
+    def _column(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, field: tuple[str, ...],
+                state: tuple[int, int]) -> _Column:
+        """A metadata field of the collection's chunks as a factorised column, read only as far as it changed."""
+        backend = self._backend
+        key = (collection_pk, field)
+        with backend._cache_lock:
+            column = backend._columns.get(key)
+            if column is not None and (column.mutation_seq, column.high_water) == state:
+                return column
+            if column is None or column.mutation_seq != state[0] or column.high_water > state[1]:
+                column = _Column()
+            path = "$" + "".join(f'."{segment}"' for segment in field)
+            rows = conn.execute(
+                "SELECT c.metadata -> ?, d.metadata -> ? FROM chunks c LEFT JOIN documents d "
+                "ON d.id = c.document_id AND d.tenant_id = c.tenant_id WHERE c.tenant_id = ? AND c.collection_id = ? "
+                "AND c.id > ? AND c.id <= ? ORDER BY c.id",
+                (path, path, tenant_pk, collection_pk, column.high_water, state[1]),
+            ).fetchall()
+            column.append([mine if mine is not None else theirs for mine, theirs in rows])
+            column.mutation_seq, column.high_water = state
+            backend._columns[key] = column
+            return column
+
+    def _filter_mask(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, flt: Filter,
+                     matrix: _Snapshot, state: tuple[int, int]) -> np.ndarray | None:
+        """Which rows of ``matrix`` pass ``flt``, from in-memory columns of the fields it reads.
+
+        Each leaf of the filter is evaluated once per distinct value of its field (with the Python
+        evaluator, so the semantics are the filter language's own) and mapped to the rows by their
+        codes; ``$and``, ``$or`` and ``$not`` combine the masks. None when a column does not line up
+        with the matrix (a concurrent write): the caller filters in SQL instead.
+        """
+        n = len(matrix.rowids)
+
+        def mask(node: Node) -> np.ndarray:
+            if isinstance(node, And):
+                out = np.ones(n, dtype=bool)
+                for item in node.items:
+                    out &= mask(item)
+                return out
+            if isinstance(node, Or):
+                out = np.zeros(n, dtype=bool)
+                for item in node.items:
+                    out |= mask(item)
+                return out
+            if isinstance(node, Not):
+                return ~mask(node.item)
+            column = self._column(conn, tenant_pk, collection_pk, node.field, state)
+            if column.size != n:
+                raise _Misaligned
+            leaf = Filter(node)
+            truth = np.fromiter((leaf.matches(_nested(node.field, v)) for v in column.values), dtype=bool,
+                                count=len(column.values))
+            return truth[column.codes]
+
+        try:
+            return mask(flt.root)
+        except _Misaligned:
+            return None
+
     def _matrix(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, dim: int) -> _Snapshot:
         """The collection's vectors, refreshed from the file only as far as it changed.
 
@@ -603,6 +712,8 @@ class SQLiteVectorStore(SQLStore):
             matrix.mutation_seq, matrix.high_water = int(seq), int(high)
             cache[collection_pk] = matrix
             return matrix.snapshot()
+
+
 
     def _document_pks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                       document_ids: Sequence[str]) -> np.ndarray:
@@ -645,9 +756,11 @@ class SQLiteVectorStore(SQLStore):
                 if document_ids is not None:
                     wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids)
                     mask = np.isin(matrix.doc_rowids, wanted)
-                if compiled is not None:
-                    allowed = self._filtered_rowids(conn, tenant_pk, collection_pk, *compiled)
-                    passed = np.isin(matrix.rowids, allowed)
+                if compiled is not None and flt is not None:
+                    passed = self._filter_mask(conn, tenant_pk, collection_pk, flt, matrix, matrix.state)
+                    if passed is None:
+                        allowed = self._filtered_rowids(conn, tenant_pk, collection_pk, *compiled)
+                        passed = np.isin(matrix.rowids, allowed)
                     mask = passed if mask is None else mask & passed
                 if mask is not None:
                     positions = np.flatnonzero(mask)
@@ -721,6 +834,10 @@ class SQLiteVectorStore(SQLStore):
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
             return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows])
+
+
+class _Misaligned(Exception):
+    """A metadata column does not line up with the matrix snapshot."""
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
