@@ -260,6 +260,8 @@ class PostgresSettings(Section):
     keyword_ranking: Annotated[Literal["bm25", "ts_rank"], Env("BUNKO_PG_KEYWORD_RANKING")] = "bm25"
     bm25_k1: Annotated[float, Env("BUNKO_PG_BM25_K1"), Field(ge=0, le=10)] = 1.2
     bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
+    # BM25 first scores the chunks holding the query's rarest phrases, up to about this many.
+    keyword_candidates: Annotated[int, Env("BUNKO_PG_KEYWORD_CANDIDATES"), Field(ge=1)] = 2000
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:
