@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bunko.engine import Bunko
@@ -66,3 +67,64 @@ def test_a_tenants_results_do_not_move_when_another_tenant_ingests(db_url: str, 
 
         after = _results(engine, "tenant-b")
     assert after == before
+
+
+def test_postgres_searches_during_a_concurrent_hnsw_build_are_exact(pg_url: str) -> None:
+    """While CREATE INDEX CONCURRENTLY runs, searches and writes go on, the searches exact; the
+    planner uses the index once it is valid.
+
+    An open reader transaction holds the build in its last phase (it waits for older snapshots),
+    with the index in the catalog but not valid: the test searches and writes then, and lets go.
+    """
+    import threading
+    import time
+
+    from bunko.stores.postgres import PostgresBackend, PostgresSettings
+
+    from .pg import psycopg
+
+    loader = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=10**9))  # never builds by itself
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1000))
+    try:
+        writer = loader.for_tenant("t")
+        writer.ensure_collection("c", INFO)
+        writer.ensure_collection("other", INFO)
+        vectors = unit_vectors(3000, seed=5)
+        docs = [make_document(f"d{i}.txt", [f"text {i} {j}" for j in range(100)], vectors[i * 100:(i + 1) * 100])
+                for i in range(30)]
+        writer.write_documents("c", docs)
+        row_of = {d.id: i * 100 for i, d in enumerate(docs)}
+        queries = unit_vectors(10, seed=6)
+        truth = [set(np.argsort(-(vectors @ q))[:10].tolist()) for q in queries]
+        store = backend.for_tenant("t")
+        with psycopg.connect(pg_url) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute("SELECT count(*) FROM bunko.tenants").fetchone()  # takes the old snapshot
+            building = threading.Thread(target=store.build_index, args=("c",))
+            building.start()
+            with psycopg.connect(pg_url, autocommit=True) as watch:
+                deadline = time.monotonic() + 300  # only catches a hang
+                while not watch.execute("SELECT count(*) FROM pg_index WHERE indexrelid = "
+                                        "to_regclass('bunko.chunks_hnsw_' || %s) AND NOT indisvalid",
+                                        (_collection_pk(watch),)
+                                        ).fetchone()[0]:
+                    assert building.is_alive() and time.monotonic() < deadline
+                    time.sleep(0.05)
+            for q, expected in zip(queries, truth, strict=True):  # the index exists but is not valid
+                hits = store.query("c", q, 10, include_content=False)
+                assert store.last_plan == "exact"
+                assert {row_of[h.document_id] + h.chunk_index for h in hits} == expected
+            writer.write_document("other", make_document("late.txt", ["late"], unit_vectors(1, 7)))  # not blocked
+            assert building.is_alive()
+            reader.rollback()
+        building.join(timeout=300)
+        assert not building.is_alive()
+        store.query("c", queries[0], 10)
+        assert store.last_plan == "hnsw"  # valid now: the planner uses it
+    finally:
+        backend.close()
+        loader.close()
+
+
+def _collection_pk(conn) -> int:
+    return int(conn.execute("SELECT id FROM bunko.collections WHERE name = 'c'").fetchone()[0])

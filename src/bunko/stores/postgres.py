@@ -216,6 +216,39 @@ class PostgresBackend(SQLBackend):
         except psycopg.Error as exc:
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
+    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:
+        """``CREATE INDEX CONCURRENTLY`` a collection's HNSW index as the login role; None if it may not.
+
+        The caller has checked that the collection is the tenant's. Runs outside any transaction
+        (as CONCURRENTLY must); an invalid index left by a failed build is dropped and built again.
+        """
+        name = f"chunks_hnsw_{int(collection_pk)}"
+        cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
+                     else (f"halfvec({dim})", "halfvec_cosine_ops"))
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                owner = conn.execute("SELECT pg_has_role(current_user, tableowner, 'USAGE') FROM pg_tables "
+                                     "WHERE schemaname = 'bunko' AND tablename = 'chunks'").fetchone()
+                if owner is None or not owner[0]:
+                    return None
+                valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                                     (f"bunko.{name}",)).fetchone()
+                if valid is not None and valid[0]:
+                    return name
+                if valid is not None:
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(name)))
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false), "
+                             "set_config('max_parallel_maintenance_workers', %s, false)",
+                             (self.settings.maintenance_work_mem, str(self.settings.parallel_workers)))
+                conn.execute(sql.SQL(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING hnsw ((embedding::" + cast
+                    + ") " + ops + ") WITH (m = {}, ef_construction = {}) WHERE collection_id = {}"
+                ).format(sql.Identifier(name), sql.Literal(int(m)), sql.Literal(int(ef_construction)),
+                         sql.Literal(int(collection_pk))))
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"could not build the HNSW index {name}: {exc}") from exc
+        return name
+
     def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
         """Set the tenant row id that RLS checks, for the rest of the transaction."""
         conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
@@ -465,23 +498,41 @@ class PostgresVectorStore(SQLStore):
                 conn.execute("SELECT bunko.analyze_tables()")
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
-        """Build (if missing) the HNSW index of a collection; returns its name."""
+        """Build (if missing) the HNSW index of a collection; returns its name.
+
+        When the login role owns the schema the index is built with ``CREATE INDEX CONCURRENTLY``
+        on a connection of its own: searches and writes (of every tenant) go on meanwhile, the
+        searches with the exact plan until the index is valid. Otherwise the schema's
+        ``build_hnsw_index`` function builds it in one transaction (writes wait, reads do not).
+        """
         settings = self._backend.settings
-        with self._backend._index_lock, self.session() as (conn, tenant_pk):
-            if collection_pk is None:
-                collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
-            return conn.execute(
-                "SELECT bunko.build_hnsw_index(%s, %s, %s)",
-                (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
-            ).fetchone()[0]
+        with self._backend._index_lock:
+            with self.session() as (conn, tenant_pk):
+                if collection_pk is None:
+                    collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
+                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction FROM bunko.collections "
+                                   "WHERE tenant_id = %s AND id = %s", (tenant_pk, collection_pk)).fetchone()
+                if row is None:
+                    return None
+            name = self._backend.build_index_concurrently(int(collection_pk), *(int(v) for v in row))
+            with self.session() as (conn, _):
+                if name is None:
+                    return conn.execute(
+                        "SELECT bunko.build_hnsw_index(%s, %s, %s)",
+                        (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
+                    ).fetchone()[0]
+                conn.execute("SELECT bunko.analyze_tables()")  # or the planner keeps estimating an empty table
+            return name
 
     def _has_index(self, conn: Any, collection_pk: int) -> bool:
-        # Only "it exists" is cached: an index goes away only with its collection, and then the
-        # collection lookup before this fails first. One round trip less per search.
+        # Only "it is valid" is cached: an index goes away only with its collection, and then the
+        # collection lookup before this fails first. One round trip less per search. An index
+        # still being built concurrently exists but is not valid: searches scan exactly meanwhile.
         if collection_pk in self._backend._indexed:
             return True
-        found = bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                  (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0])
+        found = bool(conn.execute(
+            "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)), false)",
+            (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0])
         if found:
             self._backend._indexed.add(collection_pk)
         return found
