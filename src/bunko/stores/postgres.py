@@ -713,11 +713,20 @@ class PostgresVectorStore(SQLStore):
                                             *restrict_params, lexemes, k1, k1, b, b, average, top_k]).fetchall()
             if split == len(order) or (len(rows) == top_k and float(rows[-1][1]) > rest):
                 return [(int(r[0]), float(r[1])) for r in rows]
-            budget *= 4
+            total += known[order[split]][1]
             split += 1
-            while split < len(order) and total + known[order[split]][1] <= budget:
-                total += known[order[split]][1]
-                split += 1
+            if len(rows) == top_k:
+                # These scores are exact, so the k-th is a floor for the final one: make essential just
+                # enough phrases that the others' bounds sum below it, and the next round is the last.
+                kth = float(rows[-1][1])
+                while split < len(order) and sum(bound[split:]) >= kth:
+                    total += known[order[split]][1]
+                    split += 1
+            else:  # fewer than k chunks so far (a narrow restriction): widen by df
+                budget *= 4
+                while split < len(order) and total + known[order[split]][1] <= budget:
+                    total += known[order[split]][1]
+                    split += 1
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:
