@@ -43,7 +43,7 @@ def test_detect_language(text: str, language: str) -> None:
 
 def test_registry_names_the_built_ins_and_refuses_unknown_names() -> None:
     assert set(ANALYZERS) <= set(analyzer_names())
-    assert get_analyzer(None).name == DEFAULT_ANALYZER_NAME == "combined"  # the ja extra is part of dev
+    assert get_analyzer(None).name == DEFAULT_ANALYZER_NAME == "combined_en"  # the ja extra is part of dev
     assert get_analyzer("bigram") is get_analyzer("bigram")
     with pytest.raises(ConfigError, match=r"unknown analyzer 'kuromoji'.*bigram"):
         get_analyzer("kuromoji")

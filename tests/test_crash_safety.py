@@ -50,14 +50,17 @@ def _rows(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
             q = conn.execute
+            fts = [r[0] for r in q("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                   "AND name GLOB 'chunks_fts_[0-9]*' AND name NOT GLOB '*_*_*_*'")]
             return {
                 "documents": q("SELECT id, source, version, chunk_count FROM documents").fetchall(),
                 "chunks": q("SELECT document_id, content FROM chunks").fetchall(),
                 "orphans": q("SELECT count(*) FROM chunks WHERE document_id IS NULL OR document_id NOT IN "
                              "(SELECT id FROM documents)").fetchone()[0],
-                "keyword_rows": q("SELECT count(*) FROM chunks_fts").fetchone()[0],
-                "keyword_orphans": q("SELECT count(*) FROM chunks_fts WHERE rowid NOT IN "
-                                     "(SELECT id FROM chunks)").fetchone()[0],
+                # one FTS5 table of keyword rows per collection (chunks_fts_<collection id>)
+                "keyword_rows": sum(q(f"SELECT count(*) FROM {t}").fetchone()[0] for t in fts),
+                "keyword_orphans": sum(q(f"SELECT count(*) FROM {t} WHERE rowid NOT IN "
+                                         "(SELECT id FROM chunks)").fetchone()[0] for t in fts),
                 "counters": q("SELECT document_count, chunk_count FROM collections").fetchall(),
             }
     import psycopg

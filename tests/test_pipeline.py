@@ -203,7 +203,7 @@ def test_chunks_record_their_language_and_the_collection_its_analyzer(engine: Bu
                        "mixed")
     scope.add_document(Document("Keep three days of drinking water for every person in the house.",
                                 {"source": "en.txt"}), "mixed")
-    assert scope.store.get_collection("mixed").analyzer == DEFAULT_ANALYZER_NAME == "combined"
+    assert scope.store.get_collection("mixed").analyzer == DEFAULT_ANALYZER_NAME == "combined_en"
     hits = scope.search("附属の説明書", "mixed", mode="keyword").results  # 附属 and 付属 share a normal form
     assert hits and hits[0].source == "ja.txt" and hits[0].metadata["language"] == "ja"
     hits = scope.search("drinking water", "mixed", mode="keyword").results

@@ -326,6 +326,8 @@ class PostgresSettings(Section):
     bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
     # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
     require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
+    # BM25 first scores the chunks holding the query's rarest phrases, up to about this many.
+    keyword_candidates: Annotated[int, Env("BUNKO_PG_KEYWORD_CANDIDATES"), Field(ge=1)] = 2000
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:

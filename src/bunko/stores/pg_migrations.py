@@ -451,6 +451,38 @@ _M009_JOB_QUEUE = [
     f"GRANT EXECUTE ON FUNCTION bunko.claim_job(text, double precision, double precision, text) TO {APP_ROLE}",
 ]
 
+# The statistics terms of one tsvector: each lexeme, and "a b" for every one-character lexeme a at
+# position p with a one-character lexeme b at p + 1 (what postgres._df_terms computes from the tokens).
+KEYWORD_TERMS = """SELECT u.lexeme AS term FROM unnest({fts}) u
+            UNION
+            SELECT a.lexeme || ' ' || b.lexeme
+            FROM (SELECT u.lexeme, p FROM unnest({fts}) u, unnest(u.positions) p WHERE char_length(u.lexeme) = 1) a
+            JOIN (SELECT u.lexeme, p FROM unnest({fts}) u, unnest(u.positions) p WHERE char_length(u.lexeme) = 1) b
+            ON b.p = a.p + 1"""
+
+# Keyword statistics per collection: how many chunks hold each token and each pair of adjacent
+# one-character tokens (a CJK bigram phrase). A search reads its phrases' document frequencies from
+# here in one index lookup instead of counting matching chunks, and then only has to look at the
+# chunks that hold its rarer phrases (see postgres.py, _bm25). Kept exact by every write and delete.
+_M010_KEYWORD_DF = [
+    """CREATE TABLE bunko.keyword_df (
+        tenant_id bigint NOT NULL,
+        collection_id bigint NOT NULL,
+        term text NOT NULL,
+        df bigint NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, term),
+        FOREIGN KEY (tenant_id, collection_id) REFERENCES bunko.collections (tenant_id, id) ON DELETE CASCADE
+    )""",
+    *_rls("keyword_df"),
+    # The statistics of the chunks already stored, from their tsvectors (a pair: p and p + 1).
+    f"""INSERT INTO bunko.keyword_df (tenant_id, collection_id, term, df)
+    SELECT tenant_id, collection_id, term, count(*) FROM (
+        SELECT DISTINCT c.id, c.tenant_id, c.collection_id, t.term FROM bunko.chunks c, LATERAL (
+            {KEYWORD_TERMS.format(fts='c.fts')}
+        ) t
+    ) x GROUP BY tenant_id, collection_id, term""",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -461,6 +493,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m007_api_keys_behind_functions", _M007_API_KEYS),
     ("m008_collection_write_seq", _M008_WRITE_SEQ),
     ("m009_job_queue", _M009_JOB_QUEUE),
+    ("m010_keyword_document_frequencies", _M010_KEYWORD_DF),
 ]
 
 BOOTSTRAP = [

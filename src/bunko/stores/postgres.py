@@ -26,9 +26,12 @@ the pool and RLS settings, migrations, COPY, document versions, HNSW upkeep and 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -285,6 +288,39 @@ class PostgresBackend(SQLBackend):
         except psycopg.Error as exc:
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
+    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:
+        """``CREATE INDEX CONCURRENTLY`` a collection's HNSW index as the login role; None if it may not.
+
+        The caller has checked that the collection is the tenant's. Runs outside any transaction
+        (as CONCURRENTLY must); an invalid index left by a failed build is dropped and built again.
+        """
+        name = f"chunks_hnsw_{int(collection_pk)}"
+        cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
+                     else (f"halfvec({dim})", "halfvec_cosine_ops"))
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                owner = conn.execute("SELECT pg_has_role(current_user, tableowner, 'USAGE') FROM pg_tables "
+                                     "WHERE schemaname = 'bunko' AND tablename = 'chunks'").fetchone()
+                if owner is None or not owner[0]:
+                    return None
+                valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                                     (f"bunko.{name}",)).fetchone()
+                if valid is not None and valid[0]:
+                    return name
+                if valid is not None:
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(name)))
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false), "
+                             "set_config('max_parallel_maintenance_workers', %s, false)",
+                             (self.settings.maintenance_work_mem, str(self.settings.parallel_workers)))
+                conn.execute(sql.SQL(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING hnsw ((embedding::" + cast
+                    + ") " + ops + ") WITH (m = {}, ef_construction = {}) WHERE collection_id = {}"
+                ).format(sql.Identifier(name), sql.Literal(int(m)), sql.Literal(int(ef_construction)),
+                         sql.Literal(int(collection_pk))))
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"could not build the HNSW index {name}: {exc}") from exc
+        return name
+
     def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
         """Set the tenant row id that RLS checks, for the rest of the transaction."""
         conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
@@ -393,7 +429,7 @@ class PostgresVectorStore(SQLStore):
         self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
 
     # -- what the core asks of a backend ---------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int]:
+    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, set[str]]:
         return _keyword_columns(analyzer, content)
 
     def _collection_settings(self) -> dict[str, Any]:
@@ -412,10 +448,21 @@ class PostgresVectorStore(SQLStore):
                        vectors: np.ndarray, keywords: list[Any]) -> None:
         self._copy_chunks(conn, [
             (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
-             vectors[i], *keywords[i])
+             vectors[i], keywords[i][0], keywords[i][1])
             for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
         ])
         self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
+        counts: Counter[str] = Counter()
+        for k in keywords:
+            counts.update(k[2])
+        if counts:
+            terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
+            conn.execute(
+                "INSERT INTO bunko.keyword_df (tenant_id, collection_id, term, df) SELECT %s, %s, t, n "
+                "FROM unnest(%s::text[], %s::int8[]) AS x(t, n) ORDER BY t "
+                "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = keyword_df.df + excluded.df",
+                (tenant_pk, collection_pk, terms, [counts[t] for t in terms]),
+            )
 
     def _delete_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, *,
                        document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
@@ -426,9 +473,13 @@ class PostgresVectorStore(SQLStore):
             where, params = ("tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
                              (tenant_pk, collection_pk, list(uids or [])))
         removed, tokens = conn.execute(
-            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts_length) "
+            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts, fts_length), "
+            "terms AS (SELECT t.term, count(*) AS n FROM gone g, LATERAL ("
+            + pg_migrations.KEYWORD_TERMS.format(fts="g.fts") + ") t GROUP BY t.term), "
+            "counted AS (UPDATE bunko.keyword_df k SET df = k.df - t.n FROM terms t "
+            "WHERE k.tenant_id = %s AND k.collection_id = %s AND k.term = t.term) "
             "SELECT count(*), coalesce(sum(fts_length), 0) FROM gone",
-            params,
+            (*params, tenant_pk, collection_pk),
         ).fetchone()
         if removed:
             self._count(conn, tenant_pk, collection_pk, -int(removed), -int(tokens))
@@ -520,25 +571,42 @@ class PostgresVectorStore(SQLStore):
                 conn.execute("SELECT bunko.analyze_tables()")
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
-        """Build (if missing) the HNSW index of a collection; returns its name."""
+        """Build (if missing) the HNSW index of a collection; returns its name.
+
+        When the login role owns the schema the index is built with ``CREATE INDEX CONCURRENTLY``
+        on a connection of its own: searches and writes (of every tenant) go on meanwhile, the
+        searches with the exact plan until the index is valid. Otherwise the schema's
+        ``build_hnsw_index`` function builds it in one transaction (writes wait, reads do not).
+        """
         settings = self._backend.settings
-        with self._backend._index_lock, self.session() as (conn, tenant_pk):
-            if collection_pk is None:
-                collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
-            name = conn.execute(
-                "SELECT bunko.build_hnsw_index(%s, %s, %s)",
-                (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
-            ).fetchone()[0]
+        with self._backend._index_lock:
+            with self.session() as (conn, tenant_pk):
+                if collection_pk is None:
+                    collection_pk = int(self._collection_row(conn, tenant_pk, collection or "")[0])
+                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction FROM bunko.collections "
+                                   "WHERE tenant_id = %s AND id = %s", (tenant_pk, collection_pk)).fetchone()
+                if row is None:
+                    return None
             crashpoints.reach("store.hnsw.build")
+            name = self._backend.build_index_concurrently(int(collection_pk), *(int(v) for v in row))
+            with self.session() as (conn, _):
+                if name is None:
+                    return conn.execute(
+                        "SELECT bunko.build_hnsw_index(%s, %s, %s)",
+                        (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
+                    ).fetchone()[0]
+                conn.execute("SELECT bunko.analyze_tables()")  # or the planner keeps estimating an empty table
             return name
 
     def _has_index(self, conn: Any, collection_pk: int) -> bool:
-        # Only "it exists" is cached: an index goes away only with its collection, and then the
-        # collection lookup before this fails first. One round trip less per search.
+        # Only "it is valid" is cached: an index goes away only with its collection, and then the
+        # collection lookup before this fails first. One round trip less per search. An index
+        # still being built concurrently exists but is not valid: searches scan exactly meanwhile.
         if collection_pk in self._backend._indexed:
             return True
-        found = bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                  (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0])
+        found = bool(conn.execute(
+            "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)), false)",
+            (f"bunko.chunks_hnsw_{collection_pk}",)).fetchone()[0])
         if found:
             self._backend._indexed.add(collection_pk)
         return found
@@ -665,6 +733,10 @@ class PostgresVectorStore(SQLStore):
                     raise VectorStoreError(f"BM25 on PostgreSQL scores phrases of one or two tokens; the "
                                            f"{row[10]!r} analyzer made a longer one. Set keyword_ranking='ts_rank'")
                 chunks, tokens = int(row[8]), int(row[11])
+                if all(len(p) == 1 or (len(p[0]) == 1 and len(p[1]) == 1) for p in phrases):
+                    ranked = self._bm25(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k, join,
+                                        restrict, restrict_params)
+                    return self._hits(conn, tenant_pk, int(row[0]), ranked, True)
                 ranked = conn.execute(
                     _BM25_SQL.format(join=join, restrict=restrict),
                     [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
@@ -675,6 +747,62 @@ class PostgresVectorStore(SQLStore):
                 ).fetchall()
             return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked],
                               include_content)
+
+    def _bm25(self, conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]], chunks: int,
+              tokens: int, top_k: int, join: str, restrict: str, restrict_params: list[Any]) -> list[tuple[int, float]]:
+        """Exact BM25 top-k that reads only the chunks holding the query's rarer phrases (MaxScore).
+
+        Document frequencies come from ``keyword_df`` in one lookup. A phrase adds at most
+        idf x (k1 + 1) to a chunk's score, so with the phrases ranked by that bound, the chunks
+        that hold none of the first ("essential") phrases score below the sum of the others'
+        bounds. The search scores every phrase of the chunks that hold an essential phrase and
+        stops as soon as its k-th score reaches that sum; otherwise it makes more phrases
+        essential and looks again (in the end all of them: the full evaluation). Common bigrams
+        then cost one statistics row each instead of a scan of every chunk that holds them.
+        """
+        settings = self._backend.settings
+        k1, b = settings.bm25_k1, settings.bm25_b
+        terms = [" ".join(p) for p in phrases]
+        df = dict(conn.execute(
+            "SELECT term, df FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s AND term = ANY(%s)",
+            (tenant_pk, collection_pk, terms)).fetchall())
+        known = [(p, int(df[t])) for p, t in zip(phrases, terms, strict=True) if df.get(t, 0) > 0]
+        if not known:
+            return []
+        # idf as FTS5 computes it (see _BM25_SQL), so both stores score alike.
+        idf = [max(math.log((max(chunks, n) - n + 0.5) / (n + 0.5)), 1e-6) for _, n in known]
+        order = sorted(range(len(known)), key=lambda j: (-idf[j], j))
+        bound = [idf[j] * (k1 + 1) for j in order]
+        budget, split, total = settings.keyword_candidates, 0, 0
+        while split < len(order) and (split == 0 or total + known[order[split]][1] <= budget):
+            total += known[order[split]][1]
+            split += 1
+        statement = _BM25_CANDIDATES_SQL.format(join=join, restrict=restrict)
+        first = [p[0] for p, _ in known]
+        second = [p[1] if len(p) > 1 else "" for p, _ in known]
+        lexemes = sorted({t for p, _ in known for t in p})
+        average = max(tokens, 1) / max(chunks, 1)
+        while True:
+            rest = sum(bound[split:])
+            essential = tsquery_literal([known[j][0] for j in order[:split]])
+            rows = conn.execute(statement, [first, second, idf, tenant_pk, collection_pk, essential,
+                                            *restrict_params, lexemes, k1, k1, b, b, average, top_k]).fetchall()
+            if split == len(order) or (len(rows) == top_k and float(rows[-1][1]) > rest):
+                return [(int(r[0]), float(r[1])) for r in rows]
+            total += known[order[split]][1]
+            split += 1
+            if len(rows) == top_k:
+                # These scores are exact, so the k-th is a floor for the final one: make essential just
+                # enough phrases that the others' bounds sum below it, and the next round is the last.
+                kth = float(rows[-1][1])
+                while split < len(order) and sum(bound[split:]) >= kth:
+                    total += known[order[split]][1]
+                    split += 1
+            else:  # fewer than k chunks so far (a narrow restriction): widen by df
+                budget *= 4
+                while split < len(order) and total + known[order[split]][1] <= budget:
+                    total += known[order[split]][1]
+                    split += 1
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:
@@ -714,6 +842,33 @@ WITH q AS (
 SELECT s.id, s.score FROM scored s JOIN bunko.chunks c ON c.id = s.id{join}
 WHERE c.tenant_id = %s{restrict}
 ORDER BY s.score DESC, s.id LIMIT %s
+"""
+
+
+# BM25 of the chunks that match ``essential`` (a tsquery of some of the phrases), over all the
+# phrases, with each phrase's idf given (from keyword_df); tf as in _BM25_SQL.
+_BM25_CANDIDATES_SQL = """
+WITH q AS (
+    SELECT i, t1, nullif(t2, '') AS t2, idf
+    FROM unnest(%s::text[], %s::text[], %s::float8[]) WITH ORDINALITY AS x(t1, t2, idf, i)
+), candidates AS MATERIALIZED (
+    SELECT c.id, c.fts, c.fts_length FROM bunko.chunks c{join}
+    WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery{restrict}
+), lexemes AS MATERIALIZED (
+    SELECT k.id, u.lexeme, u.positions
+    FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
+), tf AS (
+    SELECT q.i, l.id, cardinality(l.positions) AS tf FROM q JOIN lexemes l ON l.lexeme = q.t1 WHERE q.t2 IS NULL
+    UNION ALL
+    SELECT i, id, tf FROM (
+        SELECT q.i, a.id, (SELECT count(*) FROM unnest(a.positions) AS p WHERE p + 1 = ANY (b.positions)) AS tf
+        FROM q JOIN lexemes a ON a.lexeme = q.t1 JOIN lexemes b ON b.id = a.id AND b.lexeme = q.t2
+    ) pairs WHERE tf > 0
+), scored AS (
+    SELECT t.id, sum(q.idf * t.tf * (%s + 1) / (t.tf + %s * (1 - %s + %s * k.fts_length / %s::float8))) AS score
+    FROM tf t JOIN q USING (i) JOIN candidates k ON k.id = t.id GROUP BY t.id
+)
+SELECT id, score FROM scored ORDER BY score DESC, id LIMIT %s
 """
 
 
@@ -825,10 +980,22 @@ class _Plan:
 _DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
 
 
-def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int]:
-    """The staged keyword columns of a chunk: its tsvector literal and its token count."""
+# Pairs of tokens are counted while both positions are distinct (tsvector positions stop at 16383).
+_PAIR_POSITIONS = 16382
+
+
+def _df_terms(tokens: list[str]) -> set[str]:
+    """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character tokens."""
+    terms = set(tokens)
+    head = tokens[:_PAIR_POSITIONS + 1]
+    terms.update(f"{a} {b}" for a, b in itertools.pairwise(head) if len(a) == 1 and len(b) == 1)
+    return terms
+
+
+def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, set[str]]:
+    """The keyword columns of a chunk: its tsvector literal, its token count and its statistics terms."""
     tokens = analyzer.index_tokens(content)
-    return tsvector_literal(tokens), len(tokens)
+    return tsvector_literal(tokens), len(tokens), _df_terms(tokens)
 
 
 def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:

@@ -1,9 +1,11 @@
 """The embedded store: one SQLite file (WAL) with exact cosine search in numpy.
 
 Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (content,
-metadata, float32 vector blob), plus ``chunks_fts`` (FTS5 over analyzed terms,
-rowid = chunk rowid). Every row below ``tenants`` carries ``tenant_id`` and every
-statement filters by it.
+metadata, float32 vector blob), plus one FTS5 table per collection,
+``chunks_fts_<collection rowid>`` (analyzed terms, rowid = chunk rowid), so BM25's
+document counts and average length are the collection's own: one tenant's data never
+moves another tenant's scores. Every row below ``tenants`` carries ``tenant_id`` and
+every statement filters by it.
 
 Vector search keeps, per process, a normalised float32 matrix per collection.
 The collection row has a ``mutation_seq`` that every update or delete bumps;
@@ -24,7 +26,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ import numpy as np
 
 from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
 from ..errors import ConfigError, VectorStoreError
-from ..filters import FilterLike, as_filter, compile_sqlite, parse_date
+from ..filters import And, Filter, FilterLike, Node, Not, Or, as_filter, compile_sqlite, parse_date
 from ..types import SearchHit
 from .base import check_query_vector
 from .sql import ChunkRow, Dialect, SQLBackend, SQLStore, check_dimension, check_name, check_top_k
@@ -71,8 +73,33 @@ SQLITE = Dialect(
     no_limit=-1,
 )
 
-# Ordered migrations: index i upgrades a database from version i to i + 1.
-MIGRATIONS: list[str] = [
+
+
+def fts_table(collection_pk: int) -> str:
+    """The name of a collection's FTS5 table (the collection's rowid is an integer: safe in SQL text)."""
+    return f"chunks_fts_{int(collection_pk)}"
+
+
+def create_fts(conn: sqlite3.Connection, collection_pk: int) -> None:
+    """Create a collection's FTS5 table if it does not exist yet."""
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts_table(collection_pk)} USING fts5 "
+                 "(terms, tokenize = 'unicode61 remove_diacritics 0')")
+
+
+def _m007_fts_per_collection(conn: sqlite3.Connection) -> None:
+    """Move every collection's rows out of the shared ``chunks_fts`` into its own FTS5 table."""
+    for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+        create_fts(conn, collection_pk)
+        conn.execute(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) SELECT f.rowid, f.terms "
+                     "FROM chunks_fts f JOIN chunks c ON c.id = f.rowid WHERE c.collection_id = ?", (collection_pk,))
+    conn.execute("DROP TABLE chunks_fts")
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+# Ordered migrations: index i upgrades a database from version i to i + 1; a migration is a SQL
+# script or a function of the connection (for steps that name tables per collection).
+MIGRATIONS: list[Migration] = [
     """
     CREATE TABLE tenants (
         id INTEGER PRIMARY KEY,
@@ -261,6 +288,8 @@ MIGRATIONS: list[str] = [
         SELECT RAISE(ABORT, 'a finished job keeps its status');
     END;
     """,
+    # 7: keyword statistics per collection (one FTS5 table each) instead of across all tenants.
+    _m007_fts_per_collection,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -282,7 +311,7 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[str], *, path: str = "the store") -> None:
+def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: str = "the store") -> None:
     """Bring a database from its ``user_version`` to ``len(migrations)``, inside the caller's transaction."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > len(migrations):
@@ -290,8 +319,13 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[str], *, pat
             f"{path} was written by a newer bunko (schema {version}, this one knows {len(migrations)}); upgrade bunko"
         )
     for target in range(version, len(migrations)):
+        migration = migrations[target]
+        if callable(migration):
+            migration(conn)
+            conn.execute(f"PRAGMA user_version = {target + 1}")
+            continue
         # executescript() would COMMIT the caller's transaction first; run statement by statement instead.
-        for statement in split_statements(migrations[target]):
+        for statement in split_statements(migration):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {target + 1}")
 
@@ -303,6 +337,7 @@ class _Snapshot:
     rowids: np.ndarray  # int64 (n,), ascending
     doc_rowids: np.ndarray  # int64 (n,), -1 for chunks without a document
     vectors: np.ndarray  # float32 (n, d), rows L2-normalised
+    state: tuple[int, int] = (-1, 0)  # (mutation_seq, high_water) of the collection these rows are
 
 
 class _Matrix:
@@ -326,7 +361,7 @@ class _Matrix:
 
     def snapshot(self) -> _Snapshot:
         n = self.size
-        return _Snapshot(self._rowids[:n], self._docs[:n], self._vectors[:n])
+        return _Snapshot(self._rowids[:n], self._docs[:n], self._vectors[:n], (self.mutation_seq, self.high_water))
 
     def _reserve(self, extra: int) -> None:
         need = self.size + extra
@@ -367,6 +402,50 @@ class _Matrix:
         self.size = len(self._rowids)
 
 
+class _Column:
+    """One metadata field of a collection's chunks, factorised: ``codes[i]`` indexes ``values``.
+
+    The value is the chunk's, else its document's (the precedence filters use); ``values[0]``
+    stands for a missing field. Rows follow the in-memory matrix (same rowids, same order) and the
+    column is valid for the collection state ``(mutation_seq, high_water)`` it was read at.
+    """
+
+    __slots__ = ("_index", "codes", "high_water", "mutation_seq", "size", "values")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = [_MISSING]
+        self._index: dict[str | None, int] = {None: 0}
+        self.codes = np.empty(0, dtype=np.int32)
+        self.size = 0
+        self.mutation_seq = -1
+        self.high_water = 0
+
+    def append(self, texts: list[str | None]) -> None:
+        """Append the JSON texts of new rows (None: missing)."""
+        index, values = self._index, self.values
+        new = np.empty(len(texts), dtype=np.int32)
+        for i, text in enumerate(texts):
+            code = index.get(text)
+            if code is None:
+                code = index[text] = len(values)
+                values.append(json.loads(text))  # type: ignore[arg-type]
+            new[i] = code
+        self.codes = np.concatenate([self.codes[: self.size], new]) if self.size else new
+        self.size = len(self.codes)
+
+
+_MISSING = object()
+
+
+def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A metadata object holding ``value`` at ``path`` (empty for a missing value)."""
+    if value is _MISSING:
+        return {}
+    for key in reversed(path):
+        value = {key: value}
+    return value  # type: ignore[no-any-return]
+
+
 class SQLiteBackend(SQLBackend):
     """An embedded store in one SQLite file; safe for several threads and processes."""
 
@@ -386,6 +465,7 @@ class SQLiteBackend(SQLBackend):
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
+        self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
         self._cache_lock = threading.Lock()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
@@ -478,6 +558,8 @@ class SQLiteBackend(SQLBackend):
         """Forget a collection's in-memory vectors (it was deleted, or rows vanished under a search)."""
         with self._cache_lock:
             self._cache.pop(collection_pk, None)
+            for key in [k for k in self._columns if k[0] == collection_pk]:
+                del self._columns[key]
 
     def close(self) -> None:
         """Close every connection this backend opened and drop its caches."""
@@ -492,6 +574,7 @@ class SQLiteBackend(SQLBackend):
         self._local = threading.local()
         with self._cache_lock:
             self._cache.clear()
+            self._columns.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -543,7 +626,9 @@ class SQLiteVectorStore(SQLStore):
             "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id > ? ORDER BY id",
             (tenant_pk, collection_pk, first),
         )]
-        conn.executemany("INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)", zip(new_ids, keywords, strict=True))
+        create_fts(conn, collection_pk)
+        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
+                         zip(new_ids, keywords, strict=True))
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -555,7 +640,9 @@ class SQLiteVectorStore(SQLStore):
         else:
             listed, values = d.any("uid", uids or [])
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
-        conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
+        if self._has_fts(conn, collection_pk):
+            conn.execute(f"DELETE FROM {fts_table(collection_pk)} WHERE rowid IN (SELECT id FROM chunks WHERE {where})",
+                         params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
             self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
@@ -563,10 +650,14 @@ class SQLiteVectorStore(SQLStore):
 
     def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
         scope = (tenant_pk, collection_pk)
-        conn.execute("DELETE FROM chunks_fts WHERE rowid IN "
-                     "(SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ?)", scope)
+        conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
+
+    @staticmethod
+    def _has_fts(conn: sqlite3.Connection, collection_pk: int) -> bool:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (fts_table(collection_pk),)).fetchone() is not None
 
     def _forget_collection(self, collection_pk: int) -> None:
         self._backend.drop_cached(collection_pk)
@@ -580,6 +671,66 @@ class SQLiteVectorStore(SQLStore):
             f"WHERE c.tenant_id = ? AND c.collection_id = ? AND {where}",
             (tenant_pk, collection_pk, *params),
         )), dtype=np.int64)
+
+    def _column(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, field: tuple[str, ...],
+                state: tuple[int, int]) -> _Column:
+        """A metadata field of the collection's chunks as a factorised column, read only as far as it changed."""
+        backend = self._backend
+        key = (collection_pk, field)
+        with backend._cache_lock:
+            column = backend._columns.get(key)
+            if column is not None and (column.mutation_seq, column.high_water) == state:
+                return column
+            if column is None or column.mutation_seq != state[0] or column.high_water > state[1]:
+                column = _Column()
+            path = "$" + "".join(f'."{segment}"' for segment in field)
+            rows = conn.execute(
+                "SELECT c.metadata -> ?, d.metadata -> ? FROM chunks c LEFT JOIN documents d "
+                "ON d.id = c.document_id AND d.tenant_id = c.tenant_id WHERE c.tenant_id = ? AND c.collection_id = ? "
+                "AND c.id > ? AND c.id <= ? ORDER BY c.id",
+                (path, path, tenant_pk, collection_pk, column.high_water, state[1]),
+            ).fetchall()
+            column.append([mine if mine is not None else theirs for mine, theirs in rows])
+            column.mutation_seq, column.high_water = state
+            backend._columns[key] = column
+            return column
+
+    def _filter_mask(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, flt: Filter,
+                     matrix: _Snapshot, state: tuple[int, int]) -> np.ndarray | None:
+        """Which rows of ``matrix`` pass ``flt``, from in-memory columns of the fields it reads.
+
+        Each leaf of the filter is evaluated once per distinct value of its field (with the Python
+        evaluator, so the semantics are the filter language's own) and mapped to the rows by their
+        codes; ``$and``, ``$or`` and ``$not`` combine the masks. None when a column does not line up
+        with the matrix (a concurrent write): the caller filters in SQL instead.
+        """
+        n = len(matrix.rowids)
+
+        def mask(node: Node) -> np.ndarray:
+            if isinstance(node, And):
+                out = np.ones(n, dtype=bool)
+                for item in node.items:
+                    out &= mask(item)
+                return out
+            if isinstance(node, Or):
+                out = np.zeros(n, dtype=bool)
+                for item in node.items:
+                    out |= mask(item)
+                return out
+            if isinstance(node, Not):
+                return ~mask(node.item)
+            column = self._column(conn, tenant_pk, collection_pk, node.field, state)
+            if column.size != n:
+                raise _Misaligned
+            leaf = Filter(node)
+            truth = np.fromiter((leaf.matches(_nested(node.field, v)) for v in column.values), dtype=bool,
+                                count=len(column.values))
+            return truth[column.codes]
+
+        try:
+            return mask(flt.root)
+        except _Misaligned:
+            return None
 
     def _matrix(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, dim: int) -> _Snapshot:
         """The collection's vectors, refreshed from the file only as far as it changed.
@@ -622,6 +773,8 @@ class SQLiteVectorStore(SQLStore):
             cache[collection_pk] = matrix
             return matrix.snapshot()
 
+
+
     def _document_pks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                       document_ids: Sequence[str]) -> np.ndarray:
         listed, values = self._d.any("uid", [str(d) for d in document_ids])
@@ -663,9 +816,11 @@ class SQLiteVectorStore(SQLStore):
                 if document_ids is not None:
                     wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids)
                     mask = np.isin(matrix.doc_rowids, wanted)
-                if compiled is not None:
-                    allowed = self._filtered_rowids(conn, tenant_pk, collection_pk, *compiled)
-                    passed = np.isin(matrix.rowids, allowed)
+                if compiled is not None and flt is not None:
+                    passed = self._filter_mask(conn, tenant_pk, collection_pk, flt, matrix, matrix.state)
+                    if passed is None:
+                        allowed = self._filtered_rowids(conn, tenant_pk, collection_pk, *compiled)
+                        passed = np.isin(matrix.rowids, allowed)
                     mask = passed if mask is None else mask & passed
                 if mask is not None:
                     positions = np.flatnonzero(mask)
@@ -712,12 +867,15 @@ class SQLiteVectorStore(SQLStore):
                 return []
             # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
             # check from the index alone, without reading each matching chunk row.
-            sql = ("SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts CROSS JOIN chunks c INDEXED BY chunks_scan "
-                   "ON c.tenant_id = ? AND c.collection_id = ? AND c.id = chunks_fts.rowid")
+            if not self._has_fts(conn, collection_pk):
+                return []  # nothing was ever written to the collection
+            fts = fts_table(collection_pk)
+            sql = (f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+                   f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid")
             params: list[Any] = [tenant_pk, collection_pk]
             if flt is not None:
                 sql += " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-            sql += " WHERE chunks_fts MATCH ?"
+            sql += f" WHERE {fts} MATCH ?"
             params.append(match)
             if document_ids is not None:
                 wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids).tolist()
@@ -738,6 +896,10 @@ class SQLiteVectorStore(SQLStore):
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
             return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows],
                               include_content)
+
+
+class _Misaligned(Exception):
+    """A metadata column does not line up with the matrix snapshot."""
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:

@@ -1,0 +1,305 @@
+"""Search latency at production size on one store, against the physical reference of a bare numpy scan.
+
+Builds N chunks of realistic Japanese text from the JSQuAD dev paragraphs
+(``../shared/data/jsquad-dev``): the paragraphs are cut into sentences, every distinct
+sentence is embedded once with the bundled embedder, and each chunk is a mix of 2-4
+sentences (consecutive ones of one paragraph, sometimes with one from another) whose vector
+is the normalised mean of its sentences' vectors, moved by a little noise (norm 0.1) so that
+repeated mixes do not tie. Embedding N texts would take hours here; the
+mixes keep the text, the vocabulary and the geometry of the real data. Chunks belong to 1,000
+documents; each carries ``bucket`` (0-999, random) in its metadata for the filtered searches.
+
+Timed, one search at a time after a warm-up, with questions from the same set (their vectors
+embedded beforehand, so the mode times exclude the embedding, reported apart as
+``query_embed_p50_ms``):
+
+* ``vector``: ``store.query`` top 10;
+* ``keyword``: ``store.keyword_search`` top 10 (BM25);
+* ``hybrid``: both legs at the hybrid depth and the default fusion (``bunko.retrieval.fuse``);
+* ``filtered_1pct`` / ``filtered_0.1pct``: ``store.query`` with ``{"bucket": {"$in": [10 values]}}`` /
+  ``{"bucket": v}``; recall against the exact answer over the passing rows is reported too;
+* ``exact_scan_p50_ms``: ``matrix @ q`` + top-10 selection over the same N x 512 float32 matrix.
+
+Ingest: ``ingest_chunks_per_s`` is N over the time to commit every batch; ``searchable_after_s``
+the time from the start until a search finds a chunk of the last batch; ``index_build_s`` the
+time of the index build that follows the bulk load (PostgreSQL's HNSW; SQLite's in-memory matrix).
+
+Usage::
+
+    python benchmarks/bench_search.py --store sqlite|postgres --chunks 100000 [--database-url URL] [--json]
+
+With ``--store postgres`` and no ``--database-url`` it starts a throwaway pgserver, as
+``bench_postgres.py`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_postgres import _Server
+
+from bunko.embedders import UniversalSentenceEncoderEmbedder, embedder_info
+from bunko.retrieval import DEFAULT_FUSION, HYBRID_DEPTH, fuse
+from bunko.stores import open_backend
+from bunko.stores.base import ChunkWrite, DocumentWrite
+from bunko.types import new_id
+
+# ../shared/data/jsquad-dev next to the checkout (or next to its parent folder, for a worktree).
+DATA = next((p / "shared" / "data" / "jsquad-dev" for p in Path(__file__).resolve().parents[1:4]
+             if (p / "shared" / "data" / "jsquad-dev").is_dir()), Path("../shared/data/jsquad-dev"))
+TOP_K = 10
+DOCUMENTS = 1000
+BUCKETS = 1000
+BATCH_CHUNKS = 2000
+_SENTENCE_RE = re.compile(r"[^。！？]+[。！？]?")
+
+
+def _stats(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1000
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p95_ms": round(float(np.percentile(ms, 95)), 2)}
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_base(data: Path) -> tuple[list[list[str]], list[str]]:
+    """The paragraphs cut into sentences, and the questions."""
+    paragraphs = []
+    for line in (data / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        text = json.loads(line)["text"]
+        sentences = [s.strip() for s in _SENTENCE_RE.findall(text) if len(s.strip()) > 5]
+        if sentences:
+            paragraphs.append(sentences)
+    questions = [json.loads(line)["text"] for line in (data / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    return paragraphs, questions
+
+
+def build_chunks(paragraphs: list[list[str]], vectors: dict[str, np.ndarray], n: int,
+                 rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+    """N chunk texts (2-4 sentences each) and their vectors (normalised means)."""
+    texts: list[str] = []
+    out = np.empty((n, 512), dtype=np.float32)
+    for i in range(n):
+        para = paragraphs[int(rng.integers(len(paragraphs)))]
+        take = int(rng.integers(2, 5))
+        start = int(rng.integers(max(1, len(para) - take + 1)))
+        picked = para[start:start + take]
+        if len(picked) < 2 or rng.random() < 0.3:  # sometimes a sentence from elsewhere
+            other = paragraphs[int(rng.integers(len(paragraphs)))]
+            picked = [*picked, other[int(rng.integers(len(other)))]]
+        texts.append("".join(picked))
+        v = np.mean([vectors[s] for s in picked], axis=0)
+        v = v / np.linalg.norm(v) + rng.normal(scale=0.1 / np.sqrt(512), size=512)  # no two chunks tie
+        out[i] = v / np.linalg.norm(v)
+    return texts, out
+
+
+def make_documents(texts: list[str], vectors: np.ndarray, buckets: np.ndarray) -> tuple[list[DocumentWrite],
+                                                                                         list[str]]:
+    """1,000 documents over the chunks (contiguous runs), and every chunk's id in row order."""
+    n = len(texts)
+    bounds = np.linspace(0, n, DOCUMENTS + 1).astype(int)
+    documents, ids = [], []
+    for d in range(DOCUMENTS):
+        lo, hi = int(bounds[d]), int(bounds[d + 1])
+        if lo == hi:
+            continue
+        chunks = []
+        for j in range(lo, hi):
+            uid = new_id()
+            ids.append(uid)
+            chunks.append(ChunkWrite(uid, texts[j], j - lo, 0, len(texts[j]), len(texts[j]),
+                                     {"chunk_index": j - lo, "bucket": int(buckets[j])}))
+        documents.append(DocumentWrite(new_id(), f"jsquad/{d}.txt", f"hash-{d}", {"source": f"jsquad/{d}.txt"},
+                                       chunks, vectors[lo:hi]))
+    return documents, ids
+
+
+def batches(documents: list[DocumentWrite]) -> list[list[DocumentWrite]]:
+    out: list[list[DocumentWrite]] = []
+    pending: list[DocumentWrite] = []
+    size = 0
+    for doc in documents:
+        pending.append(doc)
+        size += len(doc.chunks)
+        if size >= BATCH_CHUNKS:
+            out.append(pending)
+            pending, size = [], 0
+    if pending:
+        out.append(pending)
+    return out
+
+
+def exact_ids(matrix: np.ndarray, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Row indices of the exact top k (over ``rows`` if given)."""
+    m = matrix if rows is None else matrix[rows]
+    scores = m @ q
+    k = min(TOP_K, len(scores))
+    part = np.argpartition(-scores, k - 1)[:k]
+    best = part[np.argsort(-scores[part])]
+    return best if rows is None else rows[best]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = np.random.default_rng(args.seed)
+    paragraphs, questions = load_base(Path(args.data))
+    embedder = UniversalSentenceEncoderEmbedder()
+    loop = asyncio.new_event_loop()
+    sentences = sorted({s for p in paragraphs for s in p})
+    cache = Path(tempfile.gettempdir()) / f"bunko-bench-search-{len(sentences)}.npy"
+    if cache.exists():  # the sentence vectors of an earlier run (same data, same model)
+        base = np.load(cache)
+    else:
+        _log(f"embedding {len(sentences):,} sentences ...")
+        started = time.perf_counter()
+        base = loop.run_until_complete(embedder.embed_array(sentences))
+        _log(f"  {time.perf_counter() - started:.1f} s")
+        np.save(cache, np.asarray(base, dtype=np.float32))
+    vectors = dict(zip(sentences, np.asarray(base, dtype=np.float32), strict=True))
+    texts, matrix = build_chunks(paragraphs, vectors, args.chunks, rng)
+    buckets = rng.integers(0, BUCKETS, size=args.chunks)
+    documents, ids = make_documents(texts, matrix, buckets)
+    picked = [questions[int(i)] for i in rng.choice(len(questions), size=args.queries + 5, replace=False)]
+    embed_times = []
+    query_vectors = []
+    for q in picked:
+        t = time.perf_counter()
+        query_vectors.append(np.asarray(loop.run_until_complete(embedder.embed_query(q)), dtype=np.float32))
+        embed_times.append(time.perf_counter() - t)
+    loop.close()
+
+    scan_times = []
+    for q in query_vectors:
+        t = time.perf_counter()
+        exact_ids(matrix, q)
+        scan_times.append(time.perf_counter() - t)
+
+    server = None
+    folder = None
+    if args.store == "postgres":
+        if args.database_url:
+            url = args.database_url
+        else:
+            server = _Server(None)
+            url = server.url
+    else:
+        folder = tempfile.TemporaryDirectory()
+        url = f"sqlite:///{folder.name}/bench.db"
+    backend = open_backend(url)
+    try:
+        store = backend.for_tenant("bench")
+        store.ensure_collection("bench", embedder_info(embedder))
+        _log(f"ingesting {args.chunks:,} chunks into {args.store} ...")
+        started = time.perf_counter()
+        build_s = 0.0
+        with store.bulk_load("bench"):
+            for batch in batches(documents):
+                store.write_documents("bench", batch)
+            written = time.perf_counter()
+            last = ids[-1]
+            hits = store.query("bench", matrix[-1], TOP_K)  # identical mixes may tie: look at the top 10
+            searchable = time.perf_counter()
+            assert last in {h.chunk_id for h in hits}, "the last chunk written is not found"
+            build_started = time.perf_counter()
+        build_s = time.perf_counter() - build_started
+        store.query("bench", matrix[0], 1)  # the first search after the build (loads SQLite's matrix)
+        build_s = time.perf_counter() - build_started
+        _log(f"  written in {written - started:.1f} s, index {build_s:.1f} s")
+        position = {uid: i for i, uid in enumerate(ids)}
+
+        filters = {
+            "filtered_1pct": ({"bucket": {"$in": list(range(10, 20))}},
+                              np.flatnonzero((buckets >= 10) & (buckets < 20))),
+            "filtered_0.1pct": ({"bucket": 7}, np.flatnonzero(buckets == 7)),
+        }
+        timings: dict[str, list[float]] = {m: [] for m in ("vector", "keyword", "hybrid", *filters)}
+        recall: dict[str, list[float]] = {m: [] for m in ("vector", *filters)}
+        depth = TOP_K * HYBRID_DEPTH
+        for i, (question, q) in enumerate(zip(picked, query_vectors, strict=True)):
+            warm = i < 5
+            t = time.perf_counter()
+            found = store.query("bench", q, TOP_K)
+            elapsed = time.perf_counter() - t
+            if not warm:
+                timings["vector"].append(elapsed)
+                truth = set(exact_ids(matrix, q).tolist())
+                recall["vector"].append(len(truth & {position[h.chunk_id] for h in found}) / len(truth))
+            t = time.perf_counter()
+            store.keyword_search("bench", question, TOP_K)
+            elapsed = time.perf_counter() - t
+            if not warm:
+                timings["keyword"].append(elapsed)
+            t = time.perf_counter()
+            semantic = store.query("bench", q, depth, include_content=False)
+            keyword = store.keyword_search("bench", question, depth)
+            fuse([("vector", DEFAULT_FUSION.vector_weight, semantic),
+                  ("keyword", DEFAULT_FUSION.keyword_weight, keyword)], TOP_K, DEFAULT_FUSION)
+            elapsed = time.perf_counter() - t
+            if not warm:
+                timings["hybrid"].append(elapsed)
+            for name, (flt, rows) in filters.items():
+                t = time.perf_counter()
+                found = store.query("bench", q, TOP_K, filter=flt)
+                elapsed = time.perf_counter() - t
+                if not warm:
+                    timings[name].append(elapsed)
+                    truth = set(exact_ids(matrix, q, rows).tolist())
+                    recall[name].append(len(truth & {position[h.chunk_id] for h in found}) / len(truth))
+        report: dict[str, Any] = {
+            "store": args.store,
+            "chunks": args.chunks,
+            "exact_scan_p50_ms": _stats(scan_times)["p50_ms"],
+            "query_embed_p50_ms": _stats(embed_times)["p50_ms"],
+            "modes": {m: _stats(s) for m, s in timings.items()},
+            "recall_at_10": {m: round(float(np.mean(r)), 4) for m, r in recall.items()},
+            "ingest_chunks_per_s": round(args.chunks / (written - started), 1),
+            "searchable_after_s": round(searchable - started, 2),
+            "index_build_s": round(build_s, 2),
+            "queries": args.queries,
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        }
+        exact = report["exact_scan_p50_ms"]
+        report["ratios_to_exact_scan"] = {m: round(v["p50_ms"] / exact, 2) for m, v in report["modes"].items()}
+        return report
+    finally:
+        backend.close()
+        if server is not None:
+            server.close()
+        if folder is not None:
+            folder.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=["sqlite", "postgres"], required=True)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=100, help="timed questions (after 5 warm-up ones)")
+    parser.add_argument("--database-url", default=None, help="postgresql:// URL (default: a throwaway pgserver)")
+    parser.add_argument("--data", default=str(DATA), help="the JSQuAD dev folder (corpus.jsonl, queries.jsonl)")
+    parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        for key, value in report.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""Store internals of search at scale, on both stores: per-tenant keyword statistics, analyzers,
+fast filtered vector search."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bunko.engine import Bunko
+from bunko.stores import open_backend
+from bunko.stores.base import StoreBackend
+from bunko.testing.store_suite import INFO, make_document, unit_vectors
+from bunko.types import Document
+
+QUERY = "水の備蓄 emergency water storage"
+B_TEXTS = [
+    "災害に備えて水の備蓄を進めましょう。Emergency water storage needs three litres a day.",
+    "非常食と飲料水を家族の人数分用意します。",
+    "Store water in clean containers and rotate the storage every six months.",
+    "地震のときは家具の転倒に注意してください。",
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'stores.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture()
+def store_backend(db_url: str) -> Iterator[StoreBackend]:
+    backend = open_backend(db_url)
+    yield backend
+    backend.close()
+
+
+def _results(engine: Bunko, tenant: str) -> dict[str, list[tuple[str, float]]]:
+    scope = engine.tenant(tenant)
+    return {mode: [(h.chunk_id, h.score) for h in scope.search(QUERY, "docs", mode=mode, top_k=4).results]
+            for mode in ("keyword", "hybrid")}
+
+
+def test_a_tenants_results_do_not_move_when_another_tenant_ingests(db_url: str, embedder) -> None:
+    """Tenant B's keyword and hybrid ids and scores are identical before and after tenant A loads
+    thousands of chunks full of the query's terms (keyword statistics are per collection)."""
+    with Bunko(db_url, embedder=embedder) as engine:
+        b = engine.tenant("tenant-b")
+        for i, text in enumerate(B_TEXTS):
+            b.add_document(Document(text, {"source": f"b{i}.txt"}), "docs")
+        before = _results(engine, "tenant-b")
+        assert before["keyword"] and before["hybrid"]
+
+        a = engine.backend.for_tenant("tenant-a")
+        a.ensure_collection("docs", INFO)
+        flood = "水の備蓄 水の備蓄 emergency water water storage 備蓄 水"
+        for batch in range(6):
+            a.write_documents("docs", [
+                make_document(f"a{batch}-{d}.txt", [f"{flood} {batch} {d} {i}" for i in range(50)],
+                              unit_vectors(50, seed=batch * 100 + d))
+                for d in range(10)])
+        assert a.count("docs") == 3000
+        assert engine.tenant("tenant-a").store.keyword_search("docs", QUERY, 3)  # A's flood is searchable
+
+        after = _results(engine, "tenant-b")
+    assert after == before
+
+
+def test_postgres_searches_during_a_concurrent_hnsw_build_are_exact(pg_url: str) -> None:
+    """While CREATE INDEX CONCURRENTLY runs, searches and writes go on, the searches exact; the
+    planner uses the index once it is valid.
+
+    An open reader transaction holds the build in its last phase (it waits for older snapshots),
+    with the index in the catalog but not valid: the test searches and writes then, and lets go.
+    """
+    import threading
+    import time
+
+    from bunko.stores.postgres import PostgresBackend, PostgresSettings
+
+    from .pg import psycopg
+
+    loader = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=10**9))  # never builds by itself
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1000))
+    try:
+        writer = loader.for_tenant("t")
+        writer.ensure_collection("c", INFO)
+        writer.ensure_collection("other", INFO)
+        vectors = unit_vectors(3000, seed=5)
+        docs = [make_document(f"d{i}.txt", [f"text {i} {j}" for j in range(100)], vectors[i * 100:(i + 1) * 100])
+                for i in range(30)]
+        writer.write_documents("c", docs)
+        row_of = {d.id: i * 100 for i, d in enumerate(docs)}
+        queries = unit_vectors(10, seed=6)
+        truth = [set(np.argsort(-(vectors @ q))[:10].tolist()) for q in queries]
+        store = backend.for_tenant("t")
+        with psycopg.connect(pg_url) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute("SELECT count(*) FROM bunko.tenants").fetchone()  # takes the old snapshot
+            building = threading.Thread(target=store.build_index, args=("c",))
+            building.start()
+            with psycopg.connect(pg_url, autocommit=True) as watch:
+                deadline = time.monotonic() + 300  # only catches a hang
+                while not watch.execute("SELECT count(*) FROM pg_index WHERE indexrelid = "
+                                        "to_regclass('bunko.chunks_hnsw_' || %s) AND NOT indisvalid",
+                                        (_collection_pk(watch),)
+                                        ).fetchone()[0]:
+                    assert building.is_alive() and time.monotonic() < deadline
+                    time.sleep(0.05)
+            for q, expected in zip(queries, truth, strict=True):  # the index exists but is not valid
+                hits = store.query("c", q, 10, include_content=False)
+                assert store.last_plan == "exact"
+                assert {row_of[h.document_id] + h.chunk_index for h in hits} == expected
+            writer.write_document("other", make_document("late.txt", ["late"], unit_vectors(1, 7)))  # not blocked
+            assert building.is_alive()
+            reader.rollback()
+        building.join(timeout=300)
+        assert not building.is_alive()
+        store.query("c", queries[0], 10)
+        assert store.last_plan == "hnsw"  # valid now: the planner uses it
+    finally:
+        backend.close()
+        loader.close()
+
+
+def _collection_pk(conn) -> int:
+    return int(conn.execute("SELECT id FROM bunko.collections WHERE name = 'c'").fetchone()[0])
+
+
+def test_postgres_keyword_statistics_stay_exact_through_writes_replacements_and_deletes(pg_url: str) -> None:
+    """keyword_df, kept by every write and delete, equals a recount from the stored tsvectors
+    (the statement migration m006 fills it with), and BM25 reads it."""
+    from bunko.stores import pg_migrations
+    from bunko.stores.postgres import PostgresBackend
+
+    from .pg import psycopg
+
+    backend = PostgresBackend(pg_url)
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="combined_en")
+        texts = ["水の備蓄は三日分。Running water supplies", "備蓄品の点検を行う。water", "地震と津波に備える"]
+        docs = [make_document(f"d{i}.txt", texts[i:] + texts[:i], unit_vectors(3, i)) for i in range(3)]
+        store.write_documents("c", docs)
+        store.write_document("c", make_document("d0.txt", ["水の入れ替え 水 水"], unit_vectors(1, 9)))  # a new version
+        store.delete_documents([docs[1].id])
+        store.upsert("c", [])
+        hits = store.keyword_search("c", "水の備蓄 running", 5)
+        assert hits and all(h.score > 0 for h in hits)
+        with psycopg.connect(pg_url) as conn:
+            kept = dict(conn.execute("SELECT term, df FROM bunko.keyword_df WHERE df > 0").fetchall())
+            recount = dict(conn.execute(
+                "SELECT term, count(*) FROM (SELECT DISTINCT c.id, t.term FROM bunko.chunks c, LATERAL ("
+                + pg_migrations.KEYWORD_TERMS.format(fts="c.fts") + ") t) x GROUP BY term").fetchall())
+        assert kept == recount and "水 の" in kept and "run" in kept
+    finally:
+        backend.close()
+
+
+def test_sqlite_upgrade_moves_the_shared_fts_table_into_per_collection_tables(tmp_path: Path) -> None:
+    import sqlite3
+
+    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, apply_migrations
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    apply_migrations(conn, MIGRATIONS[:3])
+    conn.execute("INSERT INTO tenants (id, name) VALUES (1, 'acme')")
+    for pk in (1, 2):
+        conn.execute("INSERT INTO collections (id, tenant_id, name, embedding_provider, embedding_model, dimension, "
+                     "analyzer, chunk_count) VALUES (?, 1, ?, 'test', 'random-16', 16, 'bigram', 1)", (pk, f"c{pk}"))
+        conn.execute("INSERT INTO chunks (id, uid, tenant_id, collection_id, content, embedding) "
+                     "VALUES (?, ?, 1, ?, ?, ?)", (pk, f"u{pk}", pk, f"水 {pk}", unit_vectors(1, pk)[0].tobytes()))
+        conn.execute("INSERT INTO chunks_fts (rowid, terms) VALUES (?, ?)", (pk, f"水 {pk}"))
+    conn.execute("COMMIT")
+    conn.close()
+    backend = SQLiteBackend(path)
+    try:
+        store = backend.for_tenant("acme")
+        assert [h.chunk_id for h in store.keyword_search("c1", "水", 5)] == ["u1"]
+        assert [h.chunk_id for h in store.keyword_search("c2", "2", 5)] == ["u2"]
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("candidates", [1, 2000])
+def test_postgres_pruned_bm25_ranks_and_scores_as_sqlite(pg_url: str, tmp_path: Path, candidates: int) -> None:
+    """The MaxScore path (from one candidate per round up to the default budget) gives SQLite FTS5's
+    top-k: the same chunks, the same scores."""
+    from bunko.stores.postgres import PostgresBackend, PostgresSettings
+    from bunko.stores.sqlite import SQLiteBackend
+
+    rng = np.random.default_rng(3)
+    words = ["水", "の", "備蓄", "地震", "津波", "避難", "所", "water", "storage", "running", "emergency", "は", "を"]
+    texts = ["".join(rng.choice(words, size=int(rng.integers(3, 12)))) for _ in range(300)]
+    queries = ["水の備蓄", "避難所の地震", "emergency water running", "津波は", "の", "storage 水"]
+    results = []
+    for backend in (SQLiteBackend(tmp_path / "s.db"),
+                    PostgresBackend(pg_url, settings=PostgresSettings(keyword_candidates=candidates))):
+        try:
+            store = backend.for_tenant("t")
+            store.ensure_collection("c", INFO, analyzer="combined_en")
+            store.write_documents("c", [make_document(f"d{i}.txt", texts[i * 30:(i + 1) * 30],
+                                                      unit_vectors(30, i)) for i in range(10)])
+            results.append([[(h.content, round(h.score, 9)) for h in store.keyword_search("c", q, 7)]
+                            for q in queries])
+        finally:
+            backend.close()
+    sqlite, postgres = results
+    for q, a, b in zip(queries, sqlite, postgres, strict=True):
+        assert a, q
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-6), q
+        # Chunks with equal scores may come in either order: compare the chunks whose score is unique.
+        scores = [round(s, 6) for _, s in a]
+        unique = [i for i, s in enumerate(scores) if scores.count(s) == 1]
+        assert [a[i][0] for i in unique] == [b[i][0] for i in unique], q
