@@ -206,6 +206,8 @@ class IsolationMachine(RuleBasedStateMachine):
         self.acting = (tenant, user)
 
     def _counts(self, tenant: str) -> tuple[int, int]:
+        # Usage records and search logs are written by a background thread: wait for what is queued.
+        self.world.engine.flush_usage()
         store = self.store(tenant)
         return (sum(u.calls for u in store.usage_summary()), len(store.search_log(10**6)))
 

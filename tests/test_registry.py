@@ -201,7 +201,7 @@ def test_analyzer_replaced_by_registration_is_not_served_from_the_cache() -> Non
     (lambda: get_llm("nope:x"), UnknownProviderError, "unknown LLM provider 'nope'; available: anthropic, gemini"),
     (lambda: get_reranker("nope"), UnknownProviderError, "unknown reranker 'nope'; available: cohere, cross-encoder"),
     (lambda: get_splitter("nope"), UnknownProviderError, "unknown splitter 'nope'; available: recursive, token"),
-    (lambda: get_analyzer("nope"), ConfigError, "unknown analyzer 'nope'; available: bigram, combined, sudachi"),
+    (lambda: get_analyzer("nope"), ConfigError, "unknown analyzer 'nope'; available: bigram, bigram_en, combined"),
     (lambda: loaders.mime_type("nope"), UnknownProviderError, "unknown file kind 'nope'; available: docx, html, json"),
 ])
 def test_an_unknown_name_is_a_typed_error_listing_the_names_there_are(lookup: Callable[[], object],

@@ -736,7 +736,7 @@ class PostgresVectorStore(SQLStore):
                 if all(len(p) == 1 or (len(p[0]) == 1 and len(p[1]) == 1) for p in phrases):
                     ranked = self._bm25(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k, join,
                                         restrict, restrict_params)
-                    return self._hits(conn, tenant_pk, int(row[0]), ranked, True)
+                    return self._hits(conn, tenant_pk, int(row[0]), ranked, include_content)
                 ranked = conn.execute(
                     _BM25_SQL.format(join=join, restrict=restrict),
                     [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
