@@ -133,6 +133,7 @@ class TenantModel:
     conversations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # stored id -> (role, content)
     logs: dict[str | None, int] = field(default_factory=dict)  # search-log rows per user
     usage: dict[str | None, int] = field(default_factory=dict)  # usage records per user
+    memories: dict[str, dict[str, str]] = field(default_factory=dict)  # user -> memory id -> content
 
 
 @dataclass
@@ -455,6 +456,51 @@ class IsolationMachine(RuleBasedStateMachine):
             self.check(deleted == expected, f"{tenant}/{user}: deleting {conversation!r} removed {deleted} turns, "
                                             f"expected {expected}")
 
+    @rule(tenant=tenants, user=st.sampled_from(USERS[1:]), data=st.data())
+    def memories(self, tenant: str, user: str, data: st.DataObject) -> None:
+        """Agent memories of a user: add (new ids, or ids that exist for other tenants or users), search
+        (only the user's own come back) and delete by id (others' ids delete nothing)."""
+        action = data.draw(st.sampled_from(("add", "add", "search", "delete")), "memory action")
+        self.operate(f"memory_{action}", tenant, user)
+        model = self.models[tenant].memories.setdefault(user, {})
+        memory = self.scope(tenant, user).memory
+        foreign = sorted({i for t in TENANTS for u, m in self.models[t].memories.items()
+                          if (t, u) != (tenant, user) for i in m})
+        if action == "add":
+            ids = []
+            for _ in range(data.draw(st.integers(1, 2), "n")):
+                kind = data.draw(st.sampled_from(("new", "new", "foreign")), "memory id kind")
+                memory_id = (data.draw(st.sampled_from(foreign), "memory id") if kind == "foreign" and foreign
+                             else self.new_id("mem"))
+                if memory_id not in ids:
+                    ids.append(memory_id)
+            texts = [loose_text(tenant, data.draw(st.integers(0, 3), "variant")) for _ in ids]
+            returned = memory.add([{"id": i, "content": t} for i, t in zip(ids, texts, strict=True)], user_id=user)
+            self.check(returned == ids, f"{tenant}/{user}: memory add returned {returned}, expected {ids}")
+            model.update(zip(ids, texts, strict=True))
+        elif action == "search":
+            top_k = data.draw(st.integers(1, 6), "top_k")
+            mode = data.draw(st.sampled_from(("hybrid", "semantic", "keyword")), "memory mode")
+            query = data.draw(st.sampled_from(queries(tenant)), "query")
+            found = memory.search_memory(query, user, top_k, mode=mode)["memories"]
+            contents = [m["content"] for m in found]
+            self.check(all(c in model.values() for c in contents),
+                       f"{tenant}/{user}: memory search {mode} {query!r} returned {contents}, not all the user's")
+            self.check(len(found) == min(top_k, len(model)),
+                       f"{tenant}/{user}: memory search {mode} returned {len(found)}; {len(model)} memories, "
+                       f"top_k {top_k}")
+        else:
+            own = sorted(model)
+            ids = data.draw(st.lists(st.sampled_from(own), max_size=2, unique=True), "own") if own else []
+            ids += foreign[: data.draw(st.integers(0, 3), "foreign")]
+            ids = list(dict.fromkeys(ids)) or ["mem-missing"]
+            deleted = memory.delete(user, memory_ids=ids)
+            expected = [i for i in ids if i in model]
+            self.check(deleted == len(expected), f"{tenant}/{user}: deleting memories {ids} removed {deleted}, "
+                                                 f"expected {len(expected)}")
+            for i in expected:
+                del model[i]
+
     @rule(tenant=tenants)
     def logs(self, tenant: str) -> None:
         """The search log and usage of a tenant hold only its own searches."""
@@ -477,7 +523,8 @@ class IsolationMachine(RuleBasedStateMachine):
         prefix = conversation_prefix(user)
         turns = sum(len(v) for k, v in model.conversations.items() if k.startswith(prefix))
         expected = {"documents": len(docs), "jobs": len(docs), "searchLogs": model.logs.get(user, 0),
-                    "usageRecords": model.usage.get(user, 0), "conversationTurns": turns, "collections": 0}
+                    "usageRecords": model.usage.get(user, 0), "conversationTurns": turns, "collections": 0,
+                    "memories": len(model.memories.get(user, {}))}
         self.check(erasure.to_dict() == expected, f"{tenant}: erasing {user} removed {erasure.to_dict()}, "
                                                   f"expected {expected}")
         for c in COLLECTIONS:
@@ -485,6 +532,7 @@ class IsolationMachine(RuleBasedStateMachine):
         model.conversations = {k: v for k, v in model.conversations.items() if not k.startswith(prefix)}
         model.logs.pop(user, None)
         model.usage.pop(user, None)
+        model.memories.pop(user, None)
         self.counted[tenant] = self._counts(tenant)
 
     @rule(tenant=tenants)
@@ -569,6 +617,9 @@ class IsolationMachine(RuleBasedStateMachine):
         out["conversations"] = {i: [(t.role, t.content) for t in store.conversation(i)]
                                 for i in store.conversation_ids()}
         out["jobs"] = sorted((j.id, j.user_id) for j in self.records.list_jobs(store))
+        memory = Tenant(self.engine, store).memory
+        out["memories"] = {u: sorted((m["metadata"]["memory_id"], m["content"]) for m in memory.list(u, limit=None))
+                           for u in USERS[1:]}
         out["usage"], out["logs"] = self._counts(tenant)
         return out
 
@@ -586,6 +637,7 @@ class IsolationMachine(RuleBasedStateMachine):
             }
         out["conversations"] = model.conversations
         out["jobs"] = sorted((d.id, d.user) for d in self.all_docs(tenant).values() if d.user is not None)
+        out["memories"] = {u: sorted(model.memories.get(u, {}).items()) for u in USERS[1:]}
         out["usage"], out["logs"] = sum(model.usage.values()), sum(model.logs.values())
         return out
 

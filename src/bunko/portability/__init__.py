@@ -84,7 +84,8 @@ def _canonical(kind: str, record: dict[str, Any]) -> bytes:
     if kind == "conversations":
         record = {**record, "turns": [{k: v for k, v in t.items() if k != "created_at"} for t in record["turns"]]}
     elif kind == "memories":
-        # The memory store normalises vectors as it writes them: the digest takes them to 5 decimals.
+        # The memory store normalises vectors that are not of unit length as it writes them: the digest
+        # takes them to 5 decimals.
         vector = np.frombuffer(base64.b64decode(record["vector"]), dtype="<f4")
         record = {**record, "vector": [round(float(x), 5) for x in vector]}
     return json.dumps([kind, record], sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -161,8 +161,11 @@ class SQLMemories:
             raise VectorStoreError(f"{len(items)} memories but vectors of shape {matrix.shape}")
         if not np.all(np.isfinite(matrix)):
             raise VectorStoreError("vectors contain NaN or infinite values")
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        matrix = (matrix / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+        # Rows already of unit length are kept as they are: normalising them again moves the last bits, so
+        # a memory exported and imported would not come back bit for bit.
+        norms = np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
+        norms = np.where((norms == 0) | (np.abs(norms - 1.0) <= 1e-5), 1.0, norms)
+        matrix = (matrix / norms).astype(np.float32)
         with self._store.session() as (conn, tenant_pk):
             info = self._store_info(self._store_row(conn, tenant_pk, store))
         if matrix.shape[1] != info.dimension:
