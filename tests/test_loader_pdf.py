@@ -489,6 +489,7 @@ def test_no_spaces_between_cjk_characters() -> None:
         ("第 4817 号", "第 4817 号"),
         ("見出し\n 本文", "見出し\n 本文"),  # line breaks are not spaces
     ],
+    ids=["after-comma", "parentheses", "ideographic-space", "latin", "indent", "korean", "digits", "newline"],
 )
 def test_cjk_spaces(raw: str, clean: str) -> None:
     assert pdf_loader._clean(raw) == clean
