@@ -198,6 +198,23 @@ def test_japanese_docx(tmp_path: Path) -> None:
     assert meta["filename"] == "規程.docx"
 
 
+def test_docx_soft_hyphens_are_dropped(tmp_path: Path) -> None:
+    """A soft hyphen is a line-break hint: typed into the text (U+00AD) or as ``w:softHyphen``, it is not text."""
+    from docx.oxml import OxmlElement
+
+    doc = docx.Document()
+    paragraph = doc.add_paragraph("Silben\u00adtrennung mit wei\u00adchem Strich. ")
+    run = paragraph.add_run("Donau")
+    run._r.append(OxmlElement("w:softHyphen"))
+    text = OxmlElement("w:t")
+    text.text = "dampfschiff"
+    run._r.append(text)
+    path = tmp_path / "trennung.docx"
+    doc.save(path)
+    [document] = load_docx(path, LoadOptions())
+    assert document.content == "Silbentrennung mit weichem Strich. Donaudampfschiff"
+
+
 def test_broken_docx_raises_corrupt(tmp_path: Path) -> None:
     """Truncated files, ZIPs without a document and malformed XML are CorruptDocumentError."""
     good = _japanese_docx(tmp_path / "good.docx").read_bytes()

@@ -51,6 +51,13 @@ READING_ORDER = {
         "道路交通法施行令（昭和三十五年政令第二百七十号）の一部を次のように改正する。"
         "第一条の二第四項第三号中「一・五メートル」を「一メートル」に改め、同条第五項第三号中「第",
     ],
+    # two tiers, drawn column by column across them: each tier is read whole, the upper one first
+    "tiers_ja.pdf": [
+        "序わたくしといふ現象は假定された有機交流電燈のひとつの青い照明です（あらゆる透明な幽霊の複合体）"
+        "風景やみんなといっしょにせはしくせはしく明滅しながらいかにもたしかにともりつづける"
+        "因果交流電燈のひとつの青い照明です（ひかりはたもち、その電燈は失はれ）すべてこれらの命題は"
+        "心象や時間それ自身の性質として第四次延長のなかで主張されます大正十三年一月廿日宮澤賢治",
+    ],
 }
 
 # Scans with a text layer on some pages only: the pages without one. The repository's manifest
@@ -268,8 +275,10 @@ def test_load_path_sniffs_the_content(tmp_path: Path, folder: Path, horizontal: 
 @pytest.mark.parametrize(
     ("folder", "plain", "consulted"),
     [
-        (FIXTURES, ["report.pdf", "bousai_ja.pdf", "partly_scanned.pdf", "owner_password_only.pdf"],
-         ["haru_to_shura_jo.pdf"]),  # vertical: PDFium's column order is not trusted
+        (FIXTURES, ["report.pdf", "bousai_ja.pdf", "partly_scanned.pdf", "owner_password_only.pdf",
+                    "hyphenation.pdf", "spacing_ja.pdf"],
+         ["haru_to_shura_jo.pdf", "tiers_ja.pdf",  # vertical: PDFium's column order is not trusted
+          "two_columns.pdf"]),  # page 1 is drawn row by row across its columns (page 2 column by column)
         pytest.param(SHARED_DOCUMENTS, ["tracemonkey.pdf", "pdkids.pdf", "GeoTopo-komprimiert.pdf",
                                         "nlp2004slides.pdf", "issue16538.pdf", "normal_4pages.pdf"],
                      ["jo.pdf",  # vertical: PDFium's column order is wrong
@@ -419,3 +428,181 @@ def test_garble_detection(text: str, garbled: bool) -> None:
 
 def test_cid_codes_are_never_stored() -> None:
     assert pdf_loader._clean("before (cid:1) after\x04 \ufffd") == "before  after"
+
+
+# --- text fidelity: hyphenation, spaces in CJK text, reading order ---------------------------
+
+CJK_SPACE = re.compile(
+    "(?<=[\u3001-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff01-\uff0f\uff1a-\uff20])"
+    "[^\\S\\n]+(?=[\u3001-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff01-\uff0f\uff1a-\uff20])"
+)
+HYPHEN_MARKS = re.compile("[\ufffe\u00ad\x02]")
+
+
+def one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_words_hyphenated_at_line_ends_are_joined() -> None:
+    content = one_line(loaded(FIXTURES / "hyphenation.pdf").content)
+    assert not HYPHEN_MARKS.search(content)
+    assert "the reader has to compile the two halves" in content
+    assert "A reader of a well-known text" in content  # the document writes it with a hyphen elsewhere
+    assert "print a soft hyphen instead" in content  # U+00AD at the line end
+    assert "never printed: midline." in content  # U+00AD inside a line
+    assert "the Schwarz-Weiß photographs of the COVID-19 years." in content  # a capital, a digit: compounds
+
+
+def test_hyphenation_rules() -> None:
+    join = pdf_loader._join_hyphenated
+    assert join(["com\ufffepile", "pile"]) == ["compile", "pile"]
+    assert join(["a well-known rule", "a well\ufffeknown text"]) == ["a well-known rule", "a well-known text"]
+    assert join(["Trace\ufffeMonkey, as TraceMonkey"]) == ["TraceMonkey, as TraceMonkey"]  # the joined form occurs
+    assert join(["Schwarz\ufffeWeiß", "COVID\ufffe19", "220px\ufffeYellow_River"]) == [
+        "Schwarz-Weiß", "COVID-19", "220px-Yellow_River"]
+    assert join(["trailing\ufffe", "\ufffeleading"]) == ["trailing-", "-leading"]
+    assert join(["no marks - at all"]) == ["no marks - at all"]
+    # pdfminer's line-end hyphens and soft hyphens are marked the same way before the decision
+    prepared = pdf_loader._prepare("com-\npile, hy\u00ad\nphen, mid\u00adline, 1-\n2")
+    assert prepared == "com\ufffepile, hyphen, midline, 1-\n2"
+
+
+def test_no_spaces_between_cjk_characters() -> None:
+    document = loaded(FIXTURES / "spacing_ja.pdf")
+    assert not CJK_SPACE.search(document.content)
+    lines = document.content.splitlines()
+    assert "歩行者は、道路を横断してはならない。" in lines
+    assert "自転車は、横断歩道（自転車横断帯を含む。）を徐行して通行する。" in lines
+    assert "bunko の検索画面で「横断」と入力してください。" in document.content  # a space beside Latin stays
+    assert "Latin words keep their spaces." in lines
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("歩行者は、 道路を横断", "歩行者は、道路を横断"),
+        ("法律（ 平成十九年法律第九十号） の一部", "法律（平成十九年法律第九十号）の一部"),
+        ("大正十三年一月廿日\u3000\u3000宮澤賢治", "大正十三年一月廿日宮澤賢治"),
+        ("検索 エンジン bunko の 検索", "検索エンジン bunko の検索"),  # Latin keeps its spaces
+        ("\u3000\u3000（あるひは修羅の十億年）", "（あるひは修羅の十億年）"),  # an indent is not between characters
+        ("코로나 관련 보험약관", "코로나 관련 보험약관"),  # Korean separates words with spaces
+        ("第 4817 号", "第 4817 号"),
+        ("見出し\n 本文", "見出し\n 本文"),  # line breaks are not spaces
+    ],
+    ids=["after-comma", "parentheses", "ideographic-space", "latin", "indent", "korean", "digits", "newline"],
+)
+def test_cjk_spaces(raw: str, clean: str) -> None:
+    assert pdf_loader._clean(raw) == clean
+
+
+def test_columns_are_read_one_after_the_other() -> None:
+    document = loaded(FIXTURES / "two_columns.pdf")
+    title = "Reading Room and Bindery"
+    left = ("The reading room opens at nine in the morning and closes at eight in the evening. Visitors sign the "
+            "register at the desk and leave their coats and bags in the lockers beside the entrance. Pencils are "
+            "allowed, ink is not. The staff bring books from the closed stacks within twenty minutes of a request; "
+            "rare books are read at the long table under the north window, where the light is best. Photographs "
+            "need the permission of the librarian on duty, who notes the pages in the daybook.")
+    right = ("The bindery in the basement repairs about forty volumes a week. Loose boards are reattached with linen "
+             "tape, torn pages are mended with thin Japanese tissue and wheat starch paste, and brittle newspapers "
+             "are boxed rather than rebound. Each repair is recorded on a slip kept inside the back cover, so the "
+             "next binder knows which materials were used. The bindery also makes the grey boxes for the map "
+             "collection and the cloth covers for the music scores that circulate most often.")
+    # page 1 draws the columns row by row across the page, page 2 one after the other: the same text
+    assert [one_line(part.text) for part in document.parts] == [f"{title} {left} {right}"] * 2
+
+
+def test_interleaved_columns_are_detected_from_pdfium_rectangles() -> None:
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    found = {}
+    for name in ("two_columns.pdf", "report.pdf", "hyphenation.pdf"):
+        pdf = pypdfium2.PdfDocument(FIXTURES / name)
+        try:
+            for index in range(len(pdf)):
+                textpage = pdf[index].get_textpage()
+                lines = textpage.get_text_range().count("\n") + 1
+                found[(name, index + 1)] = pdf_loader._interleaved_columns(textpage.raw, lines, pdfium_c)
+                textpage.close()
+        finally:
+            pdf.close()
+    assert [key for key, value in found.items() if value] == [("two_columns.pdf", 1)]
+
+
+def test_tiers_are_read_one_after_the_other() -> None:
+    content = loaded(FIXTURES / "tiers_ja.pdf").content
+    assert squash(content) == READING_ORDER["tiers_ja.pdf"][0]
+
+
+def test_reading_order_of_blocks() -> None:
+    def block(x0: float, y0: float, x1: float, y1: float, text: str, vertical: bool = False) -> Any:
+        return pdf_loader._Block(x0, y0, x1, y1, text, vertical)
+
+    horizontal = [  # a title over two columns of two paragraphs each, and a page number under them
+        block(300, 500, 550, 600, "right-top"), block(50, 700, 550, 750, "title"),
+        block(50, 300, 280, 480, "left-bottom"), block(300, 300, 550, 480, "right-bottom"),
+        block(50, 500, 280, 600, "left-top"), block(280, 250, 320, 270, "page"),
+    ]
+    assert [b.text for b in pdf_loader._reading_order(horizontal)] == [
+        "title", "left-top", "left-bottom", "right-top", "right-bottom", "page"]
+    vertical = [  # two tiers of three columns each (right to left), the columns of both tiers at one x
+        block(x, y0, x + 10, y1, f"{tier}{n}", True)
+        for tier, (y0, y1) in (("lower", (100, 300)), ("upper", (400, 600)))
+        for n, x in enumerate((500, 480, 460))
+    ]
+    assert [b.text for b in pdf_loader._reading_order(vertical)] == [
+        "upper0", "upper1", "upper2", "lower0", "lower1", "lower2"]
+
+
+# --- text fidelity on the shared corpus: every document, split as ingest splits it ------------
+
+
+def _shared_chunks() -> dict[str, list[str]]:
+    from bunko.indexing import IndexManager
+    from bunko.preprocess import Preprocessor
+    from bunko.splitters import DEFAULT_SPLITTER, build_splitter
+
+    chunker = build_splitter(dict(DEFAULT_SPLITTER))
+    manager = IndexManager(Preprocessor(), chunker, embedder=None, vector_store=None)  # type: ignore[arg-type]
+    chunks: dict[str, list[str]] = {}
+    for record in read_manifest(SHARED_DOCUMENTS):
+        try:
+            documents = load_path(record["path"], LoadOptions(password=record.get("password")))
+        except LoaderError:
+            continue  # scans, broken files: what they raise is checked by the manifest tests
+        chunks[record["file"]] = [c.content for d in documents for c in chunker.split(manager.normalize(d)[0])]
+    return chunks
+
+
+@shared_data
+def test_shared_corpus_chunks_are_free_of_hyphenation_marks_and_cjk_spaces() -> None:
+    records = read_manifest(SHARED_DOCUMENTS)
+    assert len(records) == 31
+    chunks = _shared_chunks()
+    assert len(chunks) >= 27 and sum(len(c) for c in chunks.values()) > 1000
+    marks = {name: sum(len(HYPHEN_MARKS.findall(c)) for c in texts) for name, texts in chunks.items()}
+    assert sum(marks.values()) == 0, {k: v for k, v in marks.items() if v}
+    japanese = [r["file"] for r in records if r["kind"] == "pdf" and r["language"] == "ja"]
+    assert set(japanese) >= {"jo.pdf", "kampo.pdf", "nlp2004slides.pdf", "issue16538.pdf"}
+    spaces = {name: [m.group() for c in chunks[name] for m in CJK_SPACE.finditer(c)] for name in japanese}
+    assert not any(spaces.values()), spaces
+    joined = squash(" ".join(chunks["tracemonkey.pdf"]))
+    assert "moredifficulttocompilethanstaticallytypedones" in joined  # com-pile, at a line end
+    assert "Schwarz-Weiß" in " ".join(chunks["GeoTopo-komprimiert.pdf"])
+
+
+@shared_data
+def test_shared_jo_tiers_are_read_one_after_the_other() -> None:
+    """jo.pdf: two tiers whose columns share x positions; the upper tier is read whole, then the lower one."""
+    content = squash(loaded(SHARED_DOCUMENTS / "jo.pdf").content)
+    for seam in [
+        # upper-tier columns either side of a lower-tier column at the same x
+        "ひとつの青い照明です（ひかりはたもち、その電燈は失はれ）これらは二十二箇月の",
+        "そのとほりの心象スケッチですこれらについて人や銀河や修羅や海膽は",
+        # the last column of the upper tier, then the first of the lower one
+        "みんなのおのおののなかのすべてですから）けれどもこれら新世代沖積世の",
+        "しかもわたくしも印刷者もそれを変らないとして感ずることは傾向としてはあり得ます",
+        "第四次延長のなかで主張されます大正十三年一月廿日宮澤賢治",
+    ]:
+        assert seam in content, seam

@@ -118,6 +118,64 @@ DAMAGED_LINES = [
 
 SCANNED_TEXT = ["Page two is the only page with a text layer.", "The other pages are images of paper."]
 
+# Written for these tests. Words broken at line ends: by a hyphen (com-pile, well-known, Schwarz-Weiß,
+# COVID-19) or by a soft hyphen U+00AD (hy-phen), and a soft hyphen in the middle of a line.
+HYPHENATION_LINES = [
+    "Hyphenation at Line Ends",
+    "",
+    "A well-known rule of typesetting breaks a long word at",
+    "the end of a line, and the reader has to com-",
+    "pile the two halves. A reader of a well-",
+    "known text hardly notices it. Some fonts print a soft hy\u00ad",
+    "phen instead, and a soft hyphen inside a line is never",
+    "printed: mid\u00adline. Compounds keep their hyphen, as in the",
+    "Schwarz-",
+    "Weiß photographs of the COVID-",
+    "19 years.",
+]
+
+# Written for these tests: the two columns of a page, one line per item.
+COLUMN_TITLE = "Reading Room and Bindery"
+LEFT_COLUMN = [
+    "The reading room opens at nine in the",
+    "morning and closes at eight in the evening.",
+    "Visitors sign the register at the desk and",
+    "leave their coats and bags in the lockers",
+    "beside the entrance. Pencils are allowed,",
+    "ink is not. The staff bring books from the",
+    "closed stacks within twenty minutes of a",
+    "request; rare books are read at the long",
+    "table under the north window, where the",
+    "light is best. Photographs need the per-",
+    "mission of the librarian on duty, who",
+    "notes the pages in the daybook.",
+]
+RIGHT_COLUMN = [
+    "The bindery in the basement repairs about",
+    "forty volumes a week. Loose boards are",
+    "reattached with linen tape, torn pages are",
+    "mended with thin Japanese tissue and wheat",
+    "starch paste, and brittle newspapers are",
+    "boxed rather than rebound. Each repair is",
+    "recorded on a slip kept inside the back",
+    "cover, so the next binder knows which",
+    "materials were used. The bindery also",
+    "makes the grey boxes for the map collec-",
+    "tion and the cloth covers for the music",
+    "scores that circulate most often.",
+]
+
+# Written for these tests: horizontal Japanese set with extra space after 、 and around （ ）, as
+# gazettes set proportional punctuation; readers see the gaps and put spaces there.
+SPACING_LINES = [
+    "道路の横断について",
+    "",
+    "歩行者は、道路を横断してはならない。",
+    "自転車は、横断歩道（自転車横断帯を含む。）を徐行して通行する。",
+    "詳しくは、bunko の検索画面で「横断」と入力してください。",
+    "Latin words keep their spaces.",
+]
+
 # Akutagawa Ryunosuke (1892-1927), 「羅生門」 (1915): public domain. Its first paragraph.
 RASHOMON = (
     "羅生門\n"
@@ -434,6 +492,17 @@ def japan1_cids() -> dict[str, int]:
     return table
 
 
+SOFT_HYPHEN_CMAP = (
+    b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+    b"/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n"
+    b"/CMapName /Adobe-Identity-UCS def /CMapType 2 def\n"
+    b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+    b"1 beginbfrange <20> <7E> <0020> endbfrange\n"
+    b"2 beginbfchar <AD> <00AD> <DF> <00DF> endbfchar\n"
+    b"endcmap CMapName currentdict /CMap defineresource pop end end\n"
+)
+
+
 class Fonts:
     """The fonts of a document: created once, shared by its pages."""
 
@@ -450,6 +519,10 @@ class Fonts:
         pdf = self.pdf
         if name == "Helvetica":
             return pdf.add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
+        if name == "Helvetica-ToUnicode":  # a ToUnicode map that reads code 0xAD as the soft hyphen U+00AD
+            cmap = pdf.add(Stream(b"", SOFT_HYPHEN_CMAP))
+            return pdf.add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding "
+                           b"/ToUnicode %d 0 R >>" % cmap)
         base, encoding = {
             "Mincho-UCS2-H": ("HeiseiMin-W3", "UniJIS-UCS2-H"),  # text as UTF-16BE code units
             "Ryumin-Identity-V": ("Ryumin-Light", "Identity-V"),  # text as CIDs, vertical, no ToUnicode
@@ -476,7 +549,7 @@ def horizontal_ops(lines: list[str], font: str, size: float = 12, top: float = 7
             continue
         y = top - index * size * 1.6
         ops.append(b"1 0 0 1 %g %g Tm" % (left, y))
-        if font == "Helvetica":
+        if font.startswith("Helvetica"):
             ops.append(pdf_literal(line) + b" Tj")
         else:
             ops.append(b"<" + line.encode("utf-16-be").hex().encode() + b"> Tj")
@@ -494,6 +567,56 @@ def vertical_ops(columns: list[str], cids: dict[str, int], size: float = 14) -> 
         if missing:
             raise SystemExit(f"no Adobe-Japan1 CID for {missing}")
         ops.append(b"<" + b"".join(cids[c].to_bytes(2, "big") for c in column).hex().encode() + b"> Tj")
+    ops.append(b"ET")
+    return b"\n".join(ops)
+
+
+def column_ops(title: str, left: list[str], right: list[str], *, interleaved: bool, size: float = 10) -> bytes:
+    """A title over two columns of lines. ``interleaved`` draws them row by row across the columns
+    (a line of the left column, the line beside it in the right one, ...), as some producers do;
+    otherwise the left column is drawn before the right one."""
+    ops = [b"BT /F1 14 Tf", b"1 0 0 1 56 780 Tm", pdf_literal(title) + b" Tj", b"/F1 %g Tf" % size]
+    placed = [[(56.0, 750 - row * size * 1.4, line) for row, line in enumerate(left)],
+              [(316.0, 750 - row * size * 1.4, line) for row, line in enumerate(right)]]
+    order = [item for pair in zip(*placed, strict=True) for item in pair] if interleaved else placed[0] + placed[1]
+    for x, y, line in order:
+        ops.append(b"1 0 0 1 %g %g Tm" % (x, y))
+        ops.append(pdf_literal(line) + b" Tj")
+    ops.append(b"ET")
+    return b"\n".join(ops)
+
+
+def spaced_ops(lines: list[str], gap: int = 300, size: float = 12) -> bytes:
+    """Horizontal lines (UCS-2 text) with ``gap``/1000 em of extra space after 、 and around （ ）."""
+    ops = [b"BT /F1 %g Tf" % size]
+    for index, line in enumerate(lines):
+        if not line:
+            continue
+        pieces, piece = [], ""
+        for char in line:
+            if char == "（" and piece:
+                pieces.append(piece)
+                piece = ""
+            piece += char
+            if char in "、）":
+                pieces.append(piece)
+                piece = ""
+        pieces.append(piece)
+        ops.append(b"1 0 0 1 56 %g Tm" % (760 - index * size * 1.6))
+        hexes = [b"<" + p.encode("utf-16-be").hex().encode() + b">" for p in pieces if p]
+        ops.append(b"[" + (b" %d " % -gap).join(hexes) + b"] TJ")
+    ops.append(b"ET")
+    return b"\n".join(ops)
+
+
+def tier_ops(upper: list[str], lower: list[str], cids: dict[str, int], size: float = 14) -> bytes:
+    """Vertical columns in two tiers (段), drawn column by column across the tiers: the first column of
+    the upper tier, the first of the lower tier, the second of the upper, ..."""
+    ops = [b"BT /F1 %g Tf" % size]
+    for index, pair in enumerate(zip(upper, lower, strict=True)):
+        for top, column in zip((780, 420), pair, strict=True):
+            ops.append(b"1 0 0 1 %g %d Tm" % (540 - index * size * 1.8, top))
+            ops.append(b"<" + b"".join(cids[c].to_bytes(2, "big") for c in column).hex().encode() + b"> Tj")
     ops.append(b"ET")
     return b"\n".join(ops)
 
@@ -693,6 +816,30 @@ def fixtures() -> list[Fixture]:
             "kind": "pdf", "language": "ja", "expected": ["has_text", "vertical_text"], "pages": 1,
             "must_contain": ["わたくしといふ現象は", "因果交流電燈の", "宮澤賢治"],
             "notes": "vertical writing; non-embedded CID font Ryumin-Light Identity-V (Adobe-Japan1), no ToUnicode"}),
+        Fixture("hyphenation.pdf",
+                lambda: make_pdf([horizontal_ops(HYPHENATION_LINES, "Helvetica-ToUnicode")], "Helvetica-ToUnicode"), {
+            "kind": "pdf", "language": "en", "expected": ["has_text", "hyphenation", "soft_hyphens"], "pages": 1,
+            "must_contain": ["has to compile the two halves", "A reader of a well-known text", "a soft hyphen instead",
+                             "printed: midline.", "the Schwarz-Weiß photographs of the COVID-19 years."],
+            "notes": "words hyphenated at line ends, soft hyphens (U+00AD through a ToUnicode map)"}),
+        Fixture("two_columns.pdf", lambda: make_pdf([
+                    column_ops(COLUMN_TITLE, LEFT_COLUMN, RIGHT_COLUMN, interleaved=True),
+                    column_ops(COLUMN_TITLE, LEFT_COLUMN, RIGHT_COLUMN, interleaved=False)]), {
+            "kind": "pdf", "language": "en", "expected": ["has_text", "multi_page", "two_column"], "pages": 2,
+            "must_contain": [" ".join(LEFT_COLUMN).replace("per- ", "per"),
+                             " ".join(RIGHT_COLUMN).replace("collec- ", "collec")],
+            "notes": "the same two columns on both pages: drawn row by row across the columns on page 1, "
+                     "column by column on page 2"}),
+        Fixture("spacing_ja.pdf", lambda: make_pdf([spaced_ops(SPACING_LINES)], "Mincho-UCS2-H"), {
+            "kind": "pdf", "language": "ja", "expected": ["has_text", "horizontal_text", "spaced_punctuation"],
+            "pages": 1, "must_contain": ["歩行者は、道路を横断してはならない。", "bunko の検索画面"],
+            "notes": "extra space after 、 and around （ ） (TJ adjustments): gaps between CJK characters"}),
+        Fixture("tiers_ja.pdf", lambda: make_pdf([tier_ops(HARU_TO_SHURA[:8], HARU_TO_SHURA[8:], cids)],
+                                                 "Ryumin-Identity-V"), {
+            "kind": "pdf", "language": "ja", "expected": ["has_text", "vertical_text", "two_tiers"], "pages": 1,
+            "must_contain": ["わたくしといふ現象は", "宮澤賢治"],
+            "notes": "vertical writing in two tiers, drawn column by column across the tiers; the upper tier holds "
+                     "the first eight lines"}),
         Fixture("scanned.pdf", lambda: make_pdf([None]), {
             "kind": "pdf", "language": None, "expected": ["image_only", "no_text_layer"], "pages": 1}),
         Fixture("partly_scanned.pdf", lambda: make_pdf(scanned_pages), {

@@ -94,7 +94,9 @@ def _row_line(cells: list[str]) -> str:
 
 
 def _clean(text: str) -> str:
-    return re.sub(r"[ \t]+\n", "\n", text.replace("\v", "\n").replace("\xa0", " ")).strip()
+    """Vertical tabs as line breaks, no-break spaces as spaces, soft hyphens (U+00AD, never printed mid-line) out."""
+    text = text.replace("\v", "\n").replace("\xa0", " ").replace("\xad", "")
+    return re.sub(r"[ \t]+\n", "\n", text).strip()
 
 
 # -- Word --------------------------------------------------------------------------------

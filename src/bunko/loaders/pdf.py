@@ -1,7 +1,7 @@
 """PDF loader: pypdfium2 for every page, pdfminer.six only for the pages pypdfium2 reads badly.
 
 One ``Document`` per PDF, one ``DocumentPart`` per page that has text (``page_number``
-is 1-based). pypdfium2 (PDFium) is fast and reads most files, but three kinds of page
+is 1-based). pypdfium2 (PDFium) is fast and reads most files, but four kinds of page
 go to pdfminer.six as well, decided from measurements on PDFium's text page:
 
 * **garbled** text: ``(cid:N)`` codes, U+FFFD, private-use or control characters make
@@ -9,16 +9,28 @@ go to pdfminer.six as well, decided from measurements on PDFium's text page:
 * **vertical** Japanese (tategaki): PDFium keeps each column top to bottom but puts the
   columns out of order. Consecutive CJK characters whose boxes sit one *below* the other
   in the same column, rather than side by side on a line, mark such a page;
+* **interleaved columns**: the page's content stream draws a line of one column, then the
+  line beside it in the next column, and PDFium follows it (see ``_interleaved_columns``);
 * **missing** text: far more text objects on the page than characters PDFium extracted
   (fonts it cannot map to Unicode, e.g. CID fonts with a CMap PDFium lacks).
 
-pdfminer reads those pages with ``LAParams(detect_vertical=True)``; the cleaner and more
-complete of the two texts is kept (pdfminer's, for vertical pages). A page that neither
-reads cleanly is left out and listed in ``garbled_pages``; pages without a text layer
-(scans) are listed in ``pages_without_text``. A PDF with no text at all raises
-``NoTextError`` (OCR is not enabled), one whose every text page is garbled raises
-``GarbledTextError``. Files PDFium cannot open are tried with pdfminer before they are
-reported as corrupt.
+pdfminer reads those pages with ``LAParams(detect_vertical=True)`` and its text boxes are
+put in reading order here (``_reading_order``): horizontal text column by column, each
+column top to bottom; vertical text tier by tier (段), top to bottom, each tier's
+columns right to left. The cleaner and more complete of the two texts is kept
+(pdfminer's, for vertical and interleaved pages). A page that neither reads cleanly is
+left out and listed in ``garbled_pages``; pages without a text layer (scans) are listed
+in ``pages_without_text``. A PDF with no text at all raises ``NoTextError`` (OCR is not
+enabled), one whose every text page is garbled raises ``GarbledTextError``. Files PDFium
+cannot open are tried with pdfminer before they are reported as corrupt.
+
+The text is tidied on the way (``_clean``, ``_join_hyphenated``): a word hyphenated at a
+line end is joined back (PDFium marks such hyphens with U+FFFE, pdfminer leaves ``-``
+and a line break; soft hyphens U+00AD are dropped) and keeps its hyphen only where it is
+a compound (the hyphenated form occurs elsewhere in the document, or the second part
+starts with a capital or a digit: ``Schwarz-Weiß``); spaces an extractor put between
+two CJK characters (from the gaps of proportional punctuation, ``歩行者は、 道路``) are
+removed, while spaces between Latin words and around Latin words stay.
 """
 
 from __future__ import annotations
@@ -49,6 +61,9 @@ VERTICAL_MIN_STEPS = 8  # column steps between CJK characters needed to call a p
 MISSING_TEXT_FACTOR = 2  # text objects > 2 * extracted characters + 10: PDFium lost text
 MISSING_TEXT_SLACK = 10
 _VERTICAL_SAMPLE = 4000  # characters of a page examined for vertical writing
+_RECT_SAMPLE = 160  # text rectangles from the middle of a page examined for interleaved columns
+INTERLEAVED_MIN_ROWS = 4  # rows read across two columns needed to call a page interleaved
+COLUMN_MIN_SHARE = 0.25  # ... each side at least this share of the page's text width
 
 # PDFium is not thread-safe, and the engine loads files in worker threads.
 _PDFIUM_LOCK = threading.Lock()
@@ -60,6 +75,22 @@ _SPACE_RE = re.compile(r"\s")
 _BAD_RE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ufffd\ue000-\uf8ff\U000f0000-\U0010ffff]")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
 _CJK_RE = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\uac00-\ud7af]")
+# Characters of Chinese and Japanese text, written without spaces between words: ideographs, kana,
+# CJK punctuation and full-width punctuation (not the ideographic space U+3000, not full-width
+# letters and digits, and not Hangul: Korean puts spaces between words).
+_CJ = ("\u2e80-\u2fdf\u3001-\u303f\u3040-\u30ff\u3190-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+       "\ufe30-\ufe4f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff9f\U00020000-\U0003134f")
+_CJ_SPACE_RE = re.compile(f"(?<=[{_CJ}])[^\\S\\n]+(?=[{_CJ}])")
+# Hyphenation. PDFium replaces a hyphen that breaks a word at a line end (and the line break) with
+# U+FFFE (U+0002 in older versions); pdfminer keeps the hyphen and the line break. Both become
+# _HYPHEN here, and ``_join_hyphenated`` decides per word whether the hyphen stays.
+_HYPHEN = "\ufffe"
+_LETTER = "A-Za-z\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff"  # scripts that hyphenate at line ends
+_LINE_END_HYPHEN_RE = re.compile(f"(?<=[{_LETTER}])-[ \\t]*\\n[ \\t]*(?=[{_LETTER}])")
+_MARKED_HYPHEN_RE = re.compile("[\ufffe\x02][ \\t]*\\n?[ \\t]*")
+_SOFT_HYPHEN_RE = re.compile("\u00ad(?:[ \\t]*\\n[ \\t]*)?")  # discretionary: never printed mid-line
+_HYPHENATED_RE = re.compile("([^\\W_]*)\ufffe([^\\W_]*)")
+_WORD_RE = re.compile(r"[^\W_]+(?:-[^\W_]+)*")
 _PDF_DATE_RE = re.compile(
     r"^(?:D:)?(\d{4})(\d{2})?(\d{2})?(\d{2})?(\d{2})?(\d{2})?\s*(?:([Zz+\-])\s*(\d{2})?'?(\d{2})?'?)?"
 )
@@ -127,17 +158,64 @@ class _Candidate:
 
 
 def _prepare(text: str) -> str:
-    """Line ends to ``\\n``; PDFium's end-of-line hyphen marker (U+0002) joins the word back."""
-    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x02", "")
+    """Line ends to ``\\n``; hyphens that break a word at a line end marked with ``_HYPHEN``.
+
+    PDFium's markers (U+FFFE, or U+0002) and pdfminer's ``-`` before a line break between
+    two letters become ``_HYPHEN`` with the line break gone; soft hyphens (U+00AD) are
+    dropped, joining the line after one to it.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\u00ad" in text:
+        text = _SOFT_HYPHEN_RE.sub("", text)
+    if "\ufffe" in text or "\x02" in text:
+        text = _MARKED_HYPHEN_RE.sub(_HYPHEN, text)
+    if "-" in text:
+        text = _LINE_END_HYPHEN_RE.sub(_HYPHEN, text)
+    return text
 
 
 def _clean(text: str) -> str:
-    """The text to store: no CID codes, replacement or control characters, tidy blank lines."""
+    """The text to store: no CID codes, replacement or control characters, tidy blank lines.
+
+    Spaces between two CJK characters are removed: Japanese and Chinese put none between
+    words, and the ones here come from the gaps an extractor sees around proportional
+    punctuation or between glyphs set with extra spacing.
+    """
     text = _CID_RE.sub("", text)
     text = _CONTROL_RE.sub("", text)
+    if _CJK_RE.search(text):
+        text = _CJ_SPACE_RE.sub("", text)
     text = re.sub(r"[ \t\u3000]+\n", "\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip()
+
+
+def _join_hyphenated(texts: list[str]) -> list[str]:
+    """The texts (a document's pages) with every ``_HYPHEN`` resolved: the word joined, or a hyphen.
+
+    The hyphen stays where the word is a compound: its hyphenated form occurs elsewhere in
+    the document and its joined form does not, or (neither occurring) the second part starts
+    with a capital letter or a digit, or the first ends with a digit (``Schwarz-Weiß``,
+    ``COVID-19``). Otherwise the word is joined (``com-pile`` -> ``compile``).
+    """
+    if not any(_HYPHEN in text for text in texts):
+        return texts
+    words = {word.lower() for text in texts for word in _WORD_RE.findall(text)}
+
+    def resolve(match: re.Match[str]) -> str:
+        first, second = match.group(1), match.group(2)
+        if not first or not second:
+            return f"{first}-{second}"
+        hyphenated, joined = f"{first}-{second}".lower(), f"{first}{second}".lower()
+        if hyphenated in words and joined not in words:
+            return f"{first}-{second}"
+        if joined in words:
+            return first + second
+        if second[0].isupper() or second[0].isdigit() or first[-1].isdigit():
+            return f"{first}-{second}"
+        return first + second
+
+    return [_HYPHENATED_RE.sub(resolve, text) if _HYPHEN in text else text for text in texts]
 
 
 # --- PDFium --------------------------------------------------------------------------
@@ -147,7 +225,7 @@ def _clean(text: str) -> str:
 class _PdfiumPage:
     text: _Candidate
     needs_pdfminer: bool
-    vertical: bool
+    reorder: bool  # PDFium's text order is wrong (vertical columns, interleaved columns): prefer pdfminer's
 
 
 def _column_steps(textpage: Any, count: int, pdfium_c: Any) -> tuple[int, int]:
@@ -180,6 +258,58 @@ def _column_steps(textpage: Any, count: int, pdfium_c: Any) -> tuple[int, int]:
                 horizontal += 1
         prev = (x, y, size)
     return vertical, horizontal
+
+
+def _interleaved_columns(textpage: Any, lines: int, pdfium_c: Any) -> bool:
+    """True if PDFium's text runs across columns line by line: a line of one column, the line beside it, ...
+
+    PDFium follows the content stream; most producers draw a column at a time, some draw
+    each row of the page across all its columns. PDFium's text rectangles (one per run of a
+    line) show it: a run, then a run on the same baseline after a gap wider than the line
+    is high, then the next line back under the first run. Both runs must be wide (a share
+    of the page's text width), so label/value rows and short table cells do not count.
+    ``_RECT_SAMPLE`` rectangles from the middle of the page (its body, past any title) are
+    examined: this runs on every page, and a page of formulas has thousands of them. A page
+    with few more rectangles than ``lines`` (of PDFium's text) has no line made of two runs.
+    """
+    count = pdfium_c.FPDFText_CountRects(textpage, 0, -1)
+    if count < 3 * INTERLEAVED_MIN_ROWS or count < 1.4 * lines:
+        return False
+    first = max(0, min(count // 2 - _RECT_SAMPLE // 2, count - _RECT_SAMPLE))
+    left, top, right, bottom = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+    get_rect = pdfium_c.FPDFText_GetRect
+    runs: list[list[float]] = []  # [left, bottom, right, top] of each run of a line, in text order
+    for index in range(first, min(count, first + _RECT_SAMPLE)):
+        if not get_rect(textpage, index, left, top, right, bottom):
+            continue
+        x0, y0, x1, y1 = left.value, bottom.value, right.value, top.value
+        if runs:
+            last = runs[-1]
+            height = max(last[3] - last[1], y1 - y0, 1.0)
+            if abs(y0 - last[1]) < 0.5 * height and -0.5 * height < x0 - last[2] < height:  # the same run goes on
+                if x1 > last[2]:
+                    last[2] = x1
+                if y1 > last[3]:
+                    last[3] = y1
+                continue
+        runs.append([x0, y0, x1, y1])
+    rows = _rows_across(runs)
+    return rows >= INTERLEAVED_MIN_ROWS and 4 * rows >= len(runs)
+
+
+def _rows_across(runs: list[list[float]]) -> int:
+    """How many runs are followed by a wide run beside them and then a run back under them (see above)."""
+    if len(runs) < 3:
+        return 0
+    wide = COLUMN_MIN_SHARE * (max(r[2] for r in runs) - min(r[0] for r in runs))
+    rows = 0
+    for a, b, c in zip(runs, runs[1:], runs[2:], strict=False):
+        height = max(a[3] - a[1], b[3] - b[1], 1.0)
+        if (abs(a[1] - b[1]) < 0.5 * height and b[0] - a[2] > height  # b beside a, past a gap
+                and abs(c[0] - a[0]) < 2 * height and c[1] < a[1] - 0.5 * height  # c back under a
+                and a[2] - a[0] >= wide and b[2] - b[0] >= wide):
+            rows += 1
+    return rows
 
 
 def _form_object(pdfium_c: Any, form: Any, index: int) -> Any:
@@ -216,16 +346,18 @@ def _read_pdfium_page(pdf: Any, index: int, pdfium_c: Any) -> _PdfiumPage:
     try:
         count = textpage.count_chars()
         candidate = _Candidate.of(textpage.get_text_range() if count > 0 else "")
-        vertical = False
+        reorder = False
         if candidate.total >= 10 and len(_CJK_RE.findall(candidate.text)) * 5 >= candidate.total:
             v_steps, h_steps = _column_steps(textpage.raw, count, pdfium_c)
-            vertical = v_steps >= VERTICAL_MIN_STEPS and v_steps > h_steps
+            reorder = v_steps >= VERTICAL_MIN_STEPS and v_steps > h_steps
+        if not reorder and candidate.total >= 10:
+            reorder = _interleaved_columns(textpage.raw, candidate.text.count("\n") + 1, pdfium_c)
         missing = _text_objects_over(page.raw, MISSING_TEXT_FACTOR * max(count, 0) + MISSING_TEXT_SLACK, pdfium_c)
     finally:
         textpage.close()
         page.close()
-    needs = candidate.suspect or vertical or missing
-    return _PdfiumPage(candidate, needs, vertical)
+    needs = candidate.suspect or reorder or missing
+    return _PdfiumPage(candidate, needs, reorder)
 
 
 def _open_error(path: Path, exc: Exception, pdfium_c: Any, password: str | None) -> Exception | None:
@@ -254,15 +386,18 @@ def _pdfminer_open(data: bytes, password: str | None) -> Any:
 
 
 def _pdfminer_texts(document: Any, wanted: set[int] | None) -> dict[int, str | None]:
-    """pdfminer's text of the wanted pages (0-based; all when None), None for a page it cannot read."""
-    from pdfminer.converter import TextConverter
+    """pdfminer's text of the wanted pages (0-based; all when None), None for a page it cannot read.
+
+    pdfminer groups characters into lines and text boxes; the boxes are put in reading order
+    by ``_reading_order`` (pdfminer's own ordering, ``boxes_flow``, is switched off: it
+    interleaves the tiers of a vertical page, and it is the slowest step of its analysis).
+    """
     from pdfminer.layout import LAParams
     from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
     from pdfminer.pdfpage import PDFPage
 
     manager = PDFResourceManager(caching=True)
-    out = io.StringIO()
-    device = TextConverter(manager, out, laparams=LAParams(detect_vertical=True))
+    device = _layout_device()(manager, laparams=LAParams(detect_vertical=True, boxes_flow=None))
     interpreter = PDFPageInterpreter(manager, device)
     texts: dict[int, str | None] = {}
     last = max(wanted, default=-1) if wanted is not None else None
@@ -274,15 +409,139 @@ def _pdfminer_texts(document: Any, wanted: set[int] | None) -> dict[int, str | N
                 continue
             try:
                 interpreter.process_page(page)
-                texts[index] = out.getvalue().replace("\f", "\n")
+                texts[index] = _layout_text(device.get_result())
             except Exception as exc:  # one bad page must not lose the others
                 log.debug("pdfminer cannot read page %d: %s", index + 1, exc)
                 texts[index] = None
-            out.seek(0)
-            out.truncate(0)
     finally:
         device.close()
     return texts
+
+
+@functools.cache
+def _layout_device() -> Any:
+    """pdfminer's page aggregator, without the drawings (lines, curves, images) text does not need."""
+    from pdfminer.converter import PDFPageAggregator
+
+    class TextLayout(PDFPageAggregator):  # type: ignore[misc]
+        def paint_path(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def render_image(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    return TextLayout
+
+
+@dataclass(slots=True)
+class _Block:
+    """A text box of a page (pdfminer's coordinates: y grows upwards)."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    text: str
+    vertical: bool
+
+
+def _layout_text(layout: Any) -> str:
+    """The text of a pdfminer page layout, its boxes in reading order, a blank line after each."""
+    from pdfminer.layout import LTChar, LTContainer, LTText, LTTextBox, LTTextBoxVertical
+
+    def chars(item: Any) -> str:
+        if isinstance(item, LTContainer):
+            return "".join(chars(child) for child in item)
+        return item.get_text() if isinstance(item, LTText) else ""
+
+    blocks: list[_Block] = []
+    for item in layout:
+        if isinstance(item, LTTextBox):
+            text, vertical = item.get_text(), isinstance(item, LTTextBoxVertical)
+        elif isinstance(item, LTContainer | LTChar):  # figures: their characters, not analysed into lines
+            text, vertical = chars(item), False
+        else:
+            continue
+        if text.strip():
+            blocks.append(_Block(item.x0, item.y0, item.x1, item.y1, text, vertical))
+    return "".join(b.text.rstrip("\n") + "\n\n" for b in _reading_order(blocks))
+
+
+def _reading_order(blocks: list[_Block]) -> list[_Block]:
+    """The blocks of a page in reading order, by recursive cuts along the gaps between them (XY-cut).
+
+    Horizontal text is cut into columns first (read left to right), then into bands
+    (top to bottom): a title above two columns is a band, each column is read to its end
+    before the next one starts. Vertical text is cut into tiers first (top to bottom),
+    then into columns (right to left): a page of two tiers is read tier by tier, never
+    line by line across the tiers. Blocks that no gap separates are read top to bottom
+    (horizontal) or right to left (vertical). Each group of blocks is horizontal or
+    vertical by the most of its characters, so a horizontal running head over vertical
+    text still reads left to right.
+
+    Where only the second kind of cut applies (a title spans the columns), the bands it
+    gives are put back together while they still split into columns (tiers) between them
+    (``_sections``): paragraph breaks that happen to line up across two columns do not
+    make the page read row by row.
+    """
+    ordered: list[_Block] = []
+    stack = [blocks]
+    while stack:
+        group = stack.pop()
+        vertical = 2 * sum(len(b.text) for b in group if b.vertical) > sum(len(b.text) for b in group)
+        parts: list[list[_Block]] = []
+        if len(group) > 1:
+            first, second = ("y", "x") if vertical else ("x", "y")
+            parts = _cut(group, first, vertical)
+            if len(parts) < 2:
+                parts = _sections(_cut(group, second, vertical), first, vertical)
+        if len(parts) > 1:
+            stack.extend(reversed(parts))
+        elif vertical:
+            ordered.extend(sorted(group, key=lambda b: (-b.x1, -b.y1)))
+        else:
+            ordered.extend(sorted(group, key=lambda b: (-b.y1, b.x0)))
+    return ordered
+
+
+def _sections(bands: list[list[_Block]], axis: str, vertical: bool) -> list[list[_Block]]:
+    """Neighbouring bands joined while the join still cuts along ``axis`` and one of them did on its own.
+
+    All of them never join: the bands come from a group that does not cut along ``axis``.
+    """
+    sections = [bands[0]]
+    splits = len(_cut(bands[0], axis, vertical)) > 1
+    for band in bands[1:]:
+        joined = sections[-1] + band
+        band_splits = len(_cut(band, axis, vertical)) > 1
+        if (splits or band_splits) and len(_cut(joined, axis, vertical)) > 1:
+            sections[-1] = joined
+            splits = True
+        else:
+            sections.append(band)
+            splits = band_splits
+    return sections
+
+
+def _cut(group: list[_Block], axis: str, vertical: bool) -> list[list[_Block]]:
+    """The group split at every gap of its projection on ``axis``, in reading order (one part: no gap)."""
+    if axis == "x":
+        spans = sorted(group, key=lambda b: b.x0)
+        start, end = (lambda b: b.x0), (lambda b: b.x1)
+    else:  # from the top of the page down
+        spans = sorted(group, key=lambda b: -b.y1)
+        start, end = (lambda b: -b.y1), (lambda b: -b.y0)
+    parts: list[list[_Block]] = [[spans[0]]]
+    reach = end(spans[0])
+    for block in spans[1:]:
+        if start(block) > reach:
+            parts.append([block])
+        else:
+            parts[-1].append(block)
+        reach = max(reach, end(block))
+    if axis == "x" and vertical:  # vertical columns and blocks of columns run right to left
+        parts.reverse()
+    return parts
 
 
 def _pdfminer_info(document: Any) -> dict[str, str]:
@@ -347,8 +606,8 @@ def _choose(pdfium_page: _PdfiumPage | None, miner_raw: str | None, consulted: b
         candidates.append((pdfium_page.text.good, pdfium_page.text))
     miner = _Candidate.of(miner_raw) if consulted else None
     if miner is not None and miner.total and not miner.garbled:
-        # pdfminer reads vertical columns in order: prefer it unless it lost much of the text
-        weight = 1.25 if pdfium_page is not None and pdfium_page.vertical else 1.0
+        # pdfminer's text is in reading order: prefer it unless it lost much of the text
+        weight = 1.25 if pdfium_page is not None and pdfium_page.reorder else 1.0
         candidates.append((miner.good * weight, miner))
     if candidates:
         best = max(candidates, key=lambda c: c[0])[1]
@@ -424,8 +683,10 @@ def _load_with_pdfminer(path: Path, data: bytes, password: str | None, reason: s
 
 
 def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str]) -> Document:
+    texts = _join_hyphenated([text for _, text in results])
     parts = [DocumentPart(text, {"page_number": number})
-             for number, (status, text) in enumerate(results, start=1) if status == "text"]
+             for number, ((status, _), text) in enumerate(zip(results, texts, strict=True), start=1)
+             if status == "text"]
     without_text = [number for number, (status, _) in enumerate(results, start=1) if status == "empty"]
     garbled = [number for number, (status, _) in enumerate(results, start=1) if status == "garbled"]
     if not parts:
