@@ -8,6 +8,7 @@ origin refused, and the operations must show.
 from __future__ import annotations
 
 import gzip
+import os
 import hashlib
 import re
 import shutil
@@ -130,9 +131,11 @@ def test_docs_page_renders_offline_in_a_browser(live: LiveServer) -> None:
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(live.url + "/docs")
-            page.wait_for_selector("text=/api/v1/documents/upload")
+            page.wait_for_selector('[data-path="/api/v1/documents/upload"]')
             assert page.locator(".opblock").count() > 20
             assert "bunko" in page.locator(".info .title").inner_text()
+            if shot := os.environ.get("BUNKO_DOCS_SCREENSHOT"):
+                page.screenshot(path=shot)
         finally:
             browser.close()
     assert outside == [] and errors == [], (outside, errors)
