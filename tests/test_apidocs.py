@@ -8,8 +8,8 @@ origin refused, and the operations must show.
 from __future__ import annotations
 
 import gzip
-import os
 import hashlib
+import os
 import re
 import shutil
 from collections.abc import Iterator

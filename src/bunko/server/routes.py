@@ -178,7 +178,7 @@ async def upload_document(
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     if job.status == "failed":
         raise Problem(status_of_code(job.error_code), job.error_code or "ERROR", job.error or "processing failed",
-                      extra={"documentId": job.id, "filename": job.filename, "status": job.status})
+                      extra={"documentId": job.id, "filename": job.filename})
     if job.status == "completed":
         response.status_code = 200
     else:
