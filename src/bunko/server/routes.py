@@ -125,9 +125,9 @@ async def upload_document(
     category: Annotated[str | None, Form(max_length=1000)] = None,
     description: Annotated[str | None, Form(max_length=10_000)] = None,
     collection: Annotated[str, Form(pattern=schemas.NAME_PATTERN)] = "default",
-    password: Annotated[str | None, Form(description="the password of an encrypted PDF; used once while the "
-                                                     "upload is received, never stored", max_length=1024,
-                                         json_schema_extra={"format": "password"})] = None,
+    password: Annotated[str, Form(description="the password of an encrypted PDF; used once while the upload is "
+                                              "received, never stored", max_length=1024,
+                                  json_schema_extra={"format": "password"})] = "",
     wait: Annotated[bool, Query(description="answer when processing has ended: 200 with the result, the "
                                             "job's error as a problem (e.g. 422), or 202 when "
                                             "[server] upload_wait_seconds ran out first")] = False,
@@ -196,9 +196,11 @@ async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float
     state = _state(request)
     deadline = time.monotonic() + limit
     pause = _WAIT_POLL_SECONDS
+    timed_out = False
     while job.status == "processing":
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or await request.is_disconnected():
+        timed_out = remaining <= 0
+        if timed_out or await request.is_disconnected():
             break
         await asyncio.sleep(min(pause, remaining))
         pause = min(pause * 1.5, _WAIT_POLL_MAX_SECONDS)
@@ -206,7 +208,7 @@ async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float
             job = await asyncio.to_thread(state.records.get_job, caller.store, job.id)
         except DocumentNotFoundError:
             raise Problem(404, "DOCUMENT_NOT_FOUND", f"document {job.id} was deleted while it was processed") from None
-    if job.status == "processing" and job.attempts == 0:
+    if timed_out and job.attempts == 0:
         logger.warning("upload %s: no worker took it within %.0f s; are upload workers running "
                        "([server] job_workers, or bunko worker)?", job.id, limit)
     return job
