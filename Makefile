@@ -37,7 +37,7 @@ test: $(STAMP)
 # Runs only the browser tests and installs nothing: no venv bootstrap, no browser download.
 test-browser:
 	@test -x $(BIN)/python || { echo "no $(VENV) yet: run make test once (it creates it)"; exit 1; }
-	$(BIN)/python -m pytest -m browser tests/test_webapp_browser.py
+	$(BIN)/python -m pytest -m browser tests/test_webapp_browser.py tests/test_apidocs.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -105,7 +105,7 @@ def _upload(client: httpx.Client, path: Path, *, wait: bool = False, **form: str
     with path.open("rb") as f:
         response = client.post("/api/v1/documents/upload", files={"file": (path.name, f)}, data=form,
                                params={"wait": "true"} if wait else None)
-    assert response.status_code == 202, response.text
+    assert response.status_code == (200 if wait else 202), response.text  # waited: processed
     return response.json()
 
 
@@ -231,10 +231,11 @@ def test_errors_and_limits(tmp_path: Path) -> None:
                              headers={"content-type": "multipart/form-data; boundary=b"}), 413, "PAYLOAD_TOO_LARGE")
         _problem(client.post("/api/v1/documents/upload", files={"file": ("notes.exe", b"MZ\x90\x00binary")}), 415,
                  "UNSUPPORTED_FORMAT")
-        broken = client.post("/api/v1/documents/upload?wait=true",
-                             files={"file": ("invalid.pdf", (FIXTURES / "invalid.pdf").read_bytes())})
-        assert broken.status_code == 202 and broken.json()["status"] == "failed", broken.text
-        reason = client.get(f"/api/v1/documents/{broken.json()['documentId']}").json()
+        broken = _problem(client.post("/api/v1/documents/upload?wait=true",
+                                      files={"file": ("invalid.pdf", (FIXTURES / "invalid.pdf").read_bytes())}),
+                          422, "CORRUPT_DOCUMENT")  # waited: the job's error, typed
+        assert broken["status"] == 422 and broken["filename"] == "invalid.pdf" and str(tmp_path) not in broken["detail"]
+        reason = client.get(f"/api/v1/documents/{broken['documentId']}").json()
         assert reason["status"] == "failed" and reason["error"]["code"] and reason["error"]["message"]
         assert str(tmp_path) not in reason["error"]["message"]  # no server paths in answers
 

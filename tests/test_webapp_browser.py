@@ -160,7 +160,7 @@ def ensure_documents(live: LiveServer, key: str) -> None:
         if path.name not in have:
             response = client.post("/api/v1/documents/upload", params={"wait": "true"}, data={"collection": COLLECTION},
                                    files={"file": (path.name, path.read_bytes())})
-            assert response.status_code == 202 and response.json()["status"] == "completed", response.text
+            assert response.status_code == 200 and response.json()["status"] == "completed", response.text
 
 
 def test_upload_ask_and_check_the_cited_passage(open_page: Callable[..., tuple[Any, Console]], live: LiveServer,

@@ -284,6 +284,8 @@ class ServerSettings(Section):
     job_lease_seconds: Annotated[float, Env("BUNKO_JOB_LEASE_SECONDS"), Field(gt=0, le=86_400)] = 60.0
     # Claims of one upload before it is failed (its workers died this often).
     job_attempts: Annotated[int, Env("BUNKO_JOB_ATTEMPTS"), Field(ge=1, le=100)] = 3
+    # How long an upload with ``?wait=true`` waits for its job to end before answering 202 (still processing).
+    upload_wait_seconds: Annotated[float, Env("BUNKO_UPLOAD_WAIT_SECONDS"), Field(gt=0, le=86_400)] = 300.0
 
     @property
     def max_upload_bytes(self) -> int:

@@ -198,6 +198,12 @@ class AnalyzerMismatchError(VectorStoreError):
     code = "ANALYZER_MISMATCH"
 
 
+class PgvectorVersionError(VectorStoreError):
+    """The PostgreSQL server's pgvector is older than the features bunko uses (``bunko db migrate`` refuses it)."""
+
+    code = "PGVECTOR_TOO_OLD"
+
+
 class NotFoundError(VectorStoreError):
     """A collection, document or chunk does not exist in this tenant."""
 

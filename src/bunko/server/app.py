@@ -27,7 +27,7 @@ from ..engine import Bunko
 from ..stores.base import VectorStore
 from ..stores.service import ServiceRecords, service_records
 from ..worker import WorkerProcesses, spool_root
-from . import observability, problems, schemas, webapp
+from . import apidocs, observability, problems, schemas, webapp
 from .guard import RequestGuard
 from .memory_routes import router as memory_router
 from .observability import RequestObserver
@@ -98,11 +98,16 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         version=__version__,
         summary="Multi-tenant RAG: upload documents, search them, and chat with cited, streamed answers.",
         lifespan=lifespan,
+        # FastAPI's pages load Swagger UI and ReDoc from a CDN; bunko serves /docs from the package (apidocs).
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
         responses={500: {"model": schemas.ProblemDocument, "content": {"application/problem+json": {}}}},
     )
     problems.install(app)
     app.include_router(router)
     app.include_router(webapp.router)  # the web app at / (static files inside the package)
+    app.include_router(apidocs.router)  # the OpenAPI page at /docs (Swagger UI inside the package)
     app.include_router(blocks_router)  # blocks and workflows (R30)
     app.include_router(memory_router)  # agent memory (R31)
     app.include_router(observability.router)

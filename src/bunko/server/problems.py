@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
+    AnalyzerMismatchError,
     ArchiveTooLargeError,
     BunkoError,
     ConfigError,
@@ -83,29 +84,52 @@ class Problem(Exception):
 
 def status_of(exc: BunkoError) -> int:
     """The HTTP status for an engine error."""
-    if isinstance(exc, NotFoundError):
+    return _status_of_type(type(exc))
+
+
+def _status_of_type(kind: type[BaseException]) -> int:
+    if issubclass(kind, NotFoundError):
         return 404
-    if isinstance(exc, FilterError):
+    if issubclass(kind, FilterError):
         return 422
-    if isinstance(exc, UnsupportedFormatError):
+    if issubclass(kind, UnsupportedFormatError):
         return 415
-    if isinstance(exc, ArchiveTooLargeError):
+    if issubclass(kind, ArchiveTooLargeError):
         return 413
-    if isinstance(exc, (EmbedderMismatchError, DimensionMismatchError)):
+    if issubclass(kind, (EmbedderMismatchError, DimensionMismatchError, AnalyzerMismatchError)):
         return 409
-    if isinstance(exc, RateLimited):
+    if issubclass(kind, RateLimited):
         return 503
-    if isinstance(exc, ProviderTimeout | RagSearchTimeoutError):
+    if issubclass(kind, ProviderTimeout | RagSearchTimeoutError):
         return 504
-    if isinstance(exc, ProviderFailure):
+    if issubclass(kind, ProviderFailure):
         return 502
-    if isinstance(exc, (LoaderError, PreprocessingError, EmbeddingError, RetrievalError, CorruptDocumentError)):
+    if issubclass(kind, (LoaderError, PreprocessingError, EmbeddingError, RetrievalError, CorruptDocumentError)):
         return 422
-    if isinstance(exc, GenerationError):
+    if issubclass(kind, GenerationError):
         return 502
-    if isinstance(exc, (ConfigError, VectorStoreError)):
+    if issubclass(kind, (ConfigError, VectorStoreError)):
         return 500
     return 400
+
+
+def _error_types() -> dict[str, type[BunkoError]]:
+    """Every engine error class by its code (the class that declares the code, not subclasses inheriting it)."""
+    found: dict[str, type[BunkoError]] = {}
+    pending: list[type[BunkoError]] = [BunkoError]
+    while pending:
+        kind = pending.pop()
+        if "code" in vars(kind):
+            found.setdefault(kind.code, kind)
+        pending.extend(kind.__subclasses__())
+    return found
+
+
+def status_of_code(code: str | None) -> int:
+    """The HTTP status for an error recorded by its code only (a failed upload job); 500 for codes of no
+    engine error (``INTERNAL_ERROR``, ``JOB_ABANDONED``, ``UPLOAD_MISSING``)."""
+    kind = _error_types().get(code or "")
+    return _status_of_type(kind) if kind is not None else 500
 
 
 def from_bunko(exc: BunkoError) -> Problem:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
@@ -24,8 +25,10 @@ from ..types import new_id, nul_path
 from ..worker import job_folder, remove_job_files, remove_tenant_files
 from . import schemas
 from .auth import Caller, CallerDep
-from .problems import Problem, problem_event
+from .problems import Problem, problem_event, status_of_code
+from .unlock import unlock_pdf
 
+logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1")
 NameParam = Annotated[str, PathParam(pattern=schemas.NAME_PATTERN)]
 IdParam = Annotated[str, PathParam(pattern=schemas.ID_PATTERN)]
@@ -34,8 +37,9 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code in (401, 403, 404, 409, 422, 429)
 }
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f/\\]+")
-# How often ``?wait=true`` looks at its job's state while a worker processes it.
+# How often ``?wait=true`` looks at its job's state while a worker processes it (at first, and at most).
 _WAIT_POLL_SECONDS = 0.2
+_WAIT_POLL_MAX_SECONDS = 1.0
 
 
 def _state(request: Request) -> Any:
@@ -103,11 +107,16 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
 
 
 @router.post("/documents/upload", status_code=202, response_model=schemas.UploadResponse,
-             responses={**PROBLEM_RESPONSES, 413: PROBLEM_RESPONSES[422],
-                        415: PROBLEM_RESPONSES[422]},
+             responses={**PROBLEM_RESPONSES, 413: PROBLEM_RESPONSES[422], 415: PROBLEM_RESPONSES[422],
+                        200: {"model": schemas.UploadResponse,
+                              "description": "``?wait=true``: the document was processed (status completed)"},
+                        202: {"model": schemas.UploadResponse,
+                              "description": "Queued for a worker, or ``?wait=true`` ran out of time (status "
+                                             "processing); ``Location`` is the document to look at"}},
              summary="Upload a document; it is processed as a job")
 async def upload_document(
     request: Request,
+    response: Response,
     caller: CallerDep,
     file: Annotated[UploadFile, File(description="PDF, text, Markdown, HTML, JSON, Word or PowerPoint")],
     metadata: Annotated[str | None, Form(description='JSON: {"tags": [...], "category": "...", '
@@ -116,12 +125,26 @@ async def upload_document(
     category: Annotated[str | None, Form(max_length=1000)] = None,
     description: Annotated[str | None, Form(max_length=10_000)] = None,
     collection: Annotated[str, Form(pattern=schemas.NAME_PATTERN)] = "default",
-    wait: Annotated[bool, Query(description="answer when processing has finished")] = False,
+    password: Annotated[str, Form(description="the password of an encrypted PDF; used once while the upload is "
+                                              "received, never stored", max_length=1024,
+                                  json_schema_extra={"format": "password"})] = "",
+    wait: Annotated[bool, Query(description="answer when processing has ended: 200 with the result, the "
+                                            "job's error as a problem (e.g. 422), or 202 when "
+                                            "[server] upload_wait_seconds ran out first")] = False,
 ) -> schemas.UploadResponse:
-    """Store the file, queue it for a worker, and answer ``processing`` with the document id at once.
+    """Store the file, queue it for a worker, and answer ``processing`` (202) with the document id at once.
 
     The file name is the document's key in its collection: uploading a file with the same name
     again makes a new version of the same document (same id; unchanged content is not re-embedded).
+
+    ``password`` opens an encrypted PDF: the API decrypts the upload with it before queueing it (a
+    wrong password is refused at once, 422 ``ENCRYPTED_DOCUMENT``), so the password is never stored
+    and never reaches a worker. An encrypted PDF uploaded without it fails with that code.
+
+    With ``?wait=true`` the answer waits for the job, at most ``[server] upload_wait_seconds``: 200
+    and the result when it completed, its error as a problem with the error's status when it failed
+    (422 for a file that cannot be read, ...), and 202 as without waiting when the time ran out --
+    also when no worker runs to take the job (``job_workers = 0`` and no ``bunko worker``).
     """
     state = _state(request)
     extra = _form_metadata(metadata, tags, category, description)
@@ -132,6 +155,11 @@ async def upload_document(
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
         kind = await asyncio.to_thread(_kind, path, state.settings.max_upload_bytes)
+        if password:
+            if kind != "pdf":
+                raise Problem(422, "VALIDATION_ERROR", "password: only encrypted PDF files take a password",
+                              extra={"field": "password"})
+            await asyncio.to_thread(unlock_pdf, path, password)
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
@@ -146,15 +174,44 @@ async def upload_document(
         await asyncio.to_thread(_remove, folder)
         raise
     if wait:
-        while job.status == "processing":  # until a worker has ended it (the client may hang up)
-            await asyncio.sleep(_WAIT_POLL_SECONDS)
-            try:
-                job = await asyncio.to_thread(state.records.get_job, caller.store, job_id)
-            except DocumentNotFoundError:  # deleted meanwhile
-                break
+        job = await _wait_for_job(request, caller, job, state.settings.upload_wait_seconds)
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
+    if job.status == "failed":
+        raise Problem(status_of_code(job.error_code), job.error_code or "ERROR", job.error or "processing failed",
+                      extra={"documentId": job.id, "filename": job.filename})
+    if job.status == "completed":
+        response.status_code = 200
+    else:
+        response.headers["Location"] = f"{request.scope.get('root_path', '')}{router.prefix}/documents/{job.id}"
     return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,  # type: ignore[arg-type]
                                   chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
+
+
+async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float) -> Job:
+    """The job once a worker has ended it, or as it is when ``limit`` seconds have passed (or the client left).
+
+    Polls the store (every 0.2 s at first, then up to every second): the worker may be another
+    process or machine. A job deleted meanwhile is 404.
+    """
+    state = _state(request)
+    deadline = time.monotonic() + limit
+    pause = _WAIT_POLL_SECONDS
+    timed_out = False
+    while job.status == "processing":
+        remaining = deadline - time.monotonic()
+        timed_out = remaining <= 0
+        if timed_out or await request.is_disconnected():
+            break
+        await asyncio.sleep(min(pause, remaining))
+        pause = min(pause * 1.5, _WAIT_POLL_MAX_SECONDS)
+        try:
+            job = await asyncio.to_thread(state.records.get_job, caller.store, job.id)
+        except DocumentNotFoundError:
+            raise Problem(404, "DOCUMENT_NOT_FOUND", f"document {job.id} was deleted while it was processed") from None
+    if timed_out and job.attempts == 0:
+        logger.warning("upload %s: no worker took it within %.0f s; are upload workers running "
+                       "([server] job_workers, or bunko worker)?", job.id, limit)
+    return job
 
 
 async def _upload_target(state: Any, caller: Caller, collection: str, filename: str) -> tuple[str, Job | None]:

@@ -42,7 +42,7 @@ import numpy as np
 from .. import crashpoints
 from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
 from ..config import PostgresSettings, redact_url
-from ..errors import CollectionNotFoundError, ConfigError, VectorStoreError
+from ..errors import CollectionNotFoundError, ConfigError, PgvectorVersionError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
 from ..types import SearchHit
 from . import pg_migrations
@@ -88,6 +88,43 @@ def _one(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+# The pgvector features bunko uses and the release that brought each: HNSW indexes and
+# ``hnsw.ef_search`` (0.5.0); ``halfvec`` with HNSW over it, for embeddings above 2,000 dimensions
+# (0.7.0). Iterative index scans (0.8.0) are used when present; without them a filtered search
+# over-fetches instead ([postgres] iterative_scan).
+PGVECTOR_MINIMUM = "0.7.0"
+PGVECTOR_RECOMMENDED = "0.8.0"
+
+
+def check_pgvector_version(installed: str | None, available: str | None = None) -> None:
+    """Refuse a pgvector older than :data:`PGVECTOR_MINIMUM`.
+
+    ``installed`` is the extension's version in the database (None: not created yet), ``available``
+    the version ``CREATE EXTENSION`` / ``ALTER EXTENSION vector UPDATE`` would install. Neither known:
+    nothing to judge (the migration reports a missing pgvector itself).
+    """
+    minimum = _version_tuple(PGVECTOR_MINIMUM)
+    if installed is not None and _version_tuple(installed) < minimum:
+        if available is not None and _version_tuple(available) >= minimum:
+            hint = f"the server has pgvector {available}: run ALTER EXTENSION vector UPDATE as its owner"
+        else:
+            hint = f"install pgvector {PGVECTOR_MINIMUM} or later (e.g. the pgvector/pgvector:pg17 image)"
+        raise PgvectorVersionError(f"pgvector {installed} is too old: bunko needs {PGVECTOR_MINIMUM} or later "
+                                   f"(halfvec and HNSW indexes; {PGVECTOR_RECOMMENDED} for iterative index "
+                                   f"scans); {hint}")
+    if installed is None and available is not None and _version_tuple(available) < minimum:
+        raise PgvectorVersionError(f"this server offers pgvector {available}: bunko needs {PGVECTOR_MINIMUM} or "
+                                   f"later (halfvec and HNSW indexes); install a newer pgvector "
+                                   f"(e.g. the pgvector/pgvector:pg17 image)")
+
+
+def _pgvector_versions(conn: Any) -> tuple[str | None, str | None]:
+    """pgvector's version in this database (None: not created) and the one the server would install."""
+    installed = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    available = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+    return (installed[0] if installed else None), (available[0] if available else None)
 
 
 
@@ -150,6 +187,11 @@ class PostgresBackend(SQLBackend):
         except Exception as exc:
             raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
         self.pgvector_version = self._scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        try:
+            check_pgvector_version(self.pgvector_version or "0")
+        except PgvectorVersionError:
+            self._pool.close()
+            raise
         self._iterative = (
             self.settings.iterative_scan is not False and _version_tuple(self.pgvector_version) >= (0, 8)
         )
@@ -350,6 +392,7 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
             # One migrator at a time: other processes wait here, then find nothing to do.
             conn.execute("SELECT pg_advisory_lock(727274)")
             try:
+                check_pgvector_version(*_pgvector_versions(conn))  # before anything is changed
                 with conn.transaction():
                     for statement in pg_migrations.BOOTSTRAP:
                         conn.execute(statement)
@@ -405,6 +448,7 @@ def schema_status(conninfo: str) -> dict[str, Any]:
     pending = [{"version": i, "name": n} for i, (n, _) in enumerate(pg_migrations.MIGRATIONS, start=1)
                if i not in names]
     return {"server_version": server, "pgvector_version": vector[0] if vector else None,
+            "pgvector_required": PGVECTOR_MINIMUM,
             "applied": applied, "pending": pending}
 
 
