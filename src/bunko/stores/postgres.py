@@ -323,6 +323,9 @@ class PostgresBackend(SQLBackend):
                 yield conn
         except psycopg.errors.UndefinedFile as exc:
             raise VectorStoreError(f"PostgreSQL is missing a file or extension: {exc}") from exc
+        except psycopg.errors.TransactionRollback as exc:  # a deadlock or a serialization failure
+            raise VectorStoreError(f"PostgreSQL rolled the transaction back; nothing was changed, try again: "
+                                   f"{exc}") from exc
         except psycopg.OperationalError as exc:
             raise VectorStoreError(f"lost the connection to PostgreSQL: {exc}") from exc
         except psycopg.errors.DataException as exc:
@@ -516,17 +519,27 @@ class PostgresVectorStore(SQLStore):
         else:
             where, params = ("tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
                              (tenant_pk, collection_pk, list(uids or [])))
-        removed, tokens = conn.execute(
+        removed, tokens, terms, counts = conn.execute(
             f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts, fts_length), "
             "terms AS (SELECT t.term, count(*) AS n FROM gone g, LATERAL ("
-            + pg_migrations.KEYWORD_TERMS.format(fts="g.fts") + ") t GROUP BY t.term), "
-            "counted AS (UPDATE bunko.keyword_df k SET df = k.df - t.n FROM terms t "
-            "WHERE k.tenant_id = %s AND k.collection_id = %s AND k.term = t.term) "
-            "SELECT count(*), coalesce(sum(fts_length), 0) FROM gone",
-            (*params, tenant_pk, collection_pk),
+            + pg_migrations.KEYWORD_TERMS.format(fts="g.fts") + ") t GROUP BY t.term) "
+            "SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(fts_length), 0) FROM gone), "
+            "ARRAY(SELECT term FROM terms ORDER BY term), ARRAY(SELECT n FROM terms ORDER BY term)",
+            params,
         ).fetchone()
         if removed:
+            # Every writer locks the collection row before any keyword_df row, and those rows in term
+            # order (as _insert_chunks does): concurrent deletes and loads into one collection never
+            # deadlock.
             self._count(conn, tenant_pk, collection_pk, -int(removed), -int(tokens))
+            if terms:
+                conn.execute("SELECT 1 FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s "
+                             "AND term = ANY(%s) ORDER BY term FOR UPDATE", (tenant_pk, collection_pk, list(terms)))
+                conn.execute(
+                    "UPDATE bunko.keyword_df k SET df = k.df - x.n FROM unnest(%s::text[], %s::int8[]) AS x(t, n) "
+                    "WHERE k.tenant_id = %s AND k.collection_id = %s AND k.term = x.t",
+                    (list(terms), [int(n) for n in counts], tenant_pk, collection_pk),
+                )
         return int(removed)
 
     def _record_versions(self, conn: Any, tenant_pk: int,
