@@ -52,7 +52,7 @@ def test_ingest_search_ask_json_shapes(db: str) -> None:
 
     code, data = run_json(db, "documents", "list", "-c", "bousai")
     assert code == 0 and len(data["documents"]) == 6
-    assert set(data["documents"][0]) == {"id", "source", "chunks", "metadata"}
+    assert set(data["documents"][0]) == {"id", "source", "chunks", "metadata", "name", "version"}
 
     code, data = run_json(db, "collections")
     assert code == 0 and [c["name"] for c in data["collections"]] == ["bousai"]

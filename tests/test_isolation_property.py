@@ -7,9 +7,10 @@ answers, conversations, usage and search logs, erasure of a user and of a tenant
 copy of a tenant — and keeps a model of what each tenant (and each user of a tenant) owns. After every
 step it reads every tenant back through the public API and compares it with the model exactly:
 documents (id, source, version, category, chunk text), records upserted without a document, counts,
-conversations, job owners, and the number of usage records and search-log rows. So an operation by one
-tenant that returns, counts, changes or deletes anything of another is a failed check, and so is an
-operation of one user that touches another user's conversations, logs, usage or documents.
+conversations, job owners, failed-ingest records, and the number of usage records and search-log rows.
+So an operation by one tenant that returns, counts, changes or deletes anything of another is a failed
+check, and so is an operation of one user that touches another user's conversations, logs, usage or
+documents.
 
 Leaks are made visible: every text carries its tenant's marker word, every search asks for the other
 tenants' markers too, every write that takes an id is also tried with ids that exist in *other* tenants,
@@ -56,7 +57,7 @@ from bunko.errors import CollectionNotFoundError
 from bunko.portability import copy_tenant, export_tenant, import_tenant
 from bunko.server.auth import UserStore
 from bunko.stores.service import Job, conversation_prefix
-from bunko.types import ConversationTurn, Document
+from bunko.types import ConversationTurn, Document, IngestFailure
 
 TENANTS = ("isoa", "isob", "isoc")
 SCRATCH = "isoz"  # the target of copies; empty between steps
@@ -134,6 +135,7 @@ class TenantModel:
     logs: dict[str | None, int] = field(default_factory=dict)  # search-log rows per user
     usage: dict[str | None, int] = field(default_factory=dict)  # usage records per user
     memories: dict[str, dict[str, str]] = field(default_factory=dict)  # user -> memory id -> content
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)  # (collection, source) -> message
 
 
 @dataclass
@@ -524,7 +526,7 @@ class IsolationMachine(RuleBasedStateMachine):
         turns = sum(len(v) for k, v in model.conversations.items() if k.startswith(prefix))
         expected = {"documents": len(docs), "jobs": len(docs), "searchLogs": model.logs.get(user, 0),
                     "usageRecords": model.usage.get(user, 0), "conversationTurns": turns, "collections": 0,
-                    "memories": len(model.memories.get(user, {}))}
+                    "memories": len(model.memories.get(user, {})), "ingestFailures": 0}
         self.check(erasure.to_dict() == expected, f"{tenant}: erasing {user} removed {erasure.to_dict()}, "
                                                   f"expected {expected}")
         for c in COLLECTIONS:
@@ -546,6 +548,21 @@ class IsolationMachine(RuleBasedStateMachine):
                    f"{len(model.collections)} collections")
         self.models[tenant] = TenantModel()
         self.counted[tenant] = self._counts(tenant)
+
+    @rule(tenant=tenants, collection=collections, source=st.sampled_from(SOURCES), succeeded=st.booleans())
+    def ingest_outcome(self, tenant: str, collection: str, source: str, succeeded: bool) -> None:
+        """A failed ingest is remembered in its tenant; a success forgets it there only. The sources are the
+        same paths in every tenant, so a success or failure in one tenant that touched another shows."""
+        self.operate("ingest_outcome", tenant)
+        path, model, store = f"/in/{source}", self.models[tenant], self.store(tenant)
+        if succeeded:
+            store.record_ingest_outcome(collection, [], [path])
+            model.failures.pop((collection, path), None)
+        else:
+            message = f"{MARKERS[tenant]} broken {self.new_id('failure')}"
+            store.record_ingest_outcome(collection, [IngestFailure(collection, path, "CorruptDocumentError",
+                                                                   "CORRUPT_DOCUMENT", message)])
+            model.failures[(collection, path)] = message
 
     # -- portability ---------------------------------------------------------------------------------
     @rule(tenant=tenants)
@@ -621,6 +638,7 @@ class IsolationMachine(RuleBasedStateMachine):
         out["memories"] = {u: sorted((m["metadata"]["memory_id"], m["content"]) for m in memory.list(u, limit=None))
                            for u in USERS[1:]}
         out["usage"], out["logs"] = self._counts(tenant)
+        out["failures"] = sorted((f.collection, f.source, f.message) for f in store.ingest_failures())
         return out
 
     def expected(self, tenant: str) -> dict[str, Any]:
@@ -639,6 +657,7 @@ class IsolationMachine(RuleBasedStateMachine):
         out["jobs"] = sorted((d.id, d.user) for d in self.all_docs(tenant).values() if d.user is not None)
         out["memories"] = {u: sorted(model.memories.get(u, {}).items()) for u in USERS[1:]}
         out["usage"], out["logs"] = sum(model.usage.values()), sum(model.logs.values())
+        out["failures"] = sorted((c, source, message) for (c, source), message in model.failures.items())
         return out
 
     @invariant()
@@ -656,7 +675,8 @@ class IsolationMachine(RuleBasedStateMachine):
             got, want = self.snapshot(tenant), self.expected(tenant)
             self.check(got == want, f"{tenant} reads back\n  {got}\nexpected\n  {want}")
         scratch = self.store(SCRATCH)
-        self.check(scratch.list_collections() == [] and scratch.conversation_ids() == [],
+        self.check(scratch.list_collections() == [] and scratch.conversation_ids() == []
+                   and scratch.ingest_failures() == [],
                    "the copy target is not empty between steps")
 
 

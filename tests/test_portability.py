@@ -58,6 +58,13 @@ def source_db(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Ite
         engine.tenant("other").memory.add(["other tenant's memory"], user_id="child-a", session_id="s9")
         engine.tenant("other").ingest([FIXTURES / "guide_ja.md"], "docs")
         engine.tenant("other").store.append_turns("secret-chat", [ConversationTurn("user", "other's question")])
+        # A file that fails to load is remembered (documents list --failed) and travels with its tenant.
+        broken = folder / "broken.pdf"
+        broken.write_bytes(b"%PDF-1.4 not really a PDF")
+        assert acme.ingest([broken], "docs").errors
+        other_broken = folder / "other-secret.pdf"
+        other_broken.write_bytes(b"%PDF-1.4 not really a PDF either")
+        assert engine.tenant("other").ingest([other_broken], "docs").errors
     yield url
 
 
@@ -83,13 +90,13 @@ def test_an_export_imported_into_a_fresh_postgresql_answers_the_same(
         summary = export_tenant(engine.backend.for_tenant("acme"), tmp_path / "acme")
         versions = {d.source: d.version for d in engine.tenant("acme").documents("docs")}
     assert summary.counts == {"collections": 2, "documents": 7, "chunks": 2, "conversations": 1, "memory_stores": 1,
-                              "memories": 2}
+                              "memories": 2, "ingest_failures": 1}
     manifest = read_manifest(tmp_path / "acme")
     assert manifest["tenant"] == "acme" and manifest["digest"] == summary.digest
     assert sorted(p.name for p in (tmp_path / "acme").iterdir()) == sorted([MANIFEST, *FILES.values()])
     exported = "".join((tmp_path / "acme" / name).read_text(encoding="utf-8") for name in FILES.values())
     assert "other's question" not in exported and "guide_ja" not in exported  # nothing of another tenant
-    assert "other tenant's memory" not in exported
+    assert "other tenant's memory" not in exported and "other-secret" not in exported
 
     with Bunko(pg_url, embedder=embedder) as target:
         target.tenant("bystander").ingest([FIXTURES / "notes.md"], "docs")
@@ -104,6 +111,10 @@ def test_an_export_imported_into_a_fresh_postgresql_answers_the_same(
         assert all(m["metadata"]["user_id"] == "child-a" for m in found["memories"])
         turns = [t.content for t in target.tenant("acme").conversation("chat-1")]
         assert turns == ["水は何日分？", "最低3日分です [1]。"]
+        failed = target.tenant("acme").ingest_failures()
+        assert [(f.collection, Path(f.source).name, f.error_type) for f in failed] == [
+            ("docs", "broken.pdf", "CorruptDocumentError")]
+        assert target.tenant("bystander").ingest_failures() == []
         # The bystander tenant of the target is untouched, and sees nothing of acme.
         bystander = target.tenant("bystander")
         assert [d.source for d in bystander.documents("docs")] == [str(FIXTURES / "notes.md")]
@@ -233,3 +244,19 @@ def test_the_export_reads_are_tenant_bound(source_db: str, pg_url: str, embedder
             with pytest.raises(CollectionNotFoundError):
                 other.loose_chunks("notes", 10)
             assert backend.for_tenant("nobody").conversation_ids() == []
+
+
+def test_an_export_made_before_failure_records_existed_still_imports(embedder: object, tmp_path: Path) -> None:
+    """Exports written before ``ingest_failures.jsonl`` existed list no such file: read as none."""
+    with Bunko(f"sqlite:///{tmp_path / 'old.db'}", embedder=embedder) as engine:
+        engine.tenant("acme").ingest([FIXTURES / "notes.md"], "docs")
+        summary = export_tenant(engine.backend.for_tenant("acme"), tmp_path / "export")
+    folder = tmp_path / "export"
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    del manifest["files"][FILES["ingest_failures"]]
+    (folder / FILES["ingest_failures"]).unlink()
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    with Bunko(f"sqlite:///{tmp_path / 'new.db'}", embedder=embedder) as target:
+        imported = import_tenant(target.backend.for_tenant("acme"), folder)
+        assert imported.verified and imported.digest == summary.digest and imported.counts["documents"] == 1
+        assert target.tenant("acme").ingest_failures() == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import re
 import sys
@@ -25,14 +26,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from . import __version__
 from .config import DEFAULT_COLLECTION, DEFAULT_TENANT
@@ -41,10 +34,12 @@ from .errors import BunkoError, FilterError
 from .evaluation import MODES as EVAL_MODES
 from .filters import Filter, build_filter
 from .ingest import IngestError
+from .progress import Reporter
 from .requests import AskRequest, SearchRequest
 from .types import IngestResult
 
 F = TypeVar("F", bound=Callable[..., Any])
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 EXIT_ERROR = 1
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -138,14 +133,51 @@ embedder_option = click.option(
               help="Data folder (env BUNKO_HOME; default ~/.local/share/bunko).")
 @click.option("--config", metavar="FILE", default=None, type=click.Path(dir_okay=False),
               help="Config file (env BUNKO_CONFIG; default: ./bunko.toml if it exists).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="warning",
+              show_default=True, envvar="BUNKO_LOG_LEVEL",
+              help="Which log messages to print on stderr (env BUNKO_LOG_LEVEL). `serve` and `worker` take "
+                   "their own --log-level.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output on stderr (results and errors still print).")
 @click.version_option(__version__, prog_name="bunko")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None) -> None:
+def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None, log_level: str,
+        quiet: bool) -> None:
     """bunko (文庫): ingest documents, search them, and get answers with citations.
 
     Settings: flags > environment variables > bunko.toml > defaults.
     """
-    ctx.obj = {"db": db, "home": home, "config": config, "engine": None}
+    ctx.obj = {"db": db, "home": home, "config": config, "engine": None, "quiet": quiet}
+    _configure_logging(log_level)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the ``sys.stderr`` of the moment (a test runner may swap it between commands)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _configure_logging(level: str) -> None:
+    """Log records of bunko and the libraries it uses go to stderr from ``level`` up."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def _reporter(ctx: click.Context, quiet: bool = False) -> Reporter:
+    """The progress of a long command: a bar on a terminal, a line every few seconds otherwise."""
+    return Reporter(stderr, quiet=quiet or bool(ctx.find_root().obj.get("quiet")))
+
+
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output on stderr.")
 
 
 # -- ingest ---------------------------------------------------------------------------------
@@ -154,7 +186,8 @@ def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None
 @collection_option
 @tenant_option
 @click.option("--splitter", type=click.Choice(["recursive", "token"]), default=None,
-              help="Chunking for a new collection: recursive (512 characters, R7) or token (1000 tokens, R8). "
+              help="Chunking for a new collection: recursive (chunks of up to 512 characters, split at paragraphs "
+                   "and sentences) or token (up to 1000 tokens). "
                    "An existing collection keeps its own.")
 @click.option("--analyzer", default=None, metavar="NAME",
               help="Keyword analyzer for a new collection: combined (default with the ja extra), bigram, "
@@ -163,41 +196,45 @@ def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
 @embedder_option
+@quiet_option
 @json_option
 @click.pass_context
 @handle_errors
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
            analyzer: str | None, password: str | None, content_path: str | None, embedder: str | None,
-           as_json: bool) -> None:
+           quiet: bool, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
     Re-ingesting an unchanged file embeds nothing; a changed file becomes a new version of
-    the same document. One bad file never stops the rest; the exit status is 1 if any failed.
+    the same document. One bad file never stops the rest; the exit status is 1 if any failed,
+    and `bunko documents list --failed` lists them (with why) until they go in.
+
+    Progress goes to stderr: a bar on a terminal, a line every 10 seconds otherwise (--quiet: none).
     """
     from .loaders import LoadOptions
 
     load_options = LoadOptions(password=password, content_path=content_path)
     scope = _engine(ctx, embedder=embedder).tenant(tenant)
-    show_bar = not as_json and stderr.is_terminal
-    with Progress(
-        SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
-        MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=True, disable=not show_bar,
-    ) as bar:
-        task = bar.add_task("Loading the embedder", total=None)
+    with _reporter(ctx, quiet) as bar:
+        bar.note("Loading the embedder")
         warm_up = getattr(scope.engine.embedder, "warm_up", None)
         if warm_up is not None:  # load the model before the bar starts counting files
             warm_up()
-        bar.update(task, description="Ingesting")
+        bar.start("ingest", unit="files")
+
+        counted: set[str] = set()
 
         def progress(event: str, path: str, result: Any) -> None:
-            name = os.path.basename(path)
             if event == "total":
-                bar.update(task, total=result)
+                bar.set_total(result)
             elif event == "start":
-                bar.update(task, description=f"Ingesting {escape(name)}")
+                bar.describe(os.path.basename(path))
+            elif path not in counted:  # a file can fail after it was loaded (embedding, writing)
+                counted.add(path)
+                bar.advance(failed=event == "error")
             else:
-                bar.advance(task)
+                bar.update(bar.done, failed=bar.failed + 1)
 
         report = asyncio.run(scope.aingest(paths, collection, progress=progress, splitter=splitter,
                                            analyzer=analyzer, options=load_options))
@@ -225,22 +262,23 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
 
 def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: list[Any], tenant: str,
                   collection: str, elapsed_ms: float, statuses: dict[str, int]) -> None:
-    words = {"created": "completed", "replaced": "completed", "unchanged": "skipped"}
+    # The per-document word is the summary's word for it, so the lines and the counts agree.
+    words = {"created": "new", "replaced": "updated", "unchanged": "unchanged"}
     for result in ok:
-        note = {"replaced": f", new version {result.version}", "unchanged": ", unchanged"}.get(result.status, "")
+        note = f", version {result.version}" if result.status == "replaced" else ""
         name = result.source if "://" in result.source else os.path.basename(result.source)
         stdout.print(f"{words.get(result.status, result.status):<9} {escape(name)}  "
                      f"({result.chunks} chunks{note})  id={result.document_id}")
     for s in skipped:
-        stderr.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}")
+        stderr.print(f"[yellow]skipped[/]   {escape(s.path)}: {escape(s.reason)}")
     for e in errors:
         message = e.message if e.path in e.message else f"{e.path}: {e.message}"
         stderr.print(f"[red]failed[/]    {e.type}: {escape(message)}")
     stderr.print(
         f"{len(ok)} documents ({sum(d.chunks for d in ok)} chunks) in tenant '{escape(tenant)}', "
         f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "
-        f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped "
-        f"in {elapsed_ms / 1000:.1f} s"
+        f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped (not supported) "
+        f"in {elapsed_ms / 1000:.1f} s" + ("; see them again with: bunko documents list --failed" if errors else "")
     )
 
 
@@ -485,7 +523,7 @@ def parse_since(value: str | None) -> datetime | None:
 @click.pass_context
 @handle_errors
 def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> None:
-    """Summarise a tenant's usage (R13): embedding and LLM tokens, searches and upserts."""
+    """Summarise a tenant's usage: embedding and LLM tokens, searches and upserts."""
     start = parse_since(since)
     totals = _engine(ctx).tenant(tenant).usage(start)
     if as_json:
@@ -511,28 +549,10 @@ def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> 
     stdout.print(table)
 
 
-# -- collections and documents ---------------------------------------------------------------
-@cli.command()
-@tenant_option
-@json_option
-@click.pass_context
-@handle_errors
-def collections(ctx: click.Context, tenant: str, as_json: bool) -> None:
-    """List the tenant's collections."""
-    items = _engine(ctx).tenant(tenant).collections()
-    if as_json:
-        _emit_json({"collections": [c.to_dict() for c in items]})
-        return
-    if not items:
-        stderr.print(f"tenant '{escape(tenant)}' has no collections yet; run: bunko ingest PATH")
-    for c in items:
-        stdout.print(f"{escape(c.name)}  {c.document_count} documents, {c.chunk_count} chunks  "
-                     f"[dim]{c.embedding_provider}:{c.embedding_model} ({c.dimension}-d), analyzer {c.analyzer}[/]")
-
-
+# -- documents (collections, `documents show` and `admin tenants list|delete` are in manage_cli.py) --
 @cli.group()
 def documents() -> None:
-    """List or delete documents."""
+    """List, show or delete documents, and see which files failed to ingest."""
 
 
 @documents.command("list")
@@ -540,18 +560,41 @@ def documents() -> None:
 @tenant_option
 @click.option("--limit", type=click.IntRange(1), default=None, help="At most this many documents.")
 @click.option("--offset", type=click.IntRange(0), default=0, help="Skip this many documents.")
+@click.option("--failed", is_flag=True,
+              help="List the files and URLs whose last ingest failed, with the reason, instead (kept until "
+                   "one is ingested; with --collection given, only that collection's).")
 @json_option
 @click.pass_context
 @handle_errors
-def documents_list(ctx: click.Context, collection: str, tenant: str, limit: int | None, offset: int,
+def documents_list(ctx: click.Context, collection: str, tenant: str, limit: int | None, offset: int, failed: bool,
                    as_json: bool) -> None:
-    """List the documents of a collection."""
-    items = _engine(ctx).tenant(tenant).documents(collection, limit=limit, offset=offset)
+    """List the documents of a collection (or, with --failed, what failed to go in).
+
+    A JSON Lines file (or JSON array) gives one document per record; each is shown as
+    FILE#INDEX with its title, name or id field when it has one.
+    """
+    scope = _engine(ctx).tenant(tenant)
+    if failed:
+        given = ctx.get_parameter_source("collection") != click.core.ParameterSource.DEFAULT
+        failures = scope.ingest_failures(collection if given else None)[offset:None if limit is None
+                                                                        else offset + limit]
+        if as_json:
+            _emit_json({"failed": [f.to_dict() for f in failures]})
+            return
+        for f in failures:
+            again = f" ({f.attempts} attempts)" if f.attempts > 1 else ""
+            stdout.print(f"{escape(f.collection)}  {escape(f.source)}  {f.failed_at}{again}\n"
+                         f"    {escape(f.error_type)}: {escape(f.message)}")
+        if not failures:
+            stderr.print("no failed ingests recorded")
+        return
+    items = scope.documents(collection, limit=limit, offset=offset)
     if as_json:
-        _emit_json({"documents": [d.to_dict() for d in items]})
+        _emit_json({"documents": [{**d.to_dict(), "name": d.name, "version": d.version} for d in items]})
         return
     for d in items:
-        stdout.print(f"{d.id}  {escape(str(d.metadata.get('filename') or d.source))}  ({d.chunks} chunks)")
+        version = f", version {d.version}" if d.version > 1 else ""
+        stdout.print(f"{d.id}  {escape(d.name)}  ({d.chunks} chunks{version})")
     if not items:
         stderr.print("no documents")
 
@@ -686,7 +729,7 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str, log_format: str,
           **limits: int | None) -> None:
-    """Serve the HTTP API (seed 002's REST API; OpenAPI at /docs and /openapi.json).
+    """Serve the HTTP API (REST under /api/v1; its reference at /docs and /openapi.json).
 
     Uses the same store, embedder and LLM settings as the other commands; every worker gets the
     settings resolved here.
@@ -712,12 +755,12 @@ def serve(ctx: click.Context, host: str, port: int, workers: int, log_level: str
 
 @cli.group()
 def admin() -> None:
-    """Tenants and API keys of the HTTP API."""
+    """Operator commands: tenants (create, list, delete) and API keys of the HTTP API."""
 
 
 @admin.group("tenants")
 def admin_tenants() -> None:
-    """Create tenants."""
+    """Create, list and delete tenants."""
 
 
 @admin.group("keys")
@@ -750,7 +793,8 @@ def admin_tenants_create(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @admin_keys.command("create")
 @click.option("--tenant", "-t", required=True, help="The tenant the key works in.")
-@click.option("--user", "user_id", default=None, help="The user the key acts for (owner of uploads, R17).")
+@click.option("--user", "user_id", default=None,
+              help="The user the key acts for (uploads made with it belong to this user).")
 @click.option("--admin", "is_admin", is_flag=True, help="A tenant admin key: may erase any user's or all data.")
 @json_option
 @click.pass_context
@@ -843,24 +887,17 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
             engine = stack.enter_context(Bunko(f"sqlite:///{os.path.join(folder, 'eval.db')}",
                                                home=root.obj.get("home")))
         scope = engine.tenant(tenant)
-        show_bar = not as_json and stderr.is_terminal
-        with Progress(
-            SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=True, disable=not show_bar,
-        ) as bar:
-            loading = bar.add_task("Loading the embedder", total=None)
+        with _reporter(ctx) as bar:
+            bar.note("Loading the embedder")
             warm_up = getattr(scope.engine.embedder, "warm_up", None)
             if warm_up is not None:
                 warm_up()
-            tasks: dict[str, Any] = {}
 
             def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    if loading in bar.task_ids:
-                        bar.remove_task(loading)
-                    label = "Ingesting documents" if phase == "ingest" else f"Querying ({phase})"
-                    tasks[phase] = bar.add_task(escape(label), total=total)
-                bar.update(tasks[phase], completed=done, total=total)
+                name = "eval ingest" if phase == "ingest" else f"eval query ({phase})"
+                if bar.phase != name:
+                    bar.start(name, total, unit="documents" if phase == "ingest" else "queries")
+                bar.update(done, total)
 
             report = asyncio.run(evaluate(scope, dataset, modes, top_k, progress, limit_queries=limit_queries,
                                           analyzer=analyzer))
@@ -887,7 +924,8 @@ def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, li
 
 
 # -- command groups kept in their own modules ---------------------------------------------------
-from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow` (R30)
+from .blocks.cli import attach as _attach_blocks  # noqa: E402 - `bunko blocks`, `bunko workflow`
+from .manage_cli import attach as _attach_manage  # noqa: E402  (collections, documents show, admin tenants)
 from .memory_cli import attach as _attach_memory  # noqa: E402  (bunko memory, bunko mcp)
 from .metrics_cli import stats as _stats  # noqa: E402  (a command of its own module)
 from .portability.cli import COMMANDS as PORTABILITY_COMMANDS  # noqa: E402  (they import the helpers above)
@@ -897,6 +935,7 @@ for _command in PORTABILITY_COMMANDS:
     cli.add_command(_command)
 _attach_blocks(cli)
 _attach_memory(cli)
+_attach_manage(cli)
 cli.add_command(_stats)
 cli.add_command(_worker_command)
 

@@ -78,6 +78,7 @@ from .types import (
     Document,
     DocumentInfo,
     GenerationResult,
+    IngestFailure,
     IngestResult,
     SearchHit,
     UsageTotal,
@@ -334,11 +335,30 @@ class Tenant:
         stored whole or not at all, so an interrupted run leaves only whole documents behind
         and running again finishes it.
         """
+        paths = list(paths)  # read twice: to ingest, then to see which folders were ingested again
         items, skipped = path_items(paths, options, FetchPolicy.from_settings(self._engine.settings))
         report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
                                           analyzer=analyzer, workers=workers, bulk=True)
         report.skipped[:0] = skipped
+        await asyncio.to_thread(self._note_outcome, collection, items, report, paths)
         return report
+
+    def _note_outcome(self, collection: str, items: Sequence[IngestItem], report: IngestReport,
+                      paths: Iterable[str | os.PathLike[str]] = ()) -> None:
+        """Record the items that failed (``documents list --failed``) and forget earlier failures of those
+        that went in now, and of files gone from a folder ingested again."""
+        failed = {e.path: e for e in report.errors}
+        done = [item.label for item in items if item.label not in failed]
+        names = [str(os.fspath(p)) for p in paths]
+        folders = [os.path.realpath(p) for p in names if "://" not in p and os.path.isdir(p)]
+        if folders:
+            for earlier in self._store.ingest_failures(collection):  # type: ignore[attr-defined]
+                source = earlier.source
+                if earlier.source not in failed and "://" not in source and not os.path.exists(source) and any(
+                        os.path.commonpath([folder, source]) == folder for folder in folders if os.path.isabs(source)):
+                    done.append(source)
+        self._store.record_ingest_outcome(  # type: ignore[attr-defined]
+            collection, [IngestFailure(collection, e.path, e.type, e.code, e.message) for e in failed.values()], done)
 
     async def aingest_items(self, items: Sequence[IngestItem], collection: str = DEFAULT_COLLECTION, *,
                             progress: IngestProgress | None = None, splitter: str | None = None,
@@ -540,6 +560,30 @@ class Tenant:
     def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
         """Delete documents by id (in any of this tenant's collections unless one is named)."""
         return self._store.delete_documents(document_ids, collection)
+
+    def document(self, document_id: str, collection: str | None = None) -> DocumentInfo:
+        """One document by id (its source, version, chunk count, times and metadata), or
+        ``DocumentNotFoundError``."""
+        return self._store.get_document(document_id, collection)
+
+    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
+        """Files and URLs whose last ingest failed (in ``collection``, or in any), with the reason; a
+        later successful ingest of the same source removes its record."""
+        return self._store.ingest_failures(collection)  # type: ignore[attr-defined, no-any-return]
+
+    def delete_collection(self, name: str) -> Collection:
+        """Delete a collection with its documents, chunks, vectors and failure records, and the upload
+        jobs (and spooled files) of its documents; returns the collection as it was, or raises
+        ``CollectionNotFoundError``."""
+        from .stores.service import service_records
+        from .worker import remove_job_files, spool_root
+
+        collection = self._store.get_collection(name)
+        self._store.delete_collection(name)
+        job_ids = service_records(self._engine.backend).delete_collection_jobs(self._store, name)
+        if job_ids:
+            remove_job_files(spool_root(self._engine.settings), self.name, job_ids)
+        return collection
 
 
 __all__ = ["INGEST_BATCH_CHUNKS", "INGEST_BATCH_DOCUMENTS", "Bunko", "IngestError", "IngestReport",

@@ -20,6 +20,7 @@ builds an LLM client: ingest works without an LLM key.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +45,8 @@ LOAD_WORKERS = 4
 # Chunks waiting for the embedder beyond those in flight, in embedder batches per request slot:
 # enough that a request slot freed is filled at once, few enough to bound memory.
 EMBED_QUEUE_FACTOR = 2
+
+logger = logging.getLogger(__name__)
 
 # Called with (event, label, result_or_error): event is "total" (result = number of items), "start",
 # "done" or "error".
@@ -149,6 +152,9 @@ async def run(manager: IndexManager, items: Sequence[IngestItem], *, progress: I
     report = runner.report
     report.documents.sort(key=lambda r: runner.order.get(r.source, len(runner.order)))
     report.elapsed_ms = (time.perf_counter() - started) * 1000
+    logger.info("ingest into collection %r of tenant %r: %d items, %d documents, %d chunks stored, %d failed in %.1f s",
+                manager.collection, manager.vector_store.tenant, len(items), len(report.documents), report.chunks,
+                len(report.errors), report.elapsed_ms / 1000)
     return report
 
 
@@ -171,6 +177,7 @@ class _Runner:
     def fail(self, labels: Iterable[str], exc: BunkoError) -> None:
         for label in dict.fromkeys(labels):
             error = IngestError(label, type(exc).__name__, exc.message, exc.code, exc)
+            logger.debug("ingest of %s failed: %s: %s", label, error.type, error.message)
             self.report.errors.append(error)
             if self.progress:
                 self.progress("error", label, error)

@@ -23,13 +23,13 @@ embedder_option = click.option("--embedder", metavar="PROVIDER[:MODEL]", default
                                help="Embedder (env BUNKO_EMBEDDER); a memory store keeps the one it was built with.")
 
 store_option = click.option("--store", "store", default=DEFAULT_MEMORY_STORE, show_default=True,
-                            help="Memory store of the tenant (the seed's corpus).")
+                            help="Memory store of the tenant (a tenant may keep several).")
 user_option = click.option("--user", "-u", "user_id", required=True, help="The user the memories belong to.")
 
 
 @click.group("memory")
 def memory() -> None:
-    """Agent memory: what each user said in earlier sessions (seed 004's search_memory)."""
+    """Agent memory: what each user said or did in earlier sessions, to search later."""
 
 
 @memory.command("add")
@@ -77,7 +77,8 @@ def _metadata(text: str | None) -> dict[str, Any]:
 @click.argument("query")
 @user_option
 @click.option("--top-k", "-k", default=5, show_default=True, type=click.IntRange(1, 100), help="Memories to return.")
-@click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True, help="Search mode.")
+@click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True,
+              help="hybrid: meaning and exact words; semantic: meaning only; keyword: exact words only.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Time budget in seconds (default [memory] timeout, 2).")
 @store_option
@@ -88,7 +89,7 @@ def _metadata(text: str | None) -> dict[str, Any]:
 @handle_errors
 def memory_search(ctx: click.Context, query: str, user_id: str, top_k: int, mode: str, timeout: float | None,
                   store: str, tenant: str, embedder: str | None, as_json: bool) -> None:
-    """A user's memories for QUERY, best first (prints the seed's result shape with --json)."""
+    """A user's memories for QUERY, best first (--json prints the memories with their scores and metadata)."""
     memory_ = _engine(ctx, embedder=embedder).tenant(tenant).memory.store(store)
     result = memory_.search_memory(query, user_id, top_k, mode=mode, timeout=timeout)
     if as_json:

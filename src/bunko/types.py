@@ -178,10 +178,54 @@ class DocumentInfo:
     content_hash: str = ""
     created_at: str = ""
     version: int = 1
+    updated_at: str = ""
+    collection: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the listing's shape; :meth:`details` has every field)."""
+        return {"id": self.id, "source": self.source, "chunks": self.chunks, "metadata": self.metadata}
+
+    def details(self) -> dict[str, Any]:
+        """Every field, as ``bunko documents show --json`` prints them."""
+        return {"id": self.id, "collection": self.collection, "source": self.source, "name": self.name,
+                "version": self.version, "chunks": self.chunks, "content_hash": self.content_hash,
+                "created_at": self.created_at, "updated_at": self.updated_at, "metadata": self.metadata}
+
+    @property
+    def name(self) -> str:
+        """A short name that tells documents apart: the file name (or URL), and for one record of a
+        JSON Lines or JSON array file its index and its title, name or id field when it has one."""
+        meta = self.metadata
+        base = str(meta.get("filename") or "") or self.source.split("#", 1)[0]
+        if "://" in self.source and not meta.get("filename"):
+            base = self.source.split("#", 1)[0]
+        index = meta.get("json_index")
+        if index is None:
+            return base
+        name = f"{base}#{index}"
+        for key in ("title", "name", "id", "_id", "doc_id", "key"):
+            value = meta.get(key)
+            if isinstance(value, str | int) and str(value).strip():
+                return f"{name} ({key} {str(value).strip()[:60]})"
+        return name
+
+
+@dataclass(slots=True)
+class IngestFailure:
+    """A file or URL whose last ingest into a collection failed, and why; kept until one succeeds."""
+
+    collection: str
+    source: str
+    error_type: str
+    error_code: str
+    message: str
+    attempts: int = 1
+    first_failed_at: str = ""
+    failed_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {"id": self.id, "source": self.source, "chunks": self.chunks, "metadata": self.metadata}
+        return asdict(self)
 
 
 @dataclass(slots=True)

@@ -42,7 +42,7 @@ def _emit(data: Any) -> None:
 
 @click.group("blocks")
 def blocks_command() -> None:
-    """The workflow blocks of seed 000 and their config schemas."""
+    """List the building blocks workflows are made of, and their config schemas."""
 
 
 @blocks_command.command("list")

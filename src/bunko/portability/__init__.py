@@ -3,7 +3,8 @@
 Everything a tenant owns in a store travels — collections (with their embedder, analyzer and
 splitter settings), documents (with their version, metadata and content hash), chunks with their
 vectors (exact float32, so nothing is re-embedded), records upserted without a document,
-conversations, and agent memories of every user. Usage records and search logs stay behind: they
+conversations, agent memories of every user, and the record of files whose ingest failed (so
+``bunko documents list --failed`` still shows them). Usage records and search logs stay behind: they
 are the operator's accounting.
 
 An export is a folder (the format is described in docs/EXPORT.md)::
@@ -15,6 +16,7 @@ An export is a folder (the format is described in docs/EXPORT.md)::
     conversations.jsonl  one conversation per line, its turns inline
     memory_stores.jsonl  one agent memory store per line (its embedder and analyzer)
     memories.jsonl       one agent memory per line (user, session, type, subject, time, vector)
+    ingest_failures.jsonl one failed file or URL per line (collection, source, error, message)
 
 An import checks every file's checksum before it writes anything, refuses collections whose
 embedder or analyzer differs from the target's, then writes through the store's own write path
@@ -46,7 +48,9 @@ from ..types import Collection, ConversationTurn, EmbedderInfo, VectorRecord
 
 FORMAT = "bunko-export"
 FORMAT_VERSION = 1
-KINDS = ("collections", "documents", "chunks", "conversations", "memory_stores", "memories")
+KINDS = ("collections", "documents", "chunks", "conversations", "memory_stores", "memories", "ingest_failures")
+# Kinds an export made before they existed does not list: read as empty.
+OPTIONAL_KINDS = frozenset({"ingest_failures"})
 FILES = {kind: f"{kind}.jsonl" for kind in KINDS}
 MANIFEST = "manifest.json"
 PAGE = 100  # documents read (or written) per store call
@@ -126,6 +130,20 @@ def read_tenant(store: VectorStore, *, collections: Sequence[str] | None = None,
         for conversation_id in store.conversation_ids():
             yield "conversations", _conversation_record(store, conversation_id)
         yield from _read_memories(store)
+    yield from _read_failures(store, None if collections is None else set(names))
+
+
+def _read_failures(store: VectorStore, collections: set[str] | None,
+                   only: set[tuple[str, str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The failed-ingest records (of ``collections``, or all; ``only``: these (collection, source) pairs).
+    Their times and attempt counts stay behind: an import starts them again."""
+    failures = getattr(store, "ingest_failures", None)
+    if failures is None:
+        return
+    for f in sorted(failures(), key=lambda f: (f.collection, f.source)):
+        if (collections is None or f.collection in collections) and (only is None or (f.collection, f.source) in only):
+            yield "ingest_failures", {"collection": f.collection, "source": f.source, "error_type": f.error_type,
+                                      "error_code": f.error_code, "message": f.message}
 
 
 def _memories_of(store: VectorStore) -> Any:
@@ -228,6 +246,7 @@ class _Writer:
         self.loading_collection: str | None = None
         self.memory_dimensions: dict[str, int] = {}
         self.written_memories: dict[str, set[str]] = {}
+        self.written_failures: set[tuple[str, str]] = set()
 
     def _memory_store(self) -> Any:
         memories = _memories_of(self.store)
@@ -332,6 +351,14 @@ class _Writer:
                 record["id"], record["user_id"], record.get("session_id"), record["memory_type"], record.get("subject"),
                 record["timestamp"], record["content"], record.get("metadata") or {})], vector[None, :])
             self.written_memories[name].add(record["id"])
+        elif kind == "ingest_failures":
+            self.flush()
+            from ..types import IngestFailure
+
+            failure = IngestFailure(str(record["collection"]), str(record["source"]), str(record["error_type"]),
+                                    str(record["error_code"]), str(record["message"]))
+            self.store.record_ingest_outcome(failure.collection, [failure])
+            self.written_failures.add((failure.collection, failure.source))
         else:
             raise ArchiveError(f"unknown record kind {kind!r}")
         self.summary.counts[kind] += 1
@@ -405,6 +432,8 @@ class _Writer:
                 {"role": t.role, "content": t.content, "metadata": t.metadata} for t in turns]}
         if self.written_memories:
             yield from _read_memories(self.store, self.written_memories)
+        if self.written_failures:
+            yield from _read_failures(self.store, None, self.written_failures)
 
 
 def write_tenant(store: VectorStore, records: Iterable[tuple[str, dict[str, Any]]], *,
@@ -477,6 +506,8 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
                            f"reads version {FORMAT_VERSION}")
     for kind in KINDS:
         expected = (manifest.get("files") or {}).get(FILES[kind])
+        if expected is None and kind in OPTIONAL_KINDS and not (folder / FILES[kind]).exists():
+            continue
         if not isinstance(expected, dict):
             raise ArchiveError(f"{folder / MANIFEST} does not list {FILES[kind]}")
         file = folder / FILES[kind]
@@ -502,10 +533,13 @@ def _file_records(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     yield from (("conversations", r) for r in _lines(folder, "conversations"))
     yield from (("memory_stores", r) for r in _lines(folder, "memory_stores"))
     yield from (("memories", r) for r in _lines(folder, "memories"))
+    yield from (("ingest_failures", r) for r in _lines(folder, "ingest_failures"))
 
 
 def _lines(folder: Path, kind: str) -> Iterator[dict[str, Any]]:
     file = folder / FILES[kind]
+    if kind in OPTIONAL_KINDS and not file.exists():  # an export made before this kind existed
+        return
     with file.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():

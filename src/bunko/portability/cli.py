@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,27 +9,20 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ..cli import _emit_json, _engine, handle_errors, json_option, stderr, stdout, tenant_option
+from ..cli import _emit_json, _engine, _reporter, handle_errors, json_option, quiet_option, stdout, tenant_option
+from ..progress import Reporter
 from ..stores import open_backend
-from . import Summary, copy_tenant, export_tenant, import_tenant, read_manifest
-
-PROGRESS_EVERY_S = 2.0
+from . import KINDS, Summary, copy_tenant, export_tenant, import_tenant, read_manifest
 
 
-def _progress(verb: str, quiet: bool) -> Callable[[str, int], None] | None:
-    """A progress callback: a live line on a terminal, a line every few seconds otherwise."""
-    if quiet:
-        return None
-    last = [0.0]
+def _progress(bar: Reporter, verb: str, total: int | None = None) -> Callable[[str, int], None]:
+    """A progress callback (kind, records of that kind so far) feeding ``bar``, counting all records."""
+    counts: dict[str, int] = {}
+    bar.start(verb, total, unit="records")
 
     def report(kind: str, done: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY_S:
-            last[0] = now
-            if stderr.is_terminal:
-                stderr.print(f"{verb}: {done} {kind}…", end="\r")
-            else:
-                stderr.print(f"{verb}: {done} {kind}")
+        counts[kind] = done
+        bar.update(sum(counts.values()))
 
     return report
 
@@ -47,9 +39,6 @@ def _report(summary: Summary, verb: str, as_json: bool) -> None:
     if summary.path:
         stdout.print(f"  folder: {escape(summary.path)}")
     stdout.print(f"  digest: {summary.digest}" + ("  [green]verified[/]" if summary.verified else ""))
-
-
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 
 
 @click.command("export")
@@ -70,8 +59,9 @@ def export_command(ctx: click.Context, tenant: str, output: Path, collections: t
     reads it into any store without re-embedding (format: docs/EXPORT.md).
     """
     store = _engine(ctx).backend.for_tenant(tenant)
-    summary = export_tenant(store, output, collections=list(collections) or None,
-                            progress=_progress("exported", quiet or as_json))
+    with _reporter(ctx, quiet) as bar:
+        summary = export_tenant(store, output, collections=list(collections) or None,
+                                progress=_progress(bar, "export"))
     _report(summary, "exported", as_json)
 
 
@@ -91,7 +81,10 @@ def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bo
     """
     manifest = read_manifest(path)
     store = _engine(ctx).backend.for_tenant(tenant or str(manifest["tenant"]))
-    summary = import_tenant(store, path, progress=_progress("imported", quiet or as_json))
+    counts = manifest.get("counts") or {}
+    total = sum(int(counts.get(kind, 0)) for kind in KINDS)
+    with _reporter(ctx, quiet) as bar:
+        summary = import_tenant(store, path, progress=_progress(bar, "import", total))
     _report(summary, "imported into", as_json)
 
 
@@ -116,9 +109,9 @@ def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: st
     engine = _engine(ctx)
     target = open_backend(target_url, engine.settings)
     try:
-        summary: Any = copy_tenant(engine.backend.for_tenant(tenant), target.for_tenant(to_tenant or tenant),
-                                   collections=list(collections) or None,
-                                   progress=_progress("copied", quiet or as_json))
+        with _reporter(ctx, quiet) as bar:
+            summary: Any = copy_tenant(engine.backend.for_tenant(tenant), target.for_tenant(to_tenant or tenant),
+                                       collections=list(collections) or None, progress=_progress(bar, "copy"))
     finally:
         target.close()
     _report(summary, "copied into", as_json)

@@ -26,6 +26,7 @@ from ..types import (
     ConversationTurn,
     DocumentInfo,
     EmbedderInfo,
+    IngestFailure,
     IngestResult,
     SearchHit,
     UsageEvent,
@@ -157,6 +158,16 @@ class RecordStore(Protocol):
 
     def delete_conversation(self, conversation_id: str) -> int:
         """Delete a conversation; returns how many turns it had."""
+        ...
+
+
+    def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
+                              succeeded: Sequence[str] = ()) -> None:
+        """Remember sources of ``collection`` whose ingest failed; forget those in ``succeeded``."""
+        ...
+
+    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
+        """The sources whose last ingest failed (in ``collection``, or in any), latest first."""
         ...
 
 

@@ -483,6 +483,24 @@ _M010_KEYWORD_DF = [
     ) x GROUP BY tenant_id, collection_id, term""",
 ]
 
+# Files and URLs whose ingest failed, with the reason, until a later ingest of the same source
+# succeeds (SQLStore.ingest_failures). Tenant data: the tenant leads the key, RLS like every table.
+_M011_INGEST_FAILURES = [
+    """CREATE TABLE bunko.ingest_failures (
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        collection text NOT NULL,
+        source text NOT NULL,
+        error_type text NOT NULL,
+        error_code text NOT NULL,
+        message text NOT NULL,
+        attempts integer NOT NULL DEFAULT 1,
+        first_failed_at timestamptz NOT NULL DEFAULT now(),
+        failed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant_id, collection, source)
+    )""",
+    *_rls("ingest_failures"),
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -494,6 +512,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m008_collection_write_seq", _M008_WRITE_SEQ),
     ("m009_job_queue", _M009_JOB_QUEUE),
     ("m010_keyword_document_frequencies", _M010_KEYWORD_DF),
+    ("m011_ingest_failures", _M011_INGEST_FAILURES),
 ]
 
 BOOTSTRAP = [

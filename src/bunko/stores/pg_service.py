@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, VectorStoreError
 from .service import APIKey, check_user_id, hash_key, new_api_key
 from .sql.service import _KEY_COLUMNS, SQLServiceRecords
 
@@ -61,6 +61,38 @@ class PostgresServiceRecords(SQLServiceRecords):
             rows: list[Any] = conn.execute(f"SELECT {_KEY_COLUMNS} FROM bunko.api_keys WHERE tenant = %s "
                                            "ORDER BY id", (tenant,)).fetchall()
         return [self._key(r) for r in rows]
+
+    def _require_operator(self, what: str) -> None:
+        """Refuse an application login before anything is changed: only the owner sees every tenant."""
+        with self.backend.owner_transaction(what) as conn:
+            owner = conn.execute("SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class "
+                                 "WHERE oid = 'bunko.tenants'::regclass").fetchone()
+        if owner is None or not owner[0]:
+            raise VectorStoreError(
+                f"this PostgreSQL login may not {what}: use the owner login (the one that ran `bunko db migrate`) "
+                "for `bunko admin`; the application login sees one tenant at a time")
+
+    def _tenant_rows(self) -> list[tuple[str, str]]:
+        """Every tenant, read as the owner (whose policy on ``bunko.tenants`` shows all rows)."""
+        self._require_operator("list tenants")
+        with self.backend.owner_transaction("list tenants") as conn:
+            rows = conn.execute("SELECT name, created_at FROM bunko.tenants ORDER BY name").fetchall()
+        return [(r[0], self._d.time_out(r[1])) for r in rows]
+
+    def _active_keys(self) -> dict[str, int]:
+        with self.backend.owner_transaction("count API keys") as conn:
+            rows = conn.execute("SELECT tenant, count(*) FROM bunko.api_keys WHERE revoked_at IS NULL "
+                                "GROUP BY tenant").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def _drop_tenant(self, tenant: str) -> int:
+        """Delete the tenant's keys and its row as the owner; the row's own policy admits it only in a
+        transaction that names the tenant, so the statement names it first."""
+        with self.backend.owner_transaction("delete tenants") as conn:
+            keys = int(conn.execute("DELETE FROM bunko.api_keys WHERE tenant = %s", (tenant,)).rowcount)
+            conn.execute("SELECT set_config('bunko.tenant', %s, true)", (tenant,))
+            conn.execute("DELETE FROM bunko.tenants WHERE name = %s", (tenant,))
+        return keys
 
     def hit(self, key_id: int, window_start: int) -> int:
         """Count one request of a key in a window; returns the window's count so far."""

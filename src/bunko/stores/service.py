@@ -126,6 +126,22 @@ class ClaimResult:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass(slots=True, frozen=True)
+class TenantInfo:
+    """A registered tenant and what it holds."""
+
+    name: str
+    created_at: str
+    collections: int = 0
+    documents: int = 0
+    api_keys: int = 0  # active (unrevoked) keys
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"name": self.name, "created_at": self.created_at, "collections": self.collections,
+                "documents": self.documents, "api_keys": self.api_keys}
+
+
 @dataclass(slots=True)
 class Erasure:
     """What an erasure removed (R34)."""
@@ -137,13 +153,15 @@ class Erasure:
     conversation_turns: int = 0
     collections: int = 0
     memories: int = 0
+    api_keys: int = 0  # keys removed with a deleted tenant (erasing a tenant's data keeps them)
+    ingest_failures: int = 0  # failure records of path and URL ingests (tenant erasure; they name no user)
     job_ids: list[str] = field(default_factory=list)  # the jobs removed (their spooled files go too)
 
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict in the API's camelCase."""
         return {"documents": self.documents, "jobs": self.jobs, "searchLogs": self.search_logs,
                 "usageRecords": self.usage_records, "conversationTurns": self.conversation_turns,
-                "collections": self.collections, "memories": self.memories}
+                "collections": self.collections, "memories": self.memories, "ingestFailures": self.ingest_failures}
 
 
 class ServiceRecords(Protocol):
@@ -155,6 +173,14 @@ class ServiceRecords(Protocol):
 
     def tenant_exists(self, tenant: str) -> bool:
         """Whether the tenant is registered (or has data)."""
+        ...
+
+    def list_tenants(self) -> list[TenantInfo]:
+        """Every registered tenant with its counts (an operator's view: the owner login on PostgreSQL)."""
+        ...
+
+    def delete_tenant(self, tenant: str) -> Erasure:
+        """Erase all of a tenant's data, its API keys and the tenant itself; ``NotFoundError`` if unknown."""
         ...
 
     def create_api_key(self, tenant: str, user_id: str | None = None, *, admin: bool = False) -> tuple[str, APIKey]:

@@ -290,6 +290,21 @@ MIGRATIONS: list[Migration] = [
     """,
     # 7: keyword statistics per collection (one FTS5 table each) instead of across all tenants.
     _m007_fts_per_collection,
+    # 8: files and URLs whose ingest failed, with the reason, until one is ingested (see SQLStore.ingest_failures).
+    """
+    CREATE TABLE ingest_failures (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection TEXT NOT NULL,
+        source TEXT NOT NULL,
+        error_type TEXT NOT NULL,
+        error_code TEXT NOT NULL,
+        message TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 1,
+        first_failed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        failed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (tenant_id, collection, source)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -11,7 +11,7 @@ import hmac
 import time
 from typing import Any
 
-from ...errors import ConfigError, DocumentNotFoundError, VectorStoreError
+from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, VectorStoreError
 from ..base import VectorStore
 from ..service import (
     LEASE_SECONDS,
@@ -20,6 +20,7 @@ from ..service import (
     ClaimResult,
     Erasure,
     Job,
+    TenantInfo,
     check_user_id,
     conversation_prefix,
     hash_key,
@@ -73,6 +74,48 @@ class SQLServiceRecords:
         """Whether the tenant is registered (or has data)."""
         with self.backend.for_tenant(tenant).session() as (_, tenant_pk):
             return tenant_pk is not None
+
+    def _require_operator(self, what: str) -> None:
+        """Refuse a login that may not see every tenant (nothing to check in a database without row security)."""
+
+    def _tenant_rows(self) -> list[tuple[str, str]]:
+        """(name, created_at) of every tenant, by name (a backend with row security reads them as the owner)."""
+        with self.backend.transaction(None, None, write=False) as conn:
+            rows = self._run(conn, "SELECT name, created_at FROM tenants ORDER BY name").fetchall()
+        return [(r[0], self._d.time_out(r[1])) for r in rows]
+
+    def _active_keys(self) -> dict[str, int]:
+        """Active API keys per tenant name."""
+        with self.backend.transaction(None, None, write=False) as conn:
+            rows = self._run(conn, "SELECT tenant, count(*) FROM api_keys WHERE revoked_at IS NULL "
+                                   "GROUP BY tenant").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def list_tenants(self) -> list[TenantInfo]:
+        """Every registered tenant with its collection, document and active key counts."""
+        keys = self._active_keys()
+        tenants = []
+        for name, created_at in self._tenant_rows():
+            collections = self.backend.for_tenant(name).list_collections()
+            tenants.append(TenantInfo(name, created_at, len(collections), sum(c.document_count for c in collections),
+                                      keys.get(name, 0)))
+        return tenants
+
+    def _drop_tenant(self, tenant: str) -> int:
+        """Delete the tenant's API keys and its row (what is left below it cascades); returns the key count."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            keys = int(self._run(conn, "DELETE FROM api_keys WHERE tenant = ?", (tenant,)).rowcount)
+            self._run(conn, "DELETE FROM tenants WHERE name = ?", (tenant,))
+        return keys
+
+    def delete_tenant(self, tenant: str) -> Erasure:
+        """Erase all of a tenant's data, its API keys and the tenant itself; ``NotFoundError`` if unknown."""
+        self._require_operator("delete tenants")
+        if not self.tenant_exists(tenant):
+            raise NotFoundError(f"tenant {tenant!r} does not exist")
+        erasure = self.erase_tenant(self.backend.for_tenant(tenant))  # type: ignore[arg-type]
+        erasure.api_keys = self._drop_tenant(tenant)
+        return erasure
 
     def create_api_key(self, tenant: str, user_id: str | None = None, *, admin: bool = False) -> tuple[str, APIKey]:
         """A new key for an existing tenant: (the key, shown once; its record)."""
@@ -294,6 +337,10 @@ class SQLServiceRecords:
         scoped = self._scoped(store)
         collections = scoped.list_collections()
         erasure = Erasure(documents=sum(c.document_count for c in collections), collections=len(collections))
+        with scoped.session(write=True) as (conn, tenant_pk):  # first: deleting a collection drops its own
+            if tenant_pk is not None:
+                erasure.ingest_failures = int(scoped.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ?",
+                                                         (tenant_pk,)).rowcount)
         for collection in collections:
             scoped.delete_collection(collection.name)
         with scoped.session(write=True) as (conn, tenant_pk):

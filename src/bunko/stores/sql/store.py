@@ -41,6 +41,7 @@ from ...types import (
     ConversationTurn,
     DocumentInfo,
     EmbedderInfo,
+    IngestFailure,
     IngestResult,
     SearchHit,
     UsageEvent,
@@ -361,6 +362,7 @@ class SQLStore:
             assert tenant_pk is not None
             self._drop_collection(conn, tenant_pk, collection_pk)
             self.run(conn, "DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
+            self.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ?", (tenant_pk, name))
         self._forget_collection(collection_pk)
 
     # -- documents ------------------------------------------------------------------------------
@@ -444,11 +446,12 @@ class SQLStore:
 
     def _document_select(self) -> str:
         return (f"SELECT d.uid, d.source, {self._document_chunks}, d.metadata, d.content_hash, d.created_at, "
-                "d.version FROM documents d WHERE d.tenant_id = ?")
+                "d.version, d.updated_at, (SELECT c.name FROM collections c WHERE c.tenant_id = d.tenant_id "
+                "AND c.id = d.collection_id) FROM documents d WHERE d.tenant_id = ?")
 
     def _document(self, row: Any) -> DocumentInfo:
         return DocumentInfo(row[0], row[1], int(row[2]), self._d.json_out(row[3]), row[4], self._d.time_out(row[5]),
-                            int(row[6]))
+                            int(row[6]), self._d.time_out(row[7]), row[8] or "")
 
     def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:
         """The document stored under ``source``, or None (also when the collection is missing)."""
@@ -805,3 +808,39 @@ class SQLStore:
                 return 0
             return int(self.run(conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND conversation_id = ?",
                                 (tenant_pk, conversation_id)).rowcount)
+
+    # -- failed ingests -------------------------------------------------------------------------
+    def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
+                              succeeded: Sequence[str] = ()) -> None:
+        """Remember the sources of ``collection`` whose ingest failed (again: one more attempt, the latest
+        reason) and forget those in ``succeeded``, in one transaction."""
+        if not failed and not succeeded:
+            return
+        d = self._d
+        with self.session(create=bool(failed), write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return
+            for start in range(0, len(succeeded), 1000):
+                listed, params = d.any("source", [str(s) for s in succeeded[start:start + 1000]])
+                self.run(conn, f"DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ? AND {listed}",
+                         (tenant_pk, collection, *params))
+            self.run_many(conn, "INSERT INTO ingest_failures (tenant_id, collection, source, error_type, error_code, "
+                                "message) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, collection, source) "
+                                "DO UPDATE SET error_type = excluded.error_type, error_code = excluded.error_code, "
+                                "message = excluded.message, attempts = ingest_failures.attempts + 1, "
+                                "failed_at = {now}",
+                          [(tenant_pk, collection, f.source, f.error_type, f.error_code, f.message) for f in failed])
+
+    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
+        """The sources whose last ingest failed (in ``collection``, or in any), latest failure first."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:
+                return []
+            where, params = "tenant_id = ?", [tenant_pk, *([] if collection is None else [collection])]
+            if collection is not None:
+                where += " AND collection = ?"
+            rows = self.run(conn, "SELECT collection, source, error_type, error_code, message, attempts, "
+                                  f"first_failed_at, failed_at FROM ingest_failures WHERE {where} "
+                                  "ORDER BY failed_at DESC, collection, source", params).fetchall()
+        t = self._d.time_out
+        return [IngestFailure(r[0], r[1], r[2], r[3], r[4], int(r[5]), t(r[6]), t(r[7])) for r in rows]
