@@ -579,8 +579,9 @@ class Tenant:
         from .worker import remove_job_files, spool_root
 
         collection = self._store.get_collection(name)
-        self._store.delete_collection(name)
+        # The jobs first: a worker still processing one then finds it gone and removes what it wrote.
         job_ids = service_records(self._engine.backend).delete_collection_jobs(self._store, name)
+        self._store.delete_collection(name)
         if job_ids:
             remove_job_files(spool_root(self._engine.settings), self.name, job_ids)
         return collection

@@ -350,8 +350,10 @@ async def delete_document(request: Request, caller: CallerDep, document_id: IdPa
         await asyncio.to_thread(caller.store.get_document, document_id)  # 404 if it is nowhere
     if not caller.may_manage(owner):
         raise Problem(403, "FORBIDDEN", "this key may delete only the documents its user uploaded")
-    await asyncio.to_thread(caller.store.delete_documents, [document_id])
+    # The job first: a worker still processing it then finds it gone and removes what it wrote. Deleting
+    # the document first let a worker commit it, and end the job, in between.
     await asyncio.to_thread(state.records.delete_jobs, caller.store, [document_id])
+    await asyncio.to_thread(caller.store.delete_documents, [document_id])
     await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, [document_id])
     return schemas.Deleted(deleted=True, id=document_id)
 
@@ -496,14 +498,11 @@ async def list_collections(caller: CallerDep) -> schemas.CollectionList:
 
 @router.delete("/collections/{name}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
                summary="Delete a collection with all its documents")
-async def delete_collection(request: Request, caller: CallerDep, name: NameParam) -> schemas.Deleted:
+async def delete_collection(caller: CallerDep, name: NameParam) -> schemas.Deleted:
     """Admin and tenant (user-less) keys only. Its documents' upload jobs (and spooled files) go with it."""
     if not caller.may_manage(None):
         raise Problem(403, "FORBIDDEN", "only a tenant admin key or a tenant key may delete collections")
-    state = _state(request)
-    await asyncio.to_thread(caller.store.delete_collection, name)
-    job_ids = await asyncio.to_thread(state.records.delete_collection_jobs, caller.store, name)
-    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, job_ids)
+    await asyncio.to_thread(caller.scope.delete_collection, name)
     return schemas.Deleted(deleted=True, id=name)
 
 
