@@ -374,7 +374,7 @@ class ExtractiveAnswerer:
 
     def __init__(self, *, max_quotes: int = 3, min_similarity: float = 0.35, min_overlap: float = 0.3,
                  cosine_weight: float = 0.5, overlap_weight: float = 0.5, rank_weight: float = 0.1,
-                 about_penalty: float = 0.1, fragment_penalty: float = 0.1, margin: float = 0.1, budget: int = 200,
+                 about_penalty: float = 0.2, fragment_penalty: float = 0.1, margin: float = 0.1, budget: int = 350,
                  quote_chars: int = 200,
                  max_candidates: int = 80) -> None:
         self.max_quotes = max_quotes
@@ -425,11 +425,12 @@ class ExtractiveAnswerer:
         overlap = self._overlap(weights, term_sets)
         q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).ravel()
         vectors = await embed(texts if q is not None else [question, *texts])
+        embedded = len(texts) if q is not None else len(texts) + 1
         if q is None or q.shape[0] != vectors.shape[1]:
             if q is not None:  # another embedder's vector: embed the question after all
                 vectors = np.vstack([await embed([question]), vectors])
+                embedded += 1
             q, vectors = vectors[0], vectors[1:]
-        embedded = len(texts) + (0 if query_vector is not None and len(vectors) == len(texts) else 1)
         norms = np.linalg.norm(vectors, axis=1) * (float(np.linalg.norm(q)) or 1.0)
         cosine = (vectors @ q) / np.where(norms == 0, 1.0, norms)
         ranks = np.array([number for number, _ in candidates], dtype=np.float64)
