@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ConfigError, NotFoundError, PreprocessingError
-from .generation import Generator, answer_body, is_not_found
 from .ingest import IngestItem, document_item
-from .requests import AskRequest
 from .types import Document, GenerationResult, SearchHit
 
 if TYPE_CHECKING:
     from .engine import Tenant
+    from .generation import Generator
 
 # The search modes ``evaluate`` (and ``bunko eval --mode all``) runs. Add a mode here.
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -341,6 +340,9 @@ async def _run_answers(tenant: Tenant, collection: str, name: str, generator: Ge
                        questions: list[tuple[str, str]], gold: Mapping[str, Sequence[str]],
                        progress: EvalProgress | None) -> dict[str, Any]:
     """Ask every question as ``ask`` does (hybrid search, top 5) and score the answers against the gold strings."""
+    from .extractive import answer_body, is_not_found
+    from .requests import AskRequest
+
     pipeline = tenant.pipeline(collection, generator=generator)
     phase = f"answers:{name}"
     contained = cited = empty = not_found = 0
@@ -378,6 +380,8 @@ async def _run_answers(tenant: Tenant, collection: str, name: str, generator: Ge
 
 def answerers(tenant: Tenant) -> dict[str, Generator]:
     """What ``evaluate(answers=True)`` scores: the extractive answer, and the configured LLM if there is one."""
+    from .generation import Generator
+
     found = {EXTRACTIVE: Generator(None, embedder=tenant.engine.embedder)}
     if tenant.engine.llm is not None:
         found[tenant.engine.settings.llm.spec or tenant.engine.llm.model] = tenant.generator()

@@ -260,7 +260,7 @@ class _Splitter:
         self.close_paragraph()
         self.flush_fragments()
         self.close_list()
-        kept = []
+        kept: list[Passage] = []
         for passage in self.passages:
             if passage.items or _quotable(passage.text):
                 if len(passage.text) > MAX_UNIT_CHARS and not passage.items:
@@ -365,6 +365,11 @@ class Selection:
     embedded_texts: int
 
 
+def _mostly_cjk(text: str) -> bool:
+    letters = _WORD_CHAR_RE.findall(text)
+    return bool(letters) and sum(1 for c in letters if _is_cjk(c)) * 2 >= len(letters)
+
+
 def _flat(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).lower().split())
 
@@ -423,6 +428,10 @@ class ExtractiveAnswerer:
         term_sets = [self._terms(t) for t in texts]
         weights = self._weights(question, term_sets)
         overlap = self._overlap(weights, term_sets)
+        # Terms cannot match across scripts (an English question, Japanese passages): there, the meaning
+        # (cosine) stands in for the overlap, so those passages are not scored down for their language.
+        asked_cjk = _mostly_cjk(question)
+        other_script = np.array([_mostly_cjk(t) != asked_cjk for t in texts])
         q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).ravel()
         vectors = await embed(texts if q is not None else [question, *texts])
         embedded = len(texts) if q is not None else len(texts) + 1
@@ -433,13 +442,14 @@ class ExtractiveAnswerer:
             q, vectors = vectors[0], vectors[1:]
         norms = np.linalg.norm(vectors, axis=1) * (float(np.linalg.norm(q)) or 1.0)
         cosine = (vectors @ q) / np.where(norms == 0, 1.0, norms)
+        term_overlap, overlap = overlap, np.where(other_script, np.clip(cosine, 0.0, 1.0), overlap)
         ranks = np.array([number for number, _ in candidates], dtype=np.float64)
         about = np.array([bool(_ABOUT_THE_DOCUMENT_RE.match(t)) for t in texts], dtype=np.float64)
         # A title or a label says less than a sentence (among verse or slides, all are fragments alike).
         fragment = np.array([not (p.items or _complete(p.text)) for _, p in candidates], dtype=np.float64)
         scores = (self.cosine_weight * cosine + self.overlap_weight * overlap + self.rank_weight / (1.0 + ranks)
                   - self.about_penalty * about - self.fragment_penalty * fragment)
-        if float(cosine.max()) < self.min_similarity and float(overlap.max()) < self.min_overlap:
+        if float(cosine.max()) < self.min_similarity and float(term_overlap.max()) < self.min_overlap:
             return Selection([], 0.0, embedded)
         order = [int(i) for i in np.argsort(-scores, kind="stable")]
         best = float(scores[order[0]])
