@@ -138,7 +138,7 @@ def test_console_script_runs_in_a_fresh_process(tmp_path: Path) -> None:
     ask = subprocess.run([sys.executable, "-m", "bunko", "ask", "What should I pack in a go-bag?"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert ask.returncode == 0, ask.stderr
-    assert "Extractive answer" in ask.stdout and re.search(r"\[1\]", ask.stdout)
+    assert "extractive answer" in ask.stdout and re.search(r"\[1\]", ask.stdout)
     assert "Sources" in ask.stdout
 
 

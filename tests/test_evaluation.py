@@ -17,6 +17,7 @@ from bunko.errors import ConfigError
 from bunko.evaluation import (
     MODES,
     Dataset,
+    contains_gold,
     evaluate,
     load_beir,
     mrr_at_k,
@@ -109,11 +110,12 @@ CORPUS = [
     {"id": "empty", "title": "", "text": ""},  # left out of the index, as Cranfield's empty abstracts
 ]
 QUERIES = [
-    {"id": "q1", "text": "富士山の標高は何メートルですか？"},
-    {"id": "q2", "text": "Which process lets plants make glucose and oxygen from sunlight?"},
-    {"id": "q3", "text": "東海道新幹線はいつ開業しましたか？"},
-    {"id": "q4", "text": "largest planet gas giant Great Red Spot"},
-    {"id": "q5", "text": "a query nobody judged"},
+    {"id": "q1", "text": "富士山の標高は何メートルですか？", "answers": ["3776メートル"]},
+    {"id": "q2", "text": "Which process lets plants make glucose and oxygen from sunlight?",
+     "answers": ["Photosynthesis"]},
+    {"id": "q3", "text": "東海道新幹線はいつ開業しましたか？", "answers": ["1964年", "1964"]},
+    {"id": "q4", "text": "largest planet gas giant Great Red Spot", "answers": ["Jupiter"]},
+    {"id": "q5", "text": "a query nobody judged", "answers": ["nothing"]},
 ]
 QRELS = [("q1", "fuji", 1), ("q2", "photosynthesis", 1), ("q3", "shinkansen", 2), ("q3", "sushi", 0),
          ("q4", "jupiter", 1), ("q4", "volcano", 1)]
@@ -142,6 +144,21 @@ def test_load_beir(tiny: Path) -> None:
     assert dataset.queries["q2"].startswith("Which process")
     assert dataset.qrels["q3"] == {"shinkansen": 2, "sushi": 0}
     assert "q5" not in dataset.qrels
+    assert dataset.answers["q3"] == ["1964年", "1964"]
+
+
+def test_gold_answers_are_optional_and_checked(tiny: Path) -> None:
+    (tiny / "queries.jsonl").write_text('{"id": "q1", "text": "x"}\n{"id": "q2", "text": "y", "answers": [" "]}\n',
+                                        encoding="utf-8")
+    assert load_beir(tiny).answers == {}  # none, or only blank strings
+    (tiny / "queries.jsonl").write_text('{"id": "q1", "text": "x", "answers": "3776"}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"queries\.jsonl, line 1: 'answers' must be a list of strings"):
+        load_beir(tiny)
+
+
+def test_contains_gold_ignores_width_case_and_spaces() -> None:
+    assert contains_gold("標高は３７７６ メートルである", ["3776メートル"])
+    assert contains_gold("It is JUPITER.", ["jupiter"]) and not contains_gold("Saturn", ["Jupiter", ""])
 
 
 @pytest.mark.parametrize(
@@ -223,6 +240,28 @@ def test_evaluate_deletes_the_collection_on_error(engine: Bunko, tiny: Path) -> 
     assert scope.collections() == []
 
 
+def test_evaluate_scores_the_extractive_answers(engine: Bunko, tiny: Path) -> None:
+    scope = engine.tenant("acme")
+    events: list[tuple[str, int, int]] = []
+    report = asyncio.run(evaluate(scope, load_beir(tiny), ["hybrid"], 10, lambda *e: events.append(e), answers=True))
+    scored = report["answers"]["extractive"]
+    assert set(scored) == {"contains_gold", "cited_contains_gold", "empty", "not_found", "mean_chars",
+                           "latency_ms_p50", "questions"}
+    assert scored["questions"] == 4 and scored["empty"] == 0  # q5 has no judgment: not asked
+    # Each question's document holds its answer and is found first: the cited chunks contain it.
+    assert scored["cited_contains_gold"] == 1.0 and scored["contains_gold"] >= 0.75
+    assert 0 < scored["mean_chars"] < 400
+    assert ("answers:extractive", 4, 4) in events
+    assert scope.collections() == []
+
+
+def test_evaluate_answers_needs_gold_answers(engine: Bunko, tiny: Path) -> None:
+    dataset = load_beir(tiny)
+    dataset.answers = {}
+    with pytest.raises(ConfigError, match="no gold answers"):
+        asyncio.run(evaluate(engine.tenant("acme"), dataset, ["keyword"], 10, answers=True))
+
+
 def test_evaluate_rejects_bad_arguments(engine: Bunko, tiny: Path) -> None:
     scope = engine.tenant("acme")
     with pytest.raises(ConfigError, match="unknown evaluation mode"):
@@ -245,6 +284,22 @@ def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
         assert {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50"} <= set(values)
         assert all(0.0 <= values[k] <= 1.0 for k in ("ndcg@10", "recall@5", "recall@10", "mrr@10"))
     assert not (tmp_path / "home").exists()  # a temporary store, not the one under BUNKO_HOME
+
+
+def test_cli_eval_answers_with_an_llm(tiny: Path) -> None:
+    from .provider_fakes import OpenAIFake
+
+    with OpenAIFake(reply_text="富士山の標高は3776メートルです[1]。") as fake:
+        result = CliRunner().invoke(cli, ["eval", str(tiny), "--mode", "hybrid", "--answers", "--json", "--llm",
+                                          "openai-compatible:test-model", "--base-url", fake.url + "/v1"],
+                                    catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    answers = json.loads(result.stdout)["answers"]
+    assert list(answers) == ["extractive", "openai-compatible:test-model"]
+    llm = answers["openai-compatible:test-model"]
+    assert llm["questions"] == 4 and llm["contains_gold"] == 0.25 and llm["empty"] == 0  # only q1's gold
+    assert llm["mean_chars"] == len("富士山の標高は3776メートルです[1]。")
+    assert answers["extractive"]["cited_contains_gold"] == 1.0
 
 
 def test_cli_eval_explicit_db_and_limit(tiny: Path, tmp_path: Path) -> None:

@@ -121,3 +121,16 @@ def test_cli_takes_the_ranking_options(tmp_path: Path) -> None:
 
     files = [r["metadata"]["filename"] for r in json.loads(result.output)["results"]]
     assert len([f for f in files if f in ("water-a.txt", "water-b.txt")]) == 1
+
+
+@pytest.mark.shared_data
+def test_hybrid_ranks_the_only_file_with_an_exact_name_first(engine: Bunko) -> None:
+    """Over the shared documents, "宮澤賢治" is in jo.pdf (and in the manifest line about it): the default fusion
+    puts jo.pdf first, above vector-only chunks that do not hold the name (min-max score fusion put it 5th)."""
+    from .conftest import SHARED_DOCUMENTS
+
+    scope = engine.tenant("acme")
+    scope.ingest([SHARED_DOCUMENTS], "corpus")
+    hits = scope.search("宮澤賢治", "corpus", mode="hybrid", top_k=5).results
+    assert hits[0].source.endswith("jo.pdf") and "宮澤賢治" in hits[0].content
+    assert all("宮澤賢治" in h.content for h in hits if "keyword" in h.metadata["legs"])

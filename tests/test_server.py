@@ -392,3 +392,21 @@ def test_vector_upsert_and_query_over_http(server: LiveServer) -> None:
     assert [(r["id"], r["content"]) for r in theirs] == [("own-vector", "globex の資料です。")]
     mine = a.post("/api/v1/collections/notes/query", json={"vector": given, "topK": 10}).json()["results"]
     assert {r["id"] for r in mine} == set(body["ids"]) and "globex の資料です。" not in {r["content"] for r in mine}
+
+
+def test_extractive_answers_are_the_same_over_http_chat_the_cli_and_python(server: LiveServer) -> None:
+    """One code path: the issue's question over HTTP chat gives the CLI's answer, never just a header."""
+    from bunko import Bunko
+    from bunko.extractive import answer_body
+    from tests.conftest import EXAMPLES
+
+    key = server.key("acme")
+    server.cli("ingest", str(EXAMPLES), "--tenant", "acme", "-c", "bousai")
+    client = server.client(key)
+    for question in ("水は何日分？", "What should I pack in a go-bag?"):
+        done = _sse_events(client, {"message": question, "collection": "bousai"})[-1]["response"]
+        cli = server.cli("ask", question, "--tenant", "acme", "-c", "bousai")
+        with Bunko(home=server.env["BUNKO_HOME"]) as engine:
+            python = engine.tenant("acme").ask(question, collection="bousai")
+        assert done["answer"] == cli["answer"] == python.answer, question
+        assert answer_body(done["answer"]) and done["sources"], done["answer"]

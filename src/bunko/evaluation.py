@@ -14,11 +14,13 @@ the latencies are the searches' own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +31,11 @@ import numpy as np
 
 from .errors import ConfigError, NotFoundError, PreprocessingError
 from .ingest import IngestItem, document_item
-from .types import Document, SearchHit
+from .types import Document, GenerationResult, SearchHit
 
 if TYPE_CHECKING:
     from .engine import Tenant
+    from .generation import Generator
 
 # The search modes ``evaluate`` (and ``bunko eval --mode all``) runs. Add a mode here.
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -54,7 +57,11 @@ CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
 QRELS_FILES = ("qrels.tsv", "qrels/test.tsv")  # ours, then the usual BEIR layout
 
-# Called with (phase, done, total): phase is "ingest" (documents) or a search mode (queries).
+# The answerer ``evaluate(answers=True)`` always runs; a configured LLM runs too, under its model name.
+EXTRACTIVE = "extractive"
+
+# Called with (phase, done, total): phase is "ingest" (documents), a search mode (queries) or
+# "answers:NAME" (questions answered by the extractive answerer or an LLM).
 EvalProgress = Callable[[str, int, int], None]
 
 
@@ -66,6 +73,8 @@ class Dataset:
     corpus: dict[str, tuple[str, str]]  # corpus id -> (title, text)
     queries: dict[str, str]  # query id -> text
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)  # query id -> {corpus id: score}
+    # query id -> gold answer strings (JSQuAD-style ``"answers"`` in queries.jsonl), for ``evaluate(answers=True)``
+    answers: dict[str, list[str]] = field(default_factory=dict)
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -136,11 +145,18 @@ def load_beir(path: str | os.PathLike[str]) -> Dataset:
         raise ConfigError(f"{corpus_path}: no documents")
 
     queries: dict[str, str] = {}
+    answers: dict[str, list[str]] = {}
     for number, record in _jsonl(queries_path):
         query_id = _field(record, "id", queries_path, number)
         if query_id in queries:
             raise ConfigError(f"{queries_path}, line {number}: duplicate id {query_id!r}")
         queries[query_id] = _field(record, "text", queries_path, number)
+        gold = record.get("answers")
+        if gold is not None:
+            if not isinstance(gold, list) or not all(isinstance(a, str) for a in gold):
+                raise ConfigError(f"{queries_path}, line {number}: 'answers' must be a list of strings")
+            if any(a.strip() for a in gold):
+                answers[query_id] = [a for a in gold if a.strip()]
     if not queries:
         raise ConfigError(f"{queries_path}: no queries")
 
@@ -160,7 +176,7 @@ def load_beir(path: str | os.PathLike[str]) -> Dataset:
         if not query_id or not doc_id:
             raise ConfigError(f"{qrels_path}, line {number}: empty query-id or corpus-id")
         qrels.setdefault(query_id, {})[doc_id] = score
-    return Dataset(folder.resolve().name, corpus, queries, qrels)
+    return Dataset(folder.resolve().name, corpus, queries, qrels, answers)
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -206,6 +222,17 @@ def rank_documents(hits: Sequence[SearchHit], corpus_ids: Mapping[str, str], k: 
             if len(ranked) >= k:
                 break
     return list(ranked)
+
+
+def _normalised(text: str) -> str:
+    """Text as gold answers are matched: NFKC, case-folded, without whitespace."""
+    return "".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def contains_gold(text: str, gold: Sequence[str]) -> bool:
+    """Whether ``text`` contains one of the gold answer strings (NFKC, case and whitespace ignored)."""
+    flat = _normalised(text)
+    return any(g and g in flat for g in map(_normalised, gold))
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -298,6 +325,69 @@ async def _run_mode(tenant: Tenant, collection: str, mode: str, queries: list[tu
     return result
 
 
+async def _cited_text(tenant: Tenant, collection: str, result: GenerationResult) -> str:
+    """The whole text of the chunks an answer cites (a stitched passage: all of its chunks)."""
+    ids: list[str] = []
+    for source in result.sources:
+        ids += [source.chunk_id, *source.metadata.get("merged_chunk_ids", [])]
+    if not ids:
+        return ""
+    hits = await asyncio.to_thread(tenant.store.fetch_hits, collection, [(cid, 0.0) for cid in dict.fromkeys(ids)])
+    return "\n".join(hit.content for hit in hits)
+
+
+async def _run_answers(tenant: Tenant, collection: str, name: str, generator: Generator,
+                       questions: list[tuple[str, str]], gold: Mapping[str, Sequence[str]],
+                       progress: EvalProgress | None) -> dict[str, Any]:
+    """Ask every question as ``ask`` does (hybrid search, top 5) and score the answers against the gold strings."""
+    from .extractive import answer_body, is_not_found
+    from .requests import AskRequest
+
+    pipeline = tenant.pipeline(collection, generator=generator)
+    phase = f"answers:{name}"
+    contained = cited = empty = not_found = 0
+    chars: list[int] = []
+    latencies: list[float] = []
+    if progress:
+        progress(phase, 0, len(questions))
+    for done, (query_id, text) in enumerate(questions, start=1):
+        if (done - 1) % PRIME_BATCH == 0:  # embed the questions in batches; the search reuses them
+            await pipeline.retriever.prime([t for _, t in questions[done - 1 : done - 1 + PRIME_BATCH]])
+        started = time.perf_counter()
+        result = await pipeline.query(AskRequest(query=text, collection=collection))
+        latencies.append((time.perf_counter() - started) * 1000)
+        body = answer_body(result.answer)
+        chars.append(len(result.answer))
+        if not body:
+            empty += 1
+        elif is_not_found(body):
+            not_found += 1
+        contained += contains_gold(body, gold[query_id])
+        cited += contains_gold(await _cited_text(tenant, collection, result), gold[query_id])
+        if progress:
+            progress(phase, done, len(questions))
+    n = len(questions)
+    return {
+        "contains_gold": round(contained / n, 4) if n else 0.0,
+        "cited_contains_gold": round(cited / n, 4) if n else 0.0,
+        "empty": empty,
+        "not_found": not_found,
+        "mean_chars": round(float(np.mean(chars)), 1) if chars else 0.0,
+        "latency_ms_p50": round(float(np.percentile(latencies, 50)), 2) if latencies else 0.0,
+        "questions": n,
+    }
+
+
+def answerers(tenant: Tenant) -> dict[str, Generator]:
+    """What ``evaluate(answers=True)`` scores: the extractive answer, and the configured LLM if there is one."""
+    from .generation import Generator
+
+    found = {EXTRACTIVE: Generator(None, embedder=tenant.engine.embedder)}
+    if tenant.engine.llm is not None:
+        found[tenant.engine.settings.llm.spec or tenant.engine.llm.model] = tenant.generator()
+    return found
+
+
 async def evaluate(
     tenant: Tenant,
     dataset: Dataset,
@@ -307,6 +397,7 @@ async def evaluate(
     *,
     limit_queries: int | None = None,
     analyzer: str | None = None,
+    answers: bool = False,
 ) -> dict[str, Any]:
     """Ingest ``dataset`` into a temporary collection of ``tenant``, run its queries, score each mode.
 
@@ -316,6 +407,13 @@ async def evaluate(
     analyzer of the temporary collection (default: the engine's). The temporary collection is
     deleted at the end, also when something fails. Returns ``{"dataset", "queries", "results":
     {mode: {"ndcg@10", "recall@5", "recall@10", "mrr@10", "latency_ms_p50", ...}}, ...}``.
+
+    ``answers=True`` also asks each of those queries that has gold answers (``"answers"`` in
+    queries.jsonl) the way ``ask`` does, once extractively and once with the configured LLM if any,
+    and adds ``"answers": {name: {"contains_gold", "cited_contains_gold", "empty", "not_found",
+    "mean_chars", "latency_ms_p50", "questions"}}``: the share of answers that contain a gold
+    string, the share whose cited chunks do, the answers with no text besides a header, the "not
+    found" answers, and the mean answer length in characters (header included).
     """
     modes = list(dict.fromkeys(modes))
     unknown = [m for m in modes if m not in MODES]
@@ -332,6 +430,10 @@ async def evaluate(
     skipped_queries = len(dataset.queries) - len(queries)
     if limit_queries is not None:
         queries = queries[:limit_queries]
+    questions = [(qid, text) for qid, text in queries if qid in dataset.answers]
+    if answers and not questions:
+        raise ConfigError(f"{dataset.name}: no gold answers to score (give queries an \"answers\" list of "
+                          f"strings in {QUERIES_FILE})")
 
     collection = _temporary_collection(dataset.name)
     started = time.perf_counter()
@@ -342,6 +444,11 @@ async def evaluate(
         for mode in modes:
             results[mode] = await _run_mode(tenant, collection, mode, queries, dataset.qrels, corpus_ids, top_k,
                                             progress)
+        answer_results = {}
+        if answers:
+            for name, generator in answerers(tenant).items():
+                answer_results[name] = await _run_answers(tenant, collection, name, generator, questions,
+                                                          dataset.answers, progress)
     except BaseException:
         try:
             tenant.store.delete_collection(collection)
@@ -356,6 +463,7 @@ async def evaluate(
         "dataset": dataset.name,
         "queries": len(queries),
         "results": results,
+        **({"answers": answer_results} if answers else {}),
         "skipped_queries": skipped_queries,
         **stats,
         "top_k": top_k,
@@ -364,9 +472,12 @@ async def evaluate(
 
 
 __all__ = [
+    "EXTRACTIVE",
     "MODES",
     "Dataset",
     "EvalProgress",
+    "answerers",
+    "contains_gold",
     "document_for",
     "evaluate",
     "load_beir",

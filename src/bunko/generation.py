@@ -9,10 +9,10 @@ Two strategies behind one class:
   overlapping chunks of one document and near-identical chunks. Citations are
   parsed back out of the answer into ``sources``; numbers outside the context are
   counted in ``usage["invalid_citations"]``, never turned into sources.
-* With no LLM configured, the answer is *extractive*: the sentences of the
-  retrieved chunks most similar to the question (embedding cosine plus term
-  overlap), each quoted verbatim and followed by its ``[N]``, under a line that
-  says plainly that the answer is extractive.
+* With no LLM configured, the answer is *extractive* (``bunko.extractive``): the
+  sentences or short spans of the retrieved chunks that answer the question, each
+  quoted as written and followed by its ``[N]``, under a line that says plainly that
+  the answer is extractive; or one sentence saying the documents do not contain it.
 
 Either way ``sources`` lists only the chunks the answer cites, in order of first
 citation, and each source's ``index`` is the ``N`` used in the answer. Both
@@ -25,15 +25,24 @@ from __future__ import annotations
 import re
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .analysis import DEFAULT_ANALYZER, detect_language
 from .embedders import BaseEmbedder
 from .errors import BunkoError, GenerationError
+from .extractive import (  # noqa: F401 - split_passages and the rest re-exported
+    MESSAGES,
+    ExtractiveAnswerer,
+    Passage,
+    answer_body,
+    answer_language,
+    is_not_found,
+    split_passages,
+    split_sentences,
+)
 from .llm import LLMDelta, LLMMessage, LLMProvider, LLMResponse  # noqa: F401 - re-exported
 from .splitters import estimate_tokens
 from .types import GenerationResult, SearchHit, Source
@@ -57,6 +66,8 @@ DEFAULT_CONTEXT_TOKENS = 4000
 NEAR_DUPLICATE_SHARE = 0.9
 
 TokenCounter = Callable[[str], int]
+# Reads the text that follows a chunk in its document (None when nothing does).
+FollowingText = Callable[[SearchHit], Awaitable["str | None"]]
 
 EXCERPT_CHARS = 200
 
@@ -222,87 +233,6 @@ def build_sources(hits: Sequence[SearchHit], cited: Sequence[int],
     return sources
 
 
-# Sentence ends: Japanese 。！？ (plus closing brackets), Western .!? before whitespace.
-_SENTENCE_RE = re.compile(r"[^。！？!?]*(?:[。！？!?][」』）)\]]*|$)")
-_EN_SPLIT_RE = re.compile(r"(?<=[a-z0-9)][.])\s+(?=[A-Z\"'(])")
-_HEADING_RE = re.compile(r"^\s*#{1,6}\s")
-_LIST_RE = re.compile(r"^\s*(?:[-*+・]|\d{1,3}[.)])\s+")
-_FINAL_PUNCT = ("。", "！", "？", ".", "!", "?", "」", "』", "）", ")", ":", "：")
-MAX_LIST_ITEMS = 5
-
-
-@dataclass(slots=True)
-class Passage:
-    """A quotable unit of a chunk: a sentence, or a sentence that introduces a list plus its items."""
-
-    text: str  # what is scored against the question
-    items: list[str] = field(default_factory=list)  # list items shown under an introducing sentence
-
-    def render(self) -> str:
-        """The passage as quoted in an answer."""
-        if not self.items:
-            return self.text
-        return self.text + "".join(f"\n    - {item}" for item in self.items)
-
-
-def _sentences(line: str) -> list[str]:
-    out: list[str] = []
-    for piece in _SENTENCE_RE.findall(line):
-        out.extend(p.strip() for p in _EN_SPLIT_RE.split(piece) if p.strip())
-    return out
-
-
-def split_passages(text: str) -> list[Passage]:
-    """Sentences and list items of a chunk; headings and bare labels are left out.
-
-    A sentence followed by a list (blank lines between allowed) also carries the
-    first items of that list, so "you should pack the following:" quotes what follows.
-    """
-    passages: list[Passage] = []
-    lead: Passage | None = None  # the last sentence before a list, if the list follows directly
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        if _HEADING_RE.match(line):
-            lead = None
-            continue
-        if _LIST_RE.match(line):
-            item = _LIST_RE.sub("", line).strip()
-            if lead is not None and len(lead.items) < MAX_LIST_ITEMS:
-                lead.items.append(item)
-            passages.extend(Passage(s) for s in _sentences(item))
-            continue
-        sentences = [Passage(s) for s in _sentences(line)]
-        passages.extend(sentences)
-        lead = sentences[-1] if sentences else None
-    return [
-        p for p in passages
-        if len(p.text) >= 6 and (p.items or p.text.endswith(_FINAL_PUNCT) or len(p.text) >= 25)
-    ]
-
-
-def split_sentences(text: str) -> list[str]:
-    """The quotable sentences of a chunk (headings and bare labels left out)."""
-    return [p.text for p in split_passages(text)]
-
-
-_MESSAGES = {
-    "ja": {
-        "header": (
-            "抽出型の回答です（LLM が設定されていないため、文書から質問に最も関連する文をそのまま引用しています）。"
-        ),
-        "none": "提供された文書には、この質問への答えが見つかりませんでした。",
-    },
-    "en": {
-        "header": (
-            "Extractive answer (no LLM is configured, so these are the sentences from your documents "
-            "most relevant to the question, quoted as written):"
-        ),
-        "none": "The documents do not contain an answer to this question.",
-    },
-}
-
-
 @dataclass(slots=True)
 class GenerationEvent:
     """One item of :meth:`Generator.stream`: a piece of text, a new citation, or the final result."""
@@ -347,8 +277,7 @@ class Generator:
         temperature: float = 0.1,
         max_tokens: int = 1000,
         context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-        max_sentences: int = 3,
-        min_similarity: float = 0.35,
+        extractive: ExtractiveAnswerer | None = None,
     ) -> None:
         if llm_provider is None and embedder is None:
             raise GenerationError("an extractive Generator needs an embedder to rank sentences")
@@ -363,8 +292,7 @@ class Generator:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.context_tokens = context_tokens
-        self.max_sentences = max_sentences
-        self.min_similarity = min_similarity
+        self.extractive = extractive or ExtractiveAnswerer()
 
     @property
     def count_tokens(self) -> TokenCounter:
@@ -373,11 +301,13 @@ class Generator:
         return counter if callable(counter) else estimate_tokens
 
     async def generate(self, query: str, chunks: Sequence[SearchHit], history: Sequence[LLMMessage] = (), *,
-                       query_vector: Any = None) -> GenerationResult:
+                       query_vector: Any = None, following: FollowingText | None = None) -> GenerationResult:
         """An answer to ``query`` from ``chunks`` (best first), after the ``history`` of a conversation.
 
         ``query_vector`` is the question's embedding when the search already made it (by this
         generator's embedder); the extractive answer then does not embed the question again.
+        ``following`` reads the text after a chunk in its document: the extractive answer uses it
+        when a quoted sentence introduces a list that starts in the next chunk.
         """
         started = time.perf_counter()
         try:
@@ -388,7 +318,7 @@ class Generator:
                 )
                 result = self._finish(response, plan)
             else:
-                result = await self._generate_extractive(query, list(chunks), query_vector)
+                result = await self._generate_extractive(query, list(chunks), query_vector, following)
         except GenerationError:
             raise
         except BunkoError as exc:
@@ -397,9 +327,10 @@ class Generator:
         return result
 
     async def stream(self, query: str, chunks: Sequence[SearchHit], history: Sequence[LLMMessage] = (), *,
-                     query_vector: Any = None) -> AsyncIterator[GenerationEvent]:
+                     query_vector: Any = None, following: FollowingText | None = None
+                     ) -> AsyncIterator[GenerationEvent]:
         """The answer as it is written: ``token`` pieces, a ``citation`` per new valid ``[N]``, then ``result``
-        (``query_vector`` as in :meth:`generate`)."""
+        (``query_vector`` and ``following`` as in :meth:`generate`)."""
         started = time.perf_counter()
         try:
             if self.llm_provider is not None:
@@ -427,7 +358,7 @@ class Generator:
                         yield GenerationEvent("citation", source=source)
                 result = self._finish(response, plan)
             else:
-                result = await self._generate_extractive(query, list(chunks), query_vector)
+                result = await self._generate_extractive(query, list(chunks), query_vector, following)
                 cited = {s.index: s for s in result.sources}
                 shown: set[int] = set()
                 for line in result.answer.splitlines(keepends=True):
@@ -477,71 +408,31 @@ class Generator:
             return await self.embedder.embed_array(texts)
         return np.asarray(await self.embedder.embed_batch(texts), dtype=np.float32)
 
-    async def _generate_extractive(self, query: str, hits: list[SearchHit],
-                                   query_vector: Any = None) -> GenerationResult:
-        language = "ja" if detect_language(query) in ("ja", "zh") else "en"
-        messages = _MESSAGES[language]
-        candidates: list[tuple[int, Passage]] = []  # (context number, passage)
-        seen: set[str] = set()
-        for number, hit in enumerate(hits, start=1):
-            for passage in split_passages(hit.content):
-                key = " ".join(passage.text.split())
-                if key in seen:  # overlap between chunks repeats sentences
-                    continue
-                seen.add(key)
-                candidates.append((number, passage))
-        usage = {"input_tokens": 0, "output_tokens": 0, "embedded_texts": 0}
-        if not candidates:
-            return GenerationResult(messages["none"], [], "extractive", usage, extractive=True)
-        q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).ravel()
-        if q is not None:  # the search's embedding of the question: embed only the passages
-            sentence_vectors = await self._embed([p.text for _, p in candidates])
-            usage["embedded_texts"] = len(candidates)
-        if q is None or q.shape[0] != sentence_vectors.shape[1]:
-            vectors = await self._embed([query] + [p.text for _, p in candidates])
-            usage["embedded_texts"] = len(candidates) + 1
-            q, sentence_vectors = vectors[0], vectors[1:]
-        norms = np.linalg.norm(sentence_vectors, axis=1) * (np.linalg.norm(q) or 1.0)
-        cosine = (sentence_vectors @ q) / np.where(norms == 0, 1.0, norms)
-        query_terms = set(DEFAULT_ANALYZER.terms(query))
-        overlap = np.array([
-            len(query_terms & set(DEFAULT_ANALYZER.terms(p.text))) / len(query_terms) if query_terms else 0.0
-            for _, p in candidates
-        ])
-        # Cosine carries meaning across languages; term overlap sharpens same-language matches.
-        scores = 0.75 * cosine + 0.25 * overlap
-        order = np.argsort(-scores, kind="stable")
-        best = float(scores[order[0]])
-        if float(cosine[order[0]]) < self.min_similarity and best < self.min_similarity:
-            return GenerationResult(messages["none"], [], "extractive", usage,
-                                    confidence=max(0.0, best), extractive=True)
-        floor = max(self.min_similarity, best - 0.2)
-        picked: list[int] = []
-        shown: set[str] = set()
-        for i in order:
-            if len(picked) == self.max_sentences or scores[i] < floor:
-                break
-            passage = candidates[int(i)][1]
-            if passage.text in shown:  # already quoted as an item under a picked lead-in sentence
-                continue
-            picked.append(int(i))
-            shown.add(passage.text)
-            shown.update(passage.items)
-        # Number the cited chunks 1, 2, 3 in the order the answer first cites them.
-        renumber: dict[int, int] = {}
-        lines = []
-        excerpts: dict[int, str] = {}
-        for i in picked:
-            context_number, passage = candidates[i]
-            number = renumber.setdefault(context_number, len(renumber) + 1)
-            # A quoted reference marker like "[2]" would read as one of our citations.
-            text = _CITATION_RE.sub("", passage.render()).strip()
-            lines.append(f"- {text} [{number}]")
-            excerpts.setdefault(context_number, passage.text)
-        answer = messages["header"] + "\n" + "\n".join(lines)
-        ordered_hits = [hits[c - 1] for c in renumber]
-        sources = build_sources(ordered_hits, list(range(1, len(ordered_hits) + 1)),
-                                {renumber[c]: text for c, text in excerpts.items()})
-        return GenerationResult(answer, sources, "extractive", usage,
-                                confidence=max(0.0, min(1.0, best)), extractive=True)
+    async def _generate_extractive(self, query: str, hits: list[SearchHit], query_vector: Any = None,
+                                   following: FollowingText | None = None) -> GenerationResult:
+        """Quotes from the chunks (overlapping ones stitched, near-duplicates dropped), or "not found"."""
+        messages = MESSAGES[answer_language(query)]
+        passages, _ = merge_duplicates(hits)
 
+        async def after(number: int) -> str | None:
+            return None if following is None else await following(passages[number])
+
+        selection = await self.extractive.select(query, [h.content for h in passages], self._embed, query_vector,
+                                                 after if following is not None else None)
+        usage = {"input_tokens": 0, "output_tokens": 0, "embedded_texts": selection.embedded_texts}
+        if not selection.quotes:
+            return GenerationResult(messages["none"], [], "extractive", usage, extractive=True)
+        # Number the cited passages 1, 2, 3 in the order the answer first cites them.
+        renumber: dict[int, int] = {}
+        excerpts: dict[int, str] = {}
+        lines = []
+        for quote in selection.quotes:
+            number = renumber.setdefault(quote.hit, len(renumber) + 1)
+            # A quoted reference marker like "[2]" would read as one of our citations.
+            first, *rest = _CITATION_RE.sub("", quote.text).strip().split("\n")
+            lines.append("\n".join([f"- {first.strip()} [{number}]", *rest]))
+            excerpts.setdefault(number, quote.passage)
+        cited = [passages[hit] for hit in renumber]
+        sources = build_sources(cited, list(range(1, len(cited) + 1)), excerpts)
+        return GenerationResult(messages["header"] + "\n" + "\n".join(lines), sources, "extractive", usage,
+                                confidence=selection.confidence, extractive=True)

@@ -13,6 +13,7 @@ as a dict). A server turns each event into one SSE ``data:`` line with ``event.t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from .indexing import IndexManager, ProgressCallback
 from .llm import LLMMessage
 from .requests import AskRequest
 from .search import Retriever
-from .types import Document, GenerationResult, IngestResult
+from .types import Document, GenerationResult, IngestResult, SearchHit
 
 EVENT_TYPES = ("search_start", "search_results", "generation_start", "token", "citation", "done")
 
@@ -72,7 +73,7 @@ class RAGPipeline:
             hits = await self.retriever.search(request.search_for(search_query or request.query))
             # The question's vector from the search, when it was the question that was searched.
             result = await self.generator.generate(request.query, hits, history, query_vector=self._query_vector(
-                request, search_query))
+                request, search_query), following=self.following)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
@@ -90,7 +91,7 @@ class RAGPipeline:
             hits = await self.retriever.search(request.search_for(search_query or request.query))
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")
-            async for event in self.generator.stream(request.query, hits, history,
+            async for event in self.generator.stream(request.query, hits, history, following=self.following,
                                                      query_vector=self._query_vector(request, search_query)):
                 if event.type == "token":
                     yield StreamEvent("token", {"content": event.content})
@@ -105,6 +106,25 @@ class RAGPipeline:
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
+
+    async def following(self, hit: SearchHit) -> str | None:
+        """The text after ``hit`` in its document: the rest of the chunk that goes on past it (None at the end).
+
+        Read only when an extractive answer quotes a sentence that ends its chunk, to find the list
+        it introduces."""
+        if not hit.document_id:
+            return None
+        store, collection = self.retriever.vector_store, self.retriever.collection
+        found = await asyncio.to_thread(store.document_chunks, collection, [hit.document_id])
+        end = hit.metadata.get("end")
+        for stored in sorted(found.get(hit.document_id, []), key=lambda c: c.chunk.start):
+            chunk = stored.chunk
+            exact = len(chunk.content) == chunk.end - chunk.start  # offsets into this text
+            if isinstance(end, int) and exact and chunk.start <= end < chunk.end:
+                return chunk.content[end - chunk.start:]
+            if not isinstance(end, int) and chunk.index == hit.chunk_index + 1:
+                return chunk.content
+        return None
 
     def _query_vector(self, request: AskRequest, search_query: str | None) -> Any:
         """The question's embedding from the search just run, if the question itself was searched."""
