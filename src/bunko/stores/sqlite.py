@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -466,6 +468,9 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
         self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
+        self._phrase_counts: dict[int, _PhraseCounts] = {}
+        # The MaxScore budget of keyword search (see _bm25_pruned); tests make it small to force more rounds.
+        self.keyword_candidates = KEYWORD_CANDIDATES
         self._cache_lock = threading.Lock()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
@@ -558,6 +563,7 @@ class SQLiteBackend(SQLBackend):
         """Forget a collection's in-memory vectors (it was deleted, or rows vanished under a search)."""
         with self._cache_lock:
             self._cache.pop(collection_pk, None)
+            self._phrase_counts.pop(collection_pk, None)
             for key in [k for k in self._columns if k[0] == collection_pk]:
                 del self._columns[key]
 
@@ -575,6 +581,7 @@ class SQLiteBackend(SQLBackend):
         with self._cache_lock:
             self._cache.clear()
             self._columns.clear()
+            self._phrase_counts.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -592,6 +599,8 @@ class SQLiteVectorStore(SQLStore):
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
     _hydrate_by_collection = True
+    # How the last keyword search ranked: "pruned" (MaxScore here) or "fts5" (FTS5's bm25 over every match).
+    last_keyword_plan = ""
 
     # -- what the core asks of a backend -------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> str:
@@ -862,40 +871,39 @@ class SQLiteVectorStore(SQLStore):
             assert tenant_pk is not None
             collection_pk = int(row[0])
             # The query is analyzed as the collection's chunks were; every phrase is quoted.
-            match = fts5_query(get_analyzer(row[10]).query_phrases(query))
+            phrases = get_analyzer(row[10]).query_phrases(query)
+            match = fts5_query(phrases)
             if match is None:
                 return []
-            # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
-            # check from the index alone, without reading each matching chunk row.
             if not self._has_fts(conn, collection_pk):
                 return []  # nothing was ever written to the collection
             fts = fts_table(collection_pk)
-            sql = (f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
-                   f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid")
-            params: list[Any] = [tenant_pk, collection_pk]
+            # The restriction, over c (chunks) and d (documents).
+            join, restrict, restrict_params = "", "", []
             if flt is not None:
-                sql += " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-            sql += f" WHERE {fts} MATCH ?"
-            params.append(match)
+                join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
             if document_ids is not None:
                 wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids).tolist()
                 if not wanted:
                     return []
                 listed, values = self._d.any("c.document_id", wanted)
-                sql += f" AND {listed}"
-                params.extend(values)
+                restrict += f" AND {listed}"
+                restrict_params.extend(values)
             if flt is not None:
                 where, where_params = compile_sqlite(flt)
-                sql += f" AND {where}"
-                params.extend(where_params)
-            sql += " ORDER BY score DESC, c.id LIMIT ?"
-            params.append(top_k)
+                restrict += f" AND {where}"
+                restrict_params.extend(where_params)
             try:
-                rows = conn.execute(sql, params).fetchall()
+                ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join, restrict,
+                                      restrict_params)
+                self.last_keyword_plan = "pruned"
+                if ranked is None:  # every phrase is common: FTS5 ranks them all
+                    self.last_keyword_plan = "fts5"
+                    ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict,
+                                        restrict_params)
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
-            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows],
-                              include_content)
+            return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
 
 
 class _Misaligned(Exception):
@@ -927,3 +935,196 @@ def open_sqlite(url: str) -> SQLiteBackend:
     if path != ":memory:":
         path = str(Path(path).expanduser())
     return SQLiteBackend(path)
+
+
+# -- BM25 ---------------------------------------------------------------------------------
+# FTS5's bm25() (fts5_aux.c, default weights): k1 = 1.2, b = 0.75; a phrase's idf is
+# ln((N - n + 0.5) / (n + 0.5)) over the table's N rows, n of which hold the phrase, or 1e-6 when
+# that is not positive; a row scores sum over the phrases, in query order, of
+# idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
+_K1 = 1.2
+_B = 0.75
+# MaxScore: the rarest phrases whose document counts add up to at most this many are scored first.
+KEYWORD_CANDIDATES = 1000
+# Past this many candidates to score in Python, FTS5 ranks the whole query instead (faster there).
+_MAX_SCORED = 16 * KEYWORD_CANDIDATES
+# Phrase document counts kept per collection state, at most this many phrases per collection.
+_MAX_COUNTED_PHRASES = 200_000
+
+
+class _PhraseCounts:
+    """How many rows of a collection's FTS5 table hold each phrase, valid for one state of the table."""
+
+    __slots__ = ("counts", "state")
+
+    def __init__(self, state: tuple[Any, ...]) -> None:
+        self.state = state
+        self.counts: dict[tuple[str, ...], int] = {}
+
+
+def _varint(blob: bytes, at: int = 0) -> tuple[int, int]:
+    """The SQLite varint at ``blob[at:]`` (FTS5's records are made of them): (value, offset after it)."""
+    value = 0
+    for i in range(8):
+        byte = blob[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | blob[at + 8], at + 9
+
+
+def _bm25_fts5(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, match: str, top_k: int, join: str,
+               restrict: str, restrict_params: list[Any]) -> list[tuple[int, float]]:
+    """The top-k of the whole query ranked by FTS5's own ``bm25()``.
+
+    CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection check
+    from the index alone, without reading each matching chunk row.
+    """
+    fts = fts_table(collection_pk)
+    rows = conn.execute(
+        f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+        f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
+        "ORDER BY score DESC, c.id LIMIT ?",
+        [tenant_pk, collection_pk, match, *restrict_params, top_k],
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _phrase_counts(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
+                   phrases: list[tuple[str, ...]], averages: bytes) -> list[int]:
+    """Each phrase's number of rows, as FTS5 counts them for ``bm25()``, remembered for the table's state.
+
+    The state is the collection's ``(mutation_seq, max chunk rowid)`` (inserts raise the second,
+    updates and deletes the first) and FTS5's row and token totals.
+    """
+    fts = fts_table(collection_pk)
+    seq, high = conn.execute(
+        "SELECT mutation_seq, (SELECT coalesce(max(id), 0) FROM chunks WHERE tenant_id = ? AND collection_id = ?) "
+        "FROM collections WHERE tenant_id = ? AND id = ?",
+        (tenant_pk, collection_pk, tenant_pk, collection_pk)).fetchone()
+    state = (int(seq), int(high), averages)
+    with backend._cache_lock:
+        known = backend._phrase_counts.get(collection_pk)
+        if known is None or known.state != state or len(known.counts) > _MAX_COUNTED_PHRASES:
+            known = backend._phrase_counts[collection_pk] = _PhraseCounts(state)
+        counts = dict(known.counts)
+    missing = [p for p in phrases if p not in counts]
+    for p in missing:
+        counts[p] = int(conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?",
+                                     (fts5_query([p]),)).fetchone()[0])
+    if missing:
+        with backend._cache_lock:
+            if known.state == state:
+                known.counts.update((p, counts[p]) for p in missing)
+    return [counts[p] for p in phrases]
+
+
+def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
+                 phrases: list[tuple[str, ...]], top_k: int, join: str, restrict: str,
+                 restrict_params: list[Any]) -> list[tuple[int, float]] | None:
+    """FTS5's BM25 top-k, reading only the rows that hold the query's rarer phrases (MaxScore).
+
+    A phrase adds at most idf x (k1 + 1) to a row's score, so with the phrases ranked by that
+    bound, the rows that hold none of the first ("essential") phrases score below the sum of
+    the others' bounds. The rows holding an essential phrase are scored here on every phrase,
+    exactly as ``bm25()`` does (same inputs, same float operations in the same order), from
+    FTS5's own records: the row and token totals, each row's token count and stored tokens.
+    The search stops as soon as the k-th score beats the others' bounds; otherwise more
+    phrases become essential. None when FTS5 should rank the whole query instead (too many
+    rows to score here, or stored text that does not split as FTS5 tokenized it).
+    """
+    fts = fts_table(collection_pk)
+    found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
+    if found is None:
+        return None
+    averages = bytes(found[0])
+    total_rows, at = _varint(averages)
+    total_tokens, _ = _varint(averages, at)
+    if total_rows <= 0:
+        return None
+    average = total_tokens / total_rows
+    counts = _phrase_counts(conn, backend, tenant_pk, collection_pk, phrases, averages)
+    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
+    if not known:
+        return []
+    idf = {}
+    for j in known:
+        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
+        idf[j] = value if value > 0.0 else 1e-6
+    order = sorted(known, key=lambda j: (-idf[j], j))
+    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    budget = backend.keyword_candidates
+    split, total = 0, 0
+    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+        total += counts[order[split]]
+        split += 1
+    scored: dict[int, float] = {}
+    seen: set[int] = set()
+    done = 0  # phrases order[:done] have had their rows read
+    while True:
+        if total > _MAX_SCORED:
+            return None
+        added = [phrases[j] for j in order[done:split]]
+        match = fts5_query(added)
+        assert match is not None
+        rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?", (match,))
+                  if r[0] not in seen]
+        seen.update(rowids)
+        done = split
+        if rowids:
+            passing = [r[0] for r in conn.execute(
+                f"SELECT c.id FROM chunks c INDEXED BY chunks_scan{join} WHERE c.tenant_id = ? AND c.collection_id = ? "
+                f"AND c.id IN (SELECT value FROM json_each(?)){restrict}",
+                [tenant_pk, collection_pk, json.dumps(rowids), *restrict_params])]
+            if passing and not _score_rows(conn, fts, passing, [(phrases[j], idf[j]) for j in known],
+                                           {phrases[j] for j in order[:split]}, average, scored):
+                return None
+        top = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:top_k]
+        rest = sum(bound[split:])
+        if split == len(order) or (len(top) == top_k and top[-1][1] > rest * (1.0 + 1e-9)):
+            return top
+        total += counts[order[split]]
+        split += 1
+        if len(top) == top_k:
+            # These scores are exact, so the k-th is a floor for the final one: make essential just
+            # enough phrases that the others' bounds sum below it, and the next round is the last.
+            kth = top[-1][1]
+            while split < len(order) and sum(bound[split:]) * (1.0 + 1e-9) >= kth:
+                total += counts[order[split]]
+                split += 1
+        else:  # fewer than k rows so far (a narrow restriction): widen by document count
+            budget *= 4
+            while split < len(order) and total + counts[order[split]] <= budget:
+                total += counts[order[split]]
+                split += 1
+
+
+def _score_rows(conn: sqlite3.Connection, fts: str, rowids: list[int], phrases: list[tuple[tuple[str, ...], float]],
+                essential: set[tuple[str, ...]], average: float, out: dict[int, float]) -> bool:
+    """BM25 of ``rowids`` over ``phrases`` (with their idf, in query order) as FTS5 computes it, into ``out``.
+
+    The tokens are the stored text split at spaces, as the analyzer joined them; False if a row's
+    count differs from FTS5's (its docsize record) or a row holds no essential phrase: then the
+    split is not FTS5's tokenization and the caller falls back to FTS5.
+    """
+    lengths = sorted({len(p) for p, _ in phrases if len(p) > 1})
+    for rowid, text, size in conn.execute(
+            f"SELECT t.id, t.c0, s.sz FROM {fts}_content t JOIN {fts}_docsize s ON s.id = t.id "
+            "WHERE t.id IN (SELECT value FROM json_each(?))", (json.dumps(rowids),)):
+        tokens = text.split(" ") if text else []
+        length = _varint(size)[0]
+        if length != len(tokens):
+            return False
+        grams = {n: Counter(zip(*(tokens[i:] for i in range(n)))) for n in lengths}
+        norm = _K1 * (1 - _B + _B * length / average)
+        score = 0.0
+        holds = False
+        for phrase, weight in phrases:
+            tf = tokens.count(phrase[0]) if len(phrase) == 1 else grams[len(phrase)][phrase]
+            if tf:
+                score += weight * ((tf * (_K1 + 1.0)) / (tf + norm))
+                holds = holds or phrase in essential
+        if not holds:
+            return False
+        out[int(rowid)] = score
+    return True
