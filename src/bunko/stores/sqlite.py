@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +95,43 @@ def _m007_fts_per_collection(conn: sqlite3.Connection) -> None:
         conn.execute(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) SELECT f.rowid, f.terms "
                      "FROM chunks_fts f JOIN chunks c ON c.id = f.rowid WHERE c.collection_id = ?", (collection_pk,))
     conn.execute("DROP TABLE chunks_fts")
+
+
+def df_terms(tokens: list[str]) -> set[str]:
+    """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character
+    tokens a, b (a CJK bigram phrase)."""
+    terms = set(tokens)
+    terms.update(f"{a} {b}" for a, b in zip(tokens, tokens[1:]) if len(a) == 1 and len(b) == 1)
+    return terms
+
+
+def _add_df(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, stored: Iterable[str], sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) the statistics terms of chunks, given their stored FTS5 text."""
+    counts: Counter[str] = Counter()
+    for text in stored:
+        counts.update(df_terms(text.split(" ") if text else []))
+    if counts:
+        conn.executemany(
+            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
+            [(tenant_pk, collection_pk, term, sign * n) for term, n in sorted(counts.items())])
+
+
+def _m008_keyword_df(conn: sqlite3.Connection) -> None:
+    """Keyword statistics per collection: how many chunks hold each term (see ``df_terms``)."""
+    conn.execute("""CREATE TABLE keyword_df (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        term TEXT NOT NULL,
+        df INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, term)
+    ) WITHOUT ROWID""")
+    for tenant_pk, collection_pk in conn.execute("SELECT tenant_id, id FROM collections").fetchall():
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (fts_table(collection_pk),)).fetchone() is not None:
+            cursor = conn.execute(f"SELECT c0 FROM {fts_table(collection_pk)}_content")
+            while rows := cursor.fetchmany(4096):
+                _add_df(conn, tenant_pk, collection_pk, (r[0] for r in rows), 1)
 
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -292,6 +329,8 @@ MIGRATIONS: list[Migration] = [
     """,
     # 7: keyword statistics per collection (one FTS5 table each) instead of across all tenants.
     _m007_fts_per_collection,
+    # 8: document frequencies of terms and CJK bigrams per collection, kept by every write (keyword search).
+    _m008_keyword_df,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -468,7 +507,6 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
         self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
-        self._phrase_counts: dict[int, _PhraseCounts] = {}
         # The MaxScore budget of keyword search (see _bm25_pruned); tests make it small to force more rounds.
         self.keyword_candidates = KEYWORD_CANDIDATES
         self._cache_lock = threading.Lock()
@@ -563,7 +601,6 @@ class SQLiteBackend(SQLBackend):
         """Forget a collection's in-memory vectors (it was deleted, or rows vanished under a search)."""
         with self._cache_lock:
             self._cache.pop(collection_pk, None)
-            self._phrase_counts.pop(collection_pk, None)
             for key in [k for k in self._columns if k[0] == collection_pk]:
                 del self._columns[key]
 
@@ -581,7 +618,6 @@ class SQLiteBackend(SQLBackend):
         with self._cache_lock:
             self._cache.clear()
             self._columns.clear()
-            self._phrase_counts.clear()
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.path!r})"
@@ -638,6 +674,7 @@ class SQLiteVectorStore(SQLStore):
         create_fts(conn, collection_pk)
         conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
                          zip(new_ids, keywords, strict=True))
+        _add_df(conn, tenant_pk, collection_pk, keywords, 1)
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -650,8 +687,10 @@ class SQLiteVectorStore(SQLStore):
             listed, values = d.any("uid", uids or [])
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
-            conn.execute(f"DELETE FROM {fts_table(collection_pk)} WHERE rowid IN (SELECT id FROM chunks WHERE {where})",
-                         params)
+            fts = fts_table(collection_pk)
+            _add_df(conn, tenant_pk, collection_pk, [r[0] for r in conn.execute(
+                f"SELECT c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)], -1)
+            conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
             self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
@@ -660,6 +699,7 @@ class SQLiteVectorStore(SQLStore):
     def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
         scope = (tenant_pk, collection_pk)
         conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
+        conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
 
@@ -944,22 +984,10 @@ def open_sqlite(url: str) -> SQLiteBackend:
 # idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
 _K1 = 1.2
 _B = 0.75
-# MaxScore: the rarest phrases whose document counts add up to at most this many are scored first.
-KEYWORD_CANDIDATES = 1000
-# Past this many candidates to score in Python, FTS5 ranks the whole query instead (faster there).
-_MAX_SCORED = 16 * KEYWORD_CANDIDATES
-# Phrase document counts kept per collection state, at most this many phrases per collection.
-_MAX_COUNTED_PHRASES = 200_000
-
-
-class _PhraseCounts:
-    """How many rows of a collection's FTS5 table hold each phrase, valid for one state of the table."""
-
-    __slots__ = ("counts", "state")
-
-    def __init__(self, state: tuple[Any, ...]) -> None:
-        self.state = state
-        self.counts: dict[tuple[str, ...], int] = {}
+# MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
+KEYWORD_CANDIDATES = 20_000
+# Rows scored here in one round before more phrases become essential instead.
+_ROUND_ROWS = 384
 
 
 def _varint(blob: bytes, at: int = 0) -> tuple[int, int]:
@@ -990,48 +1018,38 @@ def _bm25_fts5(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, mat
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-def _phrase_counts(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
-                   phrases: list[tuple[str, ...]], averages: bytes) -> list[int]:
-    """Each phrase's number of rows, as FTS5 counts them for ``bm25()``, remembered for the table's state.
-
-    The state is the collection's ``(mutation_seq, max chunk rowid)`` (inserts raise the second,
-    updates and deletes the first) and FTS5's row and token totals.
-    """
+def _phrase_counts(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                   phrases: list[tuple[str, ...]]) -> list[int]:
+    """Each phrase's number of rows, as FTS5 counts them for ``bm25()``: from ``keyword_df`` for a
+    token or a pair of one-character tokens, else counted by FTS5."""
+    terms = [p[0] if len(p) == 1 else " ".join(p) if len(p) == 2 and len(p[0]) == 1 and len(p[1]) == 1 else None
+             for p in phrases]
+    listed = sorted({t for t in terms if t is not None})
+    counts = dict(conn.execute(
+        f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND term IN "
+        f"({', '.join('?' * len(listed))})", [tenant_pk, collection_pk, *listed]).fetchall()) if listed else {}
     fts = fts_table(collection_pk)
-    seq, high = conn.execute(
-        "SELECT mutation_seq, (SELECT coalesce(max(id), 0) FROM chunks WHERE tenant_id = ? AND collection_id = ?) "
-        "FROM collections WHERE tenant_id = ? AND id = ?",
-        (tenant_pk, collection_pk, tenant_pk, collection_pk)).fetchone()
-    state = (int(seq), int(high), averages)
-    with backend._cache_lock:
-        known = backend._phrase_counts.get(collection_pk)
-        if known is None or known.state != state or len(known.counts) > _MAX_COUNTED_PHRASES:
-            known = backend._phrase_counts[collection_pk] = _PhraseCounts(state)
-        counts = dict(known.counts)
-    missing = [p for p in phrases if p not in counts]
-    for p in missing:
-        counts[p] = int(conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?",
-                                     (fts5_query([p]),)).fetchone()[0])
-    if missing:
-        with backend._cache_lock:
-            if known.state == state:
-                known.counts.update((p, counts[p]) for p in missing)
-    return [counts[p] for p in phrases]
+    return [int(counts.get(t, 0)) if t is not None else int(conn.execute(
+        f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (fts5_query([p]),)).fetchone()[0])
+        for p, t in zip(phrases, terms, strict=True)]
 
 
 def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
                  phrases: list[tuple[str, ...]], top_k: int, join: str, restrict: str,
                  restrict_params: list[Any]) -> list[tuple[int, float]] | None:
-    """FTS5's BM25 top-k, reading only the rows that hold the query's rarer phrases (MaxScore).
+    """FTS5's BM25 top-k without scoring every row that holds a common phrase (MaxScore).
 
-    A phrase adds at most idf x (k1 + 1) to a row's score, so with the phrases ranked by that
-    bound, the rows that hold none of the first ("essential") phrases score below the sum of
-    the others' bounds. The rows holding an essential phrase are scored here on every phrase,
-    exactly as ``bm25()`` does (same inputs, same float operations in the same order), from
-    FTS5's own records: the row and token totals, each row's token count and stored tokens.
-    The search stops as soon as the k-th score beats the others' bounds; otherwise more
-    phrases become essential. None when FTS5 should rank the whole query instead (too many
-    rows to score here, or stored text that does not split as FTS5 tokenized it).
+    A phrase adds at most idf x (k1 + 1) to a row's score. With the phrases ranked by that
+    bound, the first ("essential") ones are ranked by FTS5 alone: ``bm25()`` of a query of
+    just those phrases is each row's share of its full score from them (the idf of a phrase
+    does not depend on the others), and only their rare rows are read. A row's full score is
+    at most that share plus the sum of the other phrases' bounds (``rest``). Rows are then
+    scored on every phrase here, exactly as ``bm25()`` does (same inputs from FTS5's own
+    records, same float operations in the same order), best share first, until the k-th full
+    score beats the next row's share plus ``rest`` and ``rest`` alone (the rows that hold no
+    essential phrase); otherwise more phrases become essential. None when FTS5 should rank
+    the whole query (every phrase became essential, or stored text that does not split as
+    FTS5 tokenized it).
     """
     fts = fts_table(collection_pk)
     found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
@@ -1043,7 +1061,7 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
     if total_rows <= 0:
         return None
     average = total_tokens / total_rows
-    counts = _phrase_counts(conn, backend, tenant_pk, collection_pk, phrases, averages)
+    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
     known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
     if not known:
         return []
@@ -1051,6 +1069,7 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
     for j in known:
         value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
         idf[j] = value if value > 0.0 else 1e-6
+    weighted = [(phrases[j], idf[j]) for j in known]
     order = sorted(known, key=lambda j: (-idf[j], j))
     bound = [idf[j] * (_K1 + 1.0) for j in order]
     budget = backend.keyword_candidates
@@ -1059,44 +1078,49 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
         total += counts[order[split]]
         split += 1
     scored: dict[int, float] = {}
-    seen: set[int] = set()
-    done = 0  # phrases order[:done] have had their rows read
-    while True:
-        if total > _MAX_SCORED:
-            return None
-        added = [phrases[j] for j in order[done:split]]
-        match = fts5_query(added)
-        assert match is not None
-        rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?", (match,))
-                  if r[0] not in seen]
-        seen.update(rowids)
-        done = split
-        if rowids:
-            passing = [r[0] for r in conn.execute(
-                f"SELECT c.id FROM chunks c INDEXED BY chunks_scan{join} WHERE c.tenant_id = ? AND c.collection_id = ? "
-                f"AND c.id IN (SELECT value FROM json_each(?)){restrict}",
-                [tenant_pk, collection_pk, json.dumps(rowids), *restrict_params])]
-            if passing and not _score_rows(conn, fts, passing, [(phrases[j], idf[j]) for j in known],
-                                           {phrases[j] for j in order[:split]}, average, scored):
-                return None
-        top = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:top_k]
+    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
+    while split < len(order):
         rest = sum(bound[split:])
-        if split == len(order) or (len(top) == top_k and top[-1][1] > rest * (1.0 + 1e-9)):
+        essential = {phrases[j] for j in order[:split]}
+        match = fts5_query([phrases[j] for j in sorted(order[:split])])
+        assert match is not None
+        cursor = conn.execute(
+            f"SELECT c.id, -bm25({fts}) AS share FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+            f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
+            "ORDER BY share DESC, c.id", [tenant_pk, collection_pk, match, *restrict_params])
+        top: list[tuple[int, float]] = []
+        before, narrow = len(scored), False
+        while batch := cursor.fetchmany(64):
+            if len(top) == top_k and (batch[0][1] + rest) * slack < top[-1][1]:
+                break  # no row from here on can reach the k-th score
+            todo = [int(r[0]) for r in batch if int(r[0]) not in scored]
+            if todo and not _score_rows(conn, fts, todo, weighted, essential, average, scored):
+                return None
+            top = sorted({**dict(top), **{int(r[0]): scored[int(r[0])] for r in batch}}.items(),
+                         key=lambda item: (-item[1], item[0]))[:top_k]
+            if len(top) == top_k and (rest * slack >= top[-1][1] or len(scored) - before > _ROUND_ROWS):
+                # Rows with no essential phrase could still reach the k-th, or too many rows come
+                # close to it: FTS5 ranks on more phrases at once faster than they are scored here.
+                narrow = True
+                break
+        cursor.close()
+        if len(top) == top_k and rest * slack < top[-1][1]:
             return top
-        total += counts[order[split]]
         split += 1
         if len(top) == top_k:
-            # These scores are exact, so the k-th is a floor for the final one: make essential just
-            # enough phrases that the others' bounds sum below it, and the next round is the last.
+            # The k-th score is a floor for the final one: make essential just enough phrases that
+            # the others' bounds sum below it, and the next round is the last.
             kth = top[-1][1]
-            while split < len(order) and sum(bound[split:]) * (1.0 + 1e-9) >= kth:
-                total += counts[order[split]]
+            target = kth / 2 if narrow else kth
+            while split < len(order) and sum(bound[split:]) * slack >= target:
                 split += 1
         else:  # fewer than k rows so far (a narrow restriction): widen by document count
             budget *= 4
+            total = sum(counts[j] for j in order[:split])
             while split < len(order) and total + counts[order[split]] <= budget:
                 total += counts[order[split]]
                 split += 1
+    return None
 
 
 def _score_rows(conn: sqlite3.Connection, fts: str, rowids: list[int], phrases: list[tuple[tuple[str, ...], float]],
@@ -1106,25 +1130,39 @@ def _score_rows(conn: sqlite3.Connection, fts: str, rowids: list[int], phrases: 
     The tokens are the stored text split at spaces, as the analyzer joined them; False if a row's
     count differs from FTS5's (its docsize record) or a row holds no essential phrase: then the
     split is not FTS5's tokenization and the caller falls back to FTS5.
+
+    A phrase's occurrences are counted as substrings: with every token wrapped in its own pair of
+    spaces (`` a  b  a ``), `` a  b `` occurs once per position where the phrase starts, and
+    occurrences cannot overlap unless the phrase ends with its own beginning (``の の``), which is
+    counted token by token.
     """
-    lengths = sorted({len(p) for p, _ in phrases if len(p) > 1})
+    patterns = []
+    for phrase, weight in phrases:
+        overlaps = any(phrase[:n] == phrase[-n:] for n in range(1, len(phrase)))
+        patterns.append((phrase, weight, " " + "  ".join(phrase) + " ", overlaps, phrase in essential))
     for rowid, text, size in conn.execute(
             f"SELECT t.id, t.c0, s.sz FROM {fts}_content t JOIN {fts}_docsize s ON s.id = t.id "
             "WHERE t.id IN (SELECT value FROM json_each(?))", (json.dumps(rowids),)):
-        tokens = text.split(" ") if text else []
         length = _varint(size)[0]
-        if length != len(tokens):
+        if length != (text.count(" ") + 1 if text else 0):
             return False
-        grams = {n: Counter(zip(*(tokens[i:] for i in range(n)))) for n in lengths}
+        spaced = " " + text.replace(" ", "  ") + " "
         norm = _K1 * (1 - _B + _B * length / average)
         score = 0.0
         holds = False
-        for phrase, weight in phrases:
-            tf = tokens.count(phrase[0]) if len(phrase) == 1 else grams[len(phrase)][phrase]
+        for phrase, weight, pattern, overlaps, key in patterns:
+            tf = _overlapping(text, phrase) if overlaps else spaced.count(pattern)
             if tf:
                 score += weight * ((tf * (_K1 + 1.0)) / (tf + norm))
-                holds = holds or phrase in essential
+                holds = holds or key
         if not holds:
             return False
         out[int(rowid)] = score
     return True
+
+
+def _overlapping(text: str, phrase: tuple[str, ...]) -> int:
+    """How many times ``phrase`` occurs in the space-separated tokens of ``text``, overlaps included."""
+    tokens = text.split(" ")
+    n = len(phrase)
+    return sum(1 for i in range(len(tokens) - n + 1) if tuple(tokens[i:i + n]) == phrase)
