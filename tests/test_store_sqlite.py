@@ -93,7 +93,8 @@ def test_open_backend_by_url(tmp_path: Path) -> None:
 # A vocabulary with a Zipf-like spread: a few characters in almost every chunk ("の", "す"),
 # a long tail of rare ones, and English words.
 _COMMON = list("のはですまたしにをがる")
-_RARE = list("備蓄地震津波避難所災害飲料非常食家具転倒注意東京大阪川山森海空雨雪風") + [chr(0x4E00 + 37 * i) for i in range(400)]
+_RARE = [*"備蓄地震津波避難所災害飲料非常食家具転倒注意東京大阪川山森海空雨雪風",
+         *(chr(0x4E00 + 37 * i) for i in range(400))]
 _WORDS = ["water", "storage", "emergency", "the", "river", "quake"]
 
 
@@ -120,8 +121,8 @@ def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, docume
     from bunko.stores.sqlite import _bm25_fts5
 
     with store.session() as (conn, tenant_pk):
-        collection_pk, analyzer = conn.execute("SELECT id, analyzer FROM collections WHERE tenant_id = ? AND name = 'c'",
-                                               (tenant_pk,)).fetchone()
+        collection_pk, analyzer = conn.execute(
+            "SELECT id, analyzer FROM collections WHERE tenant_id = ? AND name = 'c'", (tenant_pk,)).fetchone()
         match = fts5_query(get_analyzer(analyzer).query_phrases(query))
         join, restrict, params = "", "", []
         if document_ids is not None:

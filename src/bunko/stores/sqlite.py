@@ -21,6 +21,7 @@ migrations, the chunk insert with its FTS5 rows, and the two searches.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -101,7 +102,7 @@ def df_terms(tokens: list[str]) -> set[str]:
     """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character
     tokens a, b (a CJK bigram phrase)."""
     terms = set(tokens)
-    terms.update(f"{a} {b}" for a, b in zip(tokens, tokens[1:]) if len(a) == 1 and len(b) == 1)
+    terms.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
     return terms
 
 
@@ -917,9 +918,9 @@ class SQLiteVectorStore(SQLStore):
                 return []
             if not self._has_fts(conn, collection_pk):
                 return []  # nothing was ever written to the collection
-            fts = fts_table(collection_pk)
             # The restriction, over c (chunks) and d (documents).
-            join, restrict, restrict_params = "", "", []
+            join, restrict = "", ""
+            restrict_params: list[Any] = []
             if flt is not None:
                 join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
             if document_ids is not None:
