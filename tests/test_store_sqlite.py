@@ -139,14 +139,18 @@ def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, docume
     return [(uids[r], s) for r, s in ranked]
 
 
-@pytest.mark.parametrize("budget", [1, 40, 300])
-def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, budget: int) -> None:
+@pytest.mark.parametrize(("budget", "round_rows"), [(1, 384), (40, 384), (300, 384), (40, 64)])
+def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        budget: int, round_rows: int) -> None:
     """MaxScore over FTS5 returns exactly FTS5's bm25() top-k: the same chunks, bit-identical scores,
-    the same order of ties, with filters and document restrictions, and after deletes and inserts."""
+    the same order of ties, with filters and document restrictions, and after deletes and inserts
+    (from one essential phrase at first to many, and widening after every batch of rows)."""
+    from bunko.stores import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
     rng = np.random.default_rng(11)
     backend = SQLiteBackend(tmp_path / "kw.db")
-    if budget is not None:
-        backend.keyword_candidates = budget
+    backend.keyword_candidates = budget
     try:
         store = backend.for_tenant("t")
         store.ensure_collection("c", INFO, analyzer="bigram")

@@ -1105,7 +1105,8 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
                 narrow = True
                 break
         cursor.close()
-        if len(top) == top_k and rest * slack < top[-1][1]:
+        # Every row holding an essential phrase was scored or shown to fall short (not narrow).
+        if not narrow and len(top) == top_k and rest * slack < top[-1][1]:
             return top
         split += 1
         if len(top) == top_k:
