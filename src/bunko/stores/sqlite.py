@@ -1085,10 +1085,14 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
         essential = {phrases[j] for j in order[:split]}
         match = fts5_query([phrases[j] for j in sorted(order[:split])])
         assert match is not None
-        cursor = conn.execute(
-            f"SELECT c.id, -bm25({fts}) AS share FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
-            f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
-            "ORDER BY share DESC, c.id", [tenant_pk, collection_pk, match, *restrict_params])
+        if restrict:
+            cursor = conn.execute(
+                f"SELECT c.id, -bm25({fts}) AS share FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+                f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?"
+                f"{restrict} ORDER BY share DESC, c.id", [tenant_pk, collection_pk, match, *restrict_params])
+        else:  # the table is the collection's own (found in this tenant), and its rows are its chunks
+            cursor = conn.execute(f"SELECT rowid, -bm25({fts}) AS share FROM {fts} WHERE {fts} MATCH ? "
+                                  "ORDER BY share DESC, rowid", (match,))
         top: list[tuple[int, float]] = []
         before, narrow = len(scored), False
         while batch := cursor.fetchmany(64):
