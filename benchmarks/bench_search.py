@@ -27,6 +27,11 @@ time of the index build that follows the bulk load (PostgreSQL's HNSW; SQLite's 
 Usage::
 
     python benchmarks/bench_search.py --store sqlite|postgres --chunks 100000 [--database-url URL] [--json]
+        [--sqlite-file PATH]
+
+With ``--sqlite-file`` the SQLite database is kept at PATH; a later run with the same path, N and
+seed reuses it instead of ingesting again (the ingest figures are then ``null``), so two versions
+of the code can be timed back to back on the same data.
 
 With ``--store postgres`` and no ``--database-url`` it starts a throwaway pgserver, as
 ``bench_postgres.py`` does.
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -189,12 +195,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     server = None
     folder = None
+    reuse = False
     if args.store == "postgres":
         if args.database_url:
             url = args.database_url
         else:
             server = _Server(None)
             url = server.url
+    elif args.sqlite_file:
+        reuse = Path(args.sqlite_file).exists()
+        url = f"sqlite:///{args.sqlite_file}"
     else:
         folder = tempfile.TemporaryDirectory()
         url = f"sqlite:///{folder.name}/bench.db"
@@ -202,11 +212,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         store = backend.for_tenant("bench")
         store.ensure_collection("bench", embedder_info(embedder))
-        _log(f"ingesting {args.chunks:,} chunks into {args.store} ...")
+        if reuse:  # the chunks of an earlier run with the same N and seed, in row order
+            _log(f"reusing {args.sqlite_file}")
+            with store.session() as (conn, _tenant):
+                ids = [r[0] for r in conn.execute("SELECT uid FROM chunks ORDER BY id")]
+            if len(ids) != args.chunks:
+                raise SystemExit(f"{args.sqlite_file} holds {len(ids)} chunks, not {args.chunks}")
         started = time.perf_counter()
         build_s = 0.0
-        with store.bulk_load("bench"):
-            for batch in batches(documents):
+        with contextlib.nullcontext() if reuse else store.bulk_load("bench"):
+            if not reuse:
+                _log(f"ingesting {args.chunks:,} chunks into {args.store} ...")
+            for batch in [] if reuse else batches(documents):
                 store.write_documents("bench", batch)
             written = time.perf_counter()
             last = ids[-1]
@@ -265,9 +282,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "query_embed_p50_ms": _stats(embed_times)["p50_ms"],
             "modes": {m: _stats(s) for m, s in timings.items()},
             "recall_at_10": {m: round(float(np.mean(r)), 4) for m, r in recall.items()},
-            "ingest_chunks_per_s": round(args.chunks / (written - started), 1),
-            "searchable_after_s": round(searchable - started, 2),
-            "index_build_s": round(build_s, 2),
+            "ingest_chunks_per_s": None if reuse else round(args.chunks / (written - started), 1),
+            "searchable_after_s": None if reuse else round(searchable - started, 2),
+            "index_build_s": None if reuse else round(build_s, 2),
             "queries": args.queries,
             "load_average": [round(x, 2) for x in os.getloadavg()],
         }
@@ -289,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=100, help="timed questions (after 5 warm-up ones)")
     parser.add_argument("--database-url", default=None, help="postgresql:// URL (default: a throwaway pgserver)")
     parser.add_argument("--data", default=str(DATA), help="the JSQuAD dev folder (corpus.jsonl, queries.jsonl)")
+    parser.add_argument("--sqlite-file", default=None,
+                        help="keep the SQLite database here and reuse it on the next run (same N and seed)")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

@@ -269,3 +269,67 @@ def test_postgres_concurrent_loads_and_deletes_in_one_collection_never_deadlock(
         assert chunks == 6 * (25 * 4 - 12 * 3)
     finally:
         backend.close()
+
+
+def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path) -> None:
+    """SQLite's keyword_df, kept by every write and delete, equals FTS5's own count of each term and
+    bigram phrase (what bm25() counts), in each tenant's collection apart; a database from before
+    it (schema 8) gets it filled on upgrade; dropping a collection or erasing a tenant leaves none."""
+    import sqlite3
+
+    from bunko.analysis import fts5_query
+    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, apply_migrations, fts_table
+
+    path = tmp_path / "df.db"
+    texts = {"a": ["水の備蓄は三日分。Running water supplies", "備蓄品の点検を行う。water", "地震と津波に備える"],
+             "b": ["水水水の津波", "避難所の備蓄"]}
+    backend = SQLiteBackend(path)
+    try:
+        for tenant, mine in texts.items():
+            store = backend.for_tenant(tenant)
+            store.ensure_collection("c", INFO, analyzer="combined_en")
+            docs = [make_document(f"d{i}.txt", mine[i:] + mine[:i], unit_vectors(len(mine), i))
+                    for i in range(len(mine))]
+            store.write_documents("c", docs)
+            store.write_document("c", make_document("d0.txt", ["水の入れ替え 水 水"], unit_vectors(1, 9)))
+            store.delete_documents([docs[1].id])
+            assert store.keyword_search("c", "水の備蓄 running", 5)
+    finally:
+        backend.close()
+
+    def check(conn: sqlite3.Connection) -> int:
+        rows = conn.execute("SELECT tenant_id, collection_id, term, df FROM keyword_df WHERE df <> 0").fetchall()
+        for tenant_pk, collection_pk, term, df in rows:
+            assert conn.execute("SELECT tenant_id FROM collections WHERE id = ?", (collection_pk,)).fetchone() == (
+                tenant_pk,)
+            fts = fts_table(collection_pk)
+            counted = conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?",
+                                   (fts5_query([tuple(term.split(" "))]),)).fetchone()[0]
+            assert df == counted, (term, df, counted)
+        # And every token FTS5 holds is in the table (fts5vocab: one row per term with its row count).
+        for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.v{collection_pk} "
+                         f"USING fts5vocab(main, {fts_table(collection_pk)}, row)")
+            vocab = dict(conn.execute(f"SELECT term, doc FROM temp.v{collection_pk}").fetchall())
+            kept = dict(conn.execute("SELECT term, df FROM keyword_df WHERE collection_id = ? AND df <> 0 "
+                                     "AND instr(term, ' ') = 0", (collection_pk,)).fetchall())
+            assert kept == vocab and vocab
+        return len(rows)
+
+    with sqlite3.connect(path) as conn:
+        kept = check(conn)
+        assert kept > 20
+        # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts.
+        conn.execute("DROP TABLE keyword_df")
+        conn.execute("PRAGMA user_version = 8")
+        apply_migrations(conn, MIGRATIONS)
+        assert check(conn) == kept
+    backend = SQLiteBackend(path)
+    try:
+        backend.for_tenant("a").delete_collection("c")
+        with sqlite3.connect(path) as conn:
+            left = {r[0] for r in conn.execute("SELECT DISTINCT t.name FROM keyword_df k JOIN tenants t "
+                                               "ON t.id = k.tenant_id")}
+        assert left == {"b"}
+    finally:
+        backend.close()

@@ -88,3 +88,106 @@ def test_open_backend_by_url(tmp_path: Path) -> None:
         open_backend("mongodb://localhost/x")
     with pytest.raises(ConfigError):
         open_backend("sqlite://")
+
+
+# A vocabulary with a Zipf-like spread: a few characters in almost every chunk ("の", "す"),
+# a long tail of rare ones, and English words.
+_COMMON = list("のはですまたしにをがる")
+_RARE = [*"備蓄地震津波避難所災害飲料非常食家具転倒注意東京大阪川山森海空雨雪風",
+         *(chr(0x4E00 + 37 * i) for i in range(400))]
+_WORDS = ["water", "storage", "emergency", "the", "river", "quake"]
+
+
+def _keyword_corpus(rng: np.random.Generator, n: int) -> list[str]:
+    texts = []
+    for _ in range(n):
+        pieces = []
+        for _ in range(int(rng.integers(4, 60))):
+            r = rng.random()
+            if r < 0.6:
+                pieces.append(str(rng.choice(_COMMON)))
+            elif r < 0.93:
+                pieces.append(str(rng.choice(_RARE[: int(rng.integers(1, len(_RARE) + 1))])))
+            else:
+                pieces.append(" " + str(rng.choice(_WORDS)) + " ")
+        texts.append("".join(pieces))
+    return texts
+
+
+def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, document_ids=None, flt=None):
+    """The whole query ranked by FTS5's bm25(), as keyword search did before MaxScore."""
+    from bunko.analysis import fts5_query, get_analyzer
+    from bunko.filters import as_filter, compile_sqlite
+    from bunko.stores.sqlite import _bm25_fts5
+
+    with store.session() as (conn, tenant_pk):
+        collection_pk, analyzer = conn.execute(
+            "SELECT id, analyzer FROM collections WHERE tenant_id = ? AND name = 'c'", (tenant_pk,)).fetchone()
+        match = fts5_query(get_analyzer(analyzer).query_phrases(query))
+        join, restrict, params = "", "", []
+        if document_ids is not None:
+            restrict += " AND c.document_id IN (SELECT id FROM documents WHERE tenant_id = ? AND uid IN ({}))".format(
+                ", ".join("?" * len(document_ids)))
+            params += [tenant_pk, *document_ids]
+        if flt is not None:
+            join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
+            where, where_params = compile_sqlite(as_filter(flt))
+            restrict += f" AND {where}"
+            params += where_params
+        ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict, params)
+        uids = dict(conn.execute("SELECT id, uid FROM chunks WHERE tenant_id = ?", (tenant_pk,)).fetchall())
+    return [(uids[r], s) for r, s in ranked]
+
+
+@pytest.mark.parametrize(("budget", "round_rows"), [(1, 384), (40, 384), (300, 384), (40, 64)])
+def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        budget: int, round_rows: int) -> None:
+    """MaxScore over FTS5 returns exactly FTS5's bm25() top-k: the same chunks, bit-identical scores,
+    the same order of ties, with filters and document restrictions, and after deletes and inserts
+    (from one essential phrase at first to many, and widening after every batch of rows)."""
+    from bunko.stores import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
+    rng = np.random.default_rng(11)
+    backend = SQLiteBackend(tmp_path / "kw.db")
+    backend.keyword_candidates = budget
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="bigram")
+        texts = _keyword_corpus(rng, 1200)
+        docs = [make_document(f"d{i}.txt", texts[i * 30:(i + 1) * 30], unit_vectors(30, i),
+                              metadata={"source": f"d{i}.txt", "kind": "odd" if i % 2 else "even"})
+                for i in range(40)]
+        store.write_documents("c", docs)
+        # Queries of many bigram phrases: common ones (です, ます) and rare ones, plus English words.
+        queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "非常食と飲料水を家具の転倒に注意します",
+                   "津波が来たら高い山に逃げます water", "emergency storage 地震", "ですます", "川の森と海の空",
+                   "雨と雪と風のときはですます東京大阪", "の"]
+        # ... and pieces of stored chunks (rare bigrams that do occur), with common endings.
+        queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 8, replace=False)]
+        plans: list[str] = []
+        found: list[int] = []
+
+        def check(**restriction) -> None:
+            for q in queries:
+                for k in (1, 3, 10, 50):
+                    got = [(h.chunk_id, h.score) for h in store.keyword_search(
+                        "c", q, k, document_ids=restriction.get("document_ids"), filter=restriction.get("flt"))]
+                    plans.append(store.last_keyword_plan)
+                    want = _plain_fts5(backend, store, q, k, **restriction)
+                    assert got == want, (q, k, restriction)
+                    found.append(len(got))
+
+        check()
+        check(flt={"kind": "odd"})
+        check(document_ids=[docs[3].id, docs[17].id])
+        check(document_ids=[docs[5].id], flt={"chunk_index": {"$lt": 10}})
+        # Deletes and new writes change the statistics: the remembered phrase counts must follow.
+        store.delete_documents([docs[0].id], "c")
+        store.write_documents("c", [make_document("late.txt", _keyword_corpus(rng, 30), unit_vectors(30, 99))])
+        check()
+        # Small top-k over rare phrases is pruned; the rest widens until FTS5 ranks the whole query.
+        assert plans.count("pruned") >= len(plans) // 8, plans
+        assert sum(1 for n in found if n) > len(found) * 0.8, found  # most searches find something
+    finally:
+        backend.close()

@@ -4,8 +4,10 @@ Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (conten
 metadata, float32 vector blob), plus one FTS5 table per collection,
 ``chunks_fts_<collection rowid>`` (analyzed terms, rowid = chunk rowid), so BM25's
 document counts and average length are the collection's own: one tenant's data never
-moves another tenant's scores. Every row below ``tenants`` carries ``tenant_id`` and
-every statement filters by it.
+moves another tenant's scores; ``keyword_df`` holds each collection's document frequencies of
+tokens and CJK bigrams, so keyword search ranks only the rows of its rarer phrases (see
+``_bm25_pruned``). Every row below ``tenants`` carries ``tenant_id`` and every statement
+filters by it.
 
 Vector search keeps, per process, a normalised float32 matrix per collection.
 The collection row has a ``mutation_seq`` that every update or delete bumps;
@@ -21,12 +23,15 @@ migrations, the chunk insert with its FTS5 rows, and the two searches.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +98,43 @@ def _m007_fts_per_collection(conn: sqlite3.Connection) -> None:
         conn.execute(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) SELECT f.rowid, f.terms "
                      "FROM chunks_fts f JOIN chunks c ON c.id = f.rowid WHERE c.collection_id = ?", (collection_pk,))
     conn.execute("DROP TABLE chunks_fts")
+
+
+def df_terms(tokens: list[str]) -> set[str]:
+    """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character
+    tokens a, b (a CJK bigram phrase)."""
+    terms = set(tokens)
+    terms.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
+    return terms
+
+
+def _add_df(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, stored: Iterable[str], sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) the statistics terms of chunks, given their stored FTS5 text."""
+    counts: Counter[str] = Counter()
+    for text in stored:
+        counts.update(df_terms(text.split(" ") if text else []))
+    if counts:
+        conn.executemany(
+            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
+            [(tenant_pk, collection_pk, term, sign * n) for term, n in sorted(counts.items())])
+
+
+def _m009_keyword_df(conn: sqlite3.Connection) -> None:
+    """Keyword statistics per collection: how many chunks hold each term (see ``df_terms``)."""
+    conn.execute("""CREATE TABLE keyword_df (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        term TEXT NOT NULL,
+        df INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, term)
+    ) WITHOUT ROWID""")
+    for tenant_pk, collection_pk in conn.execute("SELECT tenant_id, id FROM collections").fetchall():
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (fts_table(collection_pk),)).fetchone() is not None:
+            cursor = conn.execute(f"SELECT c0 FROM {fts_table(collection_pk)}_content")
+            while rows := cursor.fetchmany(4096):
+                _add_df(conn, tenant_pk, collection_pk, (r[0] for r in rows), 1)
 
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -305,6 +347,8 @@ MIGRATIONS: list[Migration] = [
         PRIMARY KEY (tenant_id, collection, source)
     );
     """,
+    # 9: document frequencies of terms and CJK bigrams per collection, kept by every write (keyword search).
+    _m009_keyword_df,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -481,6 +525,8 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
         self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
+        # The MaxScore budget of keyword search (see _bm25_pruned); tests make it small to force more rounds.
+        self.keyword_candidates = KEYWORD_CANDIDATES
         self._cache_lock = threading.Lock()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
@@ -607,6 +653,8 @@ class SQLiteVectorStore(SQLStore):
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
     _hydrate_by_collection = True
+    # How the last keyword search ranked: "pruned" (MaxScore here) or "fts5" (FTS5's bm25 over every match).
+    last_keyword_plan = ""
 
     # -- what the core asks of a backend -------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> str:
@@ -644,6 +692,7 @@ class SQLiteVectorStore(SQLStore):
         create_fts(conn, collection_pk)
         conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
                          zip(new_ids, keywords, strict=True))
+        _add_df(conn, tenant_pk, collection_pk, keywords, 1)
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -656,8 +705,10 @@ class SQLiteVectorStore(SQLStore):
             listed, values = d.any("uid", uids or [])
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
-            conn.execute(f"DELETE FROM {fts_table(collection_pk)} WHERE rowid IN (SELECT id FROM chunks WHERE {where})",
-                         params)
+            fts = fts_table(collection_pk)
+            _add_df(conn, tenant_pk, collection_pk, [r[0] for r in conn.execute(
+                f"SELECT c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)], -1)
+            conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
             self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
@@ -666,6 +717,7 @@ class SQLiteVectorStore(SQLStore):
     def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
         scope = (tenant_pk, collection_pk)
         conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
+        conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
 
@@ -877,40 +929,39 @@ class SQLiteVectorStore(SQLStore):
             assert tenant_pk is not None
             collection_pk = int(row[0])
             # The query is analyzed as the collection's chunks were; every phrase is quoted.
-            match = fts5_query(get_analyzer(row[10]).query_phrases(query))
+            phrases = get_analyzer(row[10]).query_phrases(query)
+            match = fts5_query(phrases)
             if match is None:
                 return []
-            # CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection
-            # check from the index alone, without reading each matching chunk row.
             if not self._has_fts(conn, collection_pk):
                 return []  # nothing was ever written to the collection
-            fts = fts_table(collection_pk)
-            sql = (f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
-                   f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid")
-            params: list[Any] = [tenant_pk, collection_pk]
+            # The restriction, over c (chunks) and d (documents).
+            join, restrict = "", ""
+            restrict_params: list[Any] = []
             if flt is not None:
-                sql += " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-            sql += f" WHERE {fts} MATCH ?"
-            params.append(match)
+                join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
             if document_ids is not None:
                 wanted = self._document_pks(conn, tenant_pk, collection_pk, document_ids).tolist()
                 if not wanted:
                     return []
                 listed, values = self._d.any("c.document_id", wanted)
-                sql += f" AND {listed}"
-                params.extend(values)
+                restrict += f" AND {listed}"
+                restrict_params.extend(values)
             if flt is not None:
                 where, where_params = compile_sqlite(flt)
-                sql += f" AND {where}"
-                params.extend(where_params)
-            sql += " ORDER BY score DESC, c.id LIMIT ?"
-            params.append(top_k)
+                restrict += f" AND {where}"
+                restrict_params.extend(where_params)
             try:
-                rows = conn.execute(sql, params).fetchall()
+                ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join, restrict,
+                                      restrict_params)
+                self.last_keyword_plan = "pruned"
+                if ranked is None:  # every phrase is common: FTS5 ranks them all
+                    self.last_keyword_plan = "fts5"
+                    ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict,
+                                        restrict_params)
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
-            return self._hits(conn, tenant_pk, collection_pk, [(r[0], float(r[1])) for r in rows],
-                              include_content)
+            return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
 
 
 class _Misaligned(Exception):
@@ -942,3 +993,199 @@ def open_sqlite(url: str) -> SQLiteBackend:
     if path != ":memory:":
         path = str(Path(path).expanduser())
     return SQLiteBackend(path)
+
+
+# -- BM25 ---------------------------------------------------------------------------------
+# FTS5's bm25() (fts5_aux.c, default weights): k1 = 1.2, b = 0.75; a phrase's idf is
+# ln((N - n + 0.5) / (n + 0.5)) over the table's N rows, n of which hold the phrase, or 1e-6 when
+# that is not positive; a row scores sum over the phrases, in query order, of
+# idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
+_K1 = 1.2
+_B = 0.75
+# MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
+KEYWORD_CANDIDATES = 20_000
+# Rows scored here in one round before more phrases become essential instead.
+_ROUND_ROWS = 384
+
+
+def _varint(blob: bytes, at: int = 0) -> tuple[int, int]:
+    """The SQLite varint at ``blob[at:]`` (FTS5's records are made of them): (value, offset after it)."""
+    value = 0
+    for i in range(8):
+        byte = blob[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | blob[at + 8], at + 9
+
+
+def _bm25_fts5(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, match: str, top_k: int, join: str,
+               restrict: str, restrict_params: list[Any]) -> list[tuple[int, float]]:
+    """The top-k of the whole query ranked by FTS5's own ``bm25()``.
+
+    CROSS JOIN fixes the order (FTS first) and INDEXED BY answers the tenant and collection check
+    from the index alone, without reading each matching chunk row.
+    """
+    fts = fts_table(collection_pk)
+    rows = conn.execute(
+        f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+        f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
+        "ORDER BY score DESC, c.id LIMIT ?",
+        [tenant_pk, collection_pk, match, *restrict_params, top_k],
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _phrase_counts(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                   phrases: list[tuple[str, ...]]) -> list[int]:
+    """Each phrase's number of rows, as FTS5 counts them for ``bm25()``: from ``keyword_df`` for a
+    token or a pair of one-character tokens, else counted by FTS5."""
+    terms = [p[0] if len(p) == 1 else " ".join(p) if len(p) == 2 and len(p[0]) == 1 and len(p[1]) == 1 else None
+             for p in phrases]
+    listed = sorted({t for t in terms if t is not None})
+    counts = dict(conn.execute(
+        f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND term IN "
+        f"({', '.join('?' * len(listed))})", [tenant_pk, collection_pk, *listed]).fetchall()) if listed else {}
+    fts = fts_table(collection_pk)
+    return [int(counts.get(t, 0)) if t is not None else int(conn.execute(
+        f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (fts5_query([p]),)).fetchone()[0])
+        for p, t in zip(phrases, terms, strict=True)]
+
+
+def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
+                 phrases: list[tuple[str, ...]], top_k: int, join: str, restrict: str,
+                 restrict_params: list[Any]) -> list[tuple[int, float]] | None:
+    """FTS5's BM25 top-k without scoring every row that holds a common phrase (MaxScore).
+
+    A phrase adds at most idf x (k1 + 1) to a row's score. With the phrases ranked by that
+    bound, the first ("essential") ones are ranked by FTS5 alone: ``bm25()`` of a query of
+    just those phrases is each row's share of its full score from them (the idf of a phrase
+    does not depend on the others), and only their rare rows are read. A row's full score is
+    at most that share plus the sum of the other phrases' bounds (``rest``). Rows are then
+    scored on every phrase here, exactly as ``bm25()`` does (same inputs from FTS5's own
+    records, same float operations in the same order), best share first, until the k-th full
+    score beats the next row's share plus ``rest`` and ``rest`` alone (the rows that hold no
+    essential phrase); otherwise more phrases become essential. None when FTS5 should rank
+    the whole query (every phrase became essential, or stored text that does not split as
+    FTS5 tokenized it).
+    """
+    fts = fts_table(collection_pk)
+    found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
+    if found is None:
+        return None
+    averages = bytes(found[0])
+    total_rows, at = _varint(averages)
+    total_tokens, _ = _varint(averages, at)
+    if total_rows <= 0:
+        return None
+    average = total_tokens / total_rows
+    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
+    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
+    if not known:
+        return []
+    idf = {}
+    for j in known:
+        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
+        idf[j] = value if value > 0.0 else 1e-6
+    weighted = [(phrases[j], idf[j]) for j in known]
+    order = sorted(known, key=lambda j: (-idf[j], j))
+    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    budget = backend.keyword_candidates
+    split, total = 0, 0
+    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+        total += counts[order[split]]
+        split += 1
+    scored: dict[int, float] = {}
+    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
+    while split < len(order):
+        rest = sum(bound[split:])
+        essential = {phrases[j] for j in order[:split]}
+        match = fts5_query([phrases[j] for j in sorted(order[:split])])
+        assert match is not None
+        if restrict:
+            cursor = conn.execute(
+                f"SELECT c.id, -bm25({fts}) AS share FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
+                f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?"
+                f"{restrict} ORDER BY share DESC, c.id", [tenant_pk, collection_pk, match, *restrict_params])
+        else:  # the table is the collection's own (found in this tenant), and its rows are its chunks
+            cursor = conn.execute(f"SELECT rowid, -bm25({fts}) AS share FROM {fts} WHERE {fts} MATCH ? "
+                                  "ORDER BY share DESC, rowid", (match,))
+        top: list[tuple[int, float]] = []
+        before, narrow = len(scored), False
+        while batch := cursor.fetchmany(64):
+            if len(top) == top_k and (batch[0][1] + rest) * slack < top[-1][1]:
+                break  # no row from here on can reach the k-th score
+            todo = [int(r[0]) for r in batch if int(r[0]) not in scored]
+            if todo and not _score_rows(conn, fts, todo, weighted, essential, average, scored):
+                return None
+            top = sorted({**dict(top), **{int(r[0]): scored[int(r[0])] for r in batch}}.items(),
+                         key=lambda item: (-item[1], item[0]))[:top_k]
+            if len(top) == top_k and (rest * slack >= top[-1][1] or len(scored) - before > _ROUND_ROWS):
+                # Rows with no essential phrase could still reach the k-th, or too many rows come
+                # close to it: FTS5 ranks on more phrases at once faster than they are scored here.
+                narrow = True
+                break
+        cursor.close()
+        # Every row holding an essential phrase was scored or shown to fall short (not narrow).
+        if not narrow and len(top) == top_k and rest * slack < top[-1][1]:
+            return top
+        split += 1
+        if len(top) == top_k:
+            # The k-th score is a floor for the final one: make essential just enough phrases that
+            # the others' bounds sum below it, and the next round is the last.
+            kth = top[-1][1]
+            target = kth / 2 if narrow else kth
+            while split < len(order) and sum(bound[split:]) * slack >= target:
+                split += 1
+        else:  # fewer than k rows so far (a narrow restriction): widen by document count
+            budget *= 4
+            total = sum(counts[j] for j in order[:split])
+            while split < len(order) and total + counts[order[split]] <= budget:
+                total += counts[order[split]]
+                split += 1
+    return None
+
+
+def _score_rows(conn: sqlite3.Connection, fts: str, rowids: list[int], phrases: list[tuple[tuple[str, ...], float]],
+                essential: set[tuple[str, ...]], average: float, out: dict[int, float]) -> bool:
+    """BM25 of ``rowids`` over ``phrases`` (with their idf, in query order) as FTS5 computes it, into ``out``.
+
+    The tokens are the stored text split at spaces, as the analyzer joined them; False if a row's
+    count differs from FTS5's (its docsize record) or a row holds no essential phrase: then the
+    split is not FTS5's tokenization and the caller falls back to FTS5.
+
+    A phrase's occurrences are counted as substrings: with every token wrapped in its own pair of
+    spaces (`` a  b  a ``), `` a  b `` occurs once per position where the phrase starts, and
+    occurrences cannot overlap unless the phrase ends with its own beginning (``の の``), which is
+    counted token by token.
+    """
+    patterns = []
+    for phrase, weight in phrases:
+        overlaps = any(phrase[:n] == phrase[-n:] for n in range(1, len(phrase)))
+        patterns.append((phrase, weight, " " + "  ".join(phrase) + " ", overlaps, phrase in essential))
+    for rowid, text, size in conn.execute(
+            f"SELECT t.id, t.c0, s.sz FROM {fts}_content t JOIN {fts}_docsize s ON s.id = t.id "
+            "WHERE t.id IN (SELECT value FROM json_each(?))", (json.dumps(rowids),)):
+        length = _varint(size)[0]
+        if length != (text.count(" ") + 1 if text else 0):
+            return False
+        spaced = " " + text.replace(" ", "  ") + " "
+        norm = _K1 * (1 - _B + _B * length / average)
+        score = 0.0
+        holds = False
+        for phrase, weight, pattern, overlaps, key in patterns:
+            tf = _overlapping(text, phrase) if overlaps else spaced.count(pattern)
+            if tf:
+                score += weight * ((tf * (_K1 + 1.0)) / (tf + norm))
+                holds = holds or key
+        if not holds:
+            return False
+        out[int(rowid)] = score
+    return True
+
+
+def _overlapping(text: str, phrase: tuple[str, ...]) -> int:
+    """How many times ``phrase`` occurs in the space-separated tokens of ``text``, overlaps included."""
+    tokens = text.split(" ")
+    n = len(phrase)
+    return sum(1 for i in range(len(tokens) - n + 1) if tuple(tokens[i:i + n]) == phrase)
