@@ -19,7 +19,7 @@ import pytest
 
 from bunko import Bunko
 from bunko.embedders import UniversalSentenceEncoderEmbedder
-from bunko.stores import SQLiteBackend
+from bunko.stores import SQLiteBackend, StoreBackend, open_backend
 
 pytest_plugins = ["tests.pg"]  # the PostgreSQL server fixtures
 
@@ -96,6 +96,22 @@ def backend(db_path: Path) -> Iterator[SQLiteBackend]:
     b = SQLiteBackend(db_path)
     yield b
     b.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store of each kind: a SQLite file, then a new PostgreSQL database."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path / 'stores.db'}"
+
+
+@pytest.fixture()
+def store_backend(store_url: str) -> Iterator[StoreBackend]:
+    """The backend of :func:`store_url` (both kinds)."""
+    opened = open_backend(store_url)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture()

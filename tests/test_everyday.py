@@ -36,18 +36,14 @@ from .conftest import EXAMPLES, FIXTURES
 EMBEDDER = EmbedderInfo("test", "unit", 4)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'everyday.db'}"
+@pytest.fixture()
+def url(store_url: str) -> str:
+    return store_url
 
 
 @pytest.fixture()
-def backend(url: str) -> Iterator[StoreBackend]:
-    b = open_backend(url)
-    yield b
-    b.close()
+def backend(store_backend: StoreBackend) -> StoreBackend:
+    return store_backend  # both stores (the conftest's plain ``backend`` is SQLite only)
 
 
 def run(url: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

@@ -19,7 +19,7 @@ from bunko import Bunko, Document
 from bunko.requests import DEFAULT_MODE, AskRequest, SearchRequest
 from bunko.search import Retriever
 from bunko.server.schemas import ChatRequest
-from bunko.stores import StoreBackend, open_backend
+from bunko.stores import StoreBackend
 from bunko.testing.store_suite import INFO, make_document, unit_vectors
 from bunko.types import VectorRecord
 
@@ -30,18 +30,9 @@ TEXTS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'search.db'}"
-
-
 @pytest.fixture()
-def backend(store_url: str) -> Iterator[StoreBackend]:
-    opened = open_backend(store_url)
-    yield opened
-    opened.close()
+def backend(store_backend: StoreBackend) -> StoreBackend:
+    return store_backend  # both stores (the conftest's plain ``backend`` is SQLite only)
 
 
 # -- the store side ----------------------------------------------------------------------------------
