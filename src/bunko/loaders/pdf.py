@@ -35,12 +35,14 @@ removed, while spaces between Latin words and around Latin words stay.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime as dt
 import functools
 import importlib.util
 import io
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -716,4 +718,52 @@ def _page_list(numbers: list[int]) -> str:
     return shown + (f" (and {len(numbers) - 20} more)" if len(numbers) > 20 else "")
 
 
-__all__ = ["load_pdf"]
+# -- encrypted uploads ---------------------------------------------------------------------------
+def unlock_pdf(path: Path, password: str) -> bool:
+    """Replace the PDF at ``path`` by a decrypted copy when it is encrypted; returns whether it was.
+
+    The server uses it for an upload's ``password`` (used once, never stored, never sent to a worker).
+
+    A PDF that opens without a password (none, or an owner password only) stays as it is. Raises
+    :class:`EncryptedDocumentError` when the password does not open it,
+    :class:`CorruptDocumentError` when PDFium cannot open it at all, and the PDF loader's
+    :class:`LoaderError` when the ``pdf`` extra is not installed. Messages name the file, not its path.
+    """
+    pdfium, pdfium_c = _pdfium()
+    unlocked = path.with_name(path.name + ".unlocked")
+    with _PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(str(path), password=password)
+        except pdfium.PdfiumError as exc:
+            if getattr(exc, "err_code", None) == pdfium_c.FPDF_ERR_PASSWORD:
+                if _opens_without_password(pdfium, path):  # an owner password only: readable as it is
+                    return False
+                raise EncryptedDocumentError(f"{path.name}: the PDF is encrypted and the password given does not "
+                                             "open it") from None
+            raise CorruptDocumentError(f"{path.name}: not a PDF that can be opened with a password "
+                                       "(damaged or incomplete)") from None
+        try:
+            if pdfium_c.FPDF_GetSecurityHandlerRevision(pdf.raw) < 0:
+                return False  # not encrypted: the upload stays as it is
+            try:
+                with unlocked.open("wb") as out:
+                    pdf.save(out, flags=pdfium_c.FPDF_REMOVE_SECURITY)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    unlocked.unlink()
+                raise
+        finally:
+            pdf.close()
+    os.replace(unlocked, path)
+    return True
+
+
+def _opens_without_password(pdfium: Any, path: Path) -> bool:
+    try:
+        pdfium.PdfDocument(str(path)).close()
+    except pdfium.PdfiumError:
+        return False
+    return True
+
+
+__all__ = ["load_pdf", "unlock_pdf"]

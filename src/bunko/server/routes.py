@@ -19,6 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
+from ..loaders.pdf import unlock_pdf
 from ..stores.service import Job
 from ..types import DocumentInfo as StoredDocument
 from ..types import new_id, nul_path
@@ -26,7 +27,6 @@ from ..worker import job_folder, remove_job_files, remove_tenant_files
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event, status_of_code
-from .unlock import unlock_pdf
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1")

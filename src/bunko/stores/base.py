@@ -160,7 +160,6 @@ class RecordStore(Protocol):
         """Delete a conversation; returns how many turns it had."""
         ...
 
-
     def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
                               succeeded: Sequence[str] = ()) -> None:
         """Remember sources of ``collection`` whose ingest failed; forget those in ``succeeded``."""
