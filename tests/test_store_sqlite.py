@@ -48,6 +48,39 @@ def test_two_processes_write_and_read_one_file(db_path: Path) -> None:
     backend.close()
 
 
+class _LockedAtFirst:
+    """A connection whose first ``journal_mode`` switches fail as a racing process makes them fail."""
+
+    def __init__(self, conn: sqlite3.Connection, failures: int, message: str = "database is locked") -> None:
+        self.conn, self.failures, self.message = conn, failures, message
+
+    def execute(self, sql: str):  # noqa: ANN201 - mirrors sqlite3.Connection.execute
+        if sql == "PRAGMA journal_mode = WAL" and self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError(self.message)
+        return self.conn.execute(sql)
+
+
+def test_switching_a_new_file_to_wal_waits_out_a_racing_process(tmp_path: Path) -> None:
+    # Two processes opening a new file at once: SQLite refuses one switch to WAL without waiting
+    # (seen as a failed worker in CI, about 1 open in 300); the loser tries again.
+    from bunko.stores.sqlite import _use_wal
+
+    conn = sqlite3.connect(tmp_path / "new.db", isolation_level=None)
+    racing = _LockedAtFirst(conn, failures=3)
+    _use_wal(racing)  # type: ignore[arg-type]
+    assert racing.failures == 0
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+    other = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _use_wal(_LockedAtFirst(other, failures=1, message="disk I/O error"))  # type: ignore[arg-type]
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _use_wal(_LockedAtFirst(other, failures=10**6), wait=0.05)  # type: ignore[arg-type]
+    other.close()
+
+
 def test_file_uses_wal_and_schema_version(db_path: Path, backend: SQLiteBackend) -> None:
     backend.for_tenant("t").ensure_collection("c", INFO)
     conn = sqlite3.connect(db_path)

@@ -30,6 +30,7 @@ import math
 import os
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -505,6 +506,28 @@ def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     return value  # type: ignore[no-any-return]
 
 
+def _use_wal(conn: sqlite3.Connection, wait: float = 30.0) -> None:
+    """Switch a connection's file to WAL, waiting out other processes that do the same.
+
+    Turning a new file to WAL needs an exclusive lock. When two processes open a new file at once, each
+    holds a shared lock and wants the exclusive one; SQLite answers one of them "database is locked" at
+    once, without its busy handler, to avoid the deadlock. The switch happens once per file, so the
+    loser waits and tries again: by then the file is usually WAL already and nothing needs changing.
+    """
+    deadline = time.monotonic() + wait
+    delay = 0.005
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
 class SQLiteBackend(SQLBackend):
     """An embedded store in one SQLite file; safe for several threads and processes."""
 
@@ -544,7 +567,7 @@ class SQLiteBackend(SQLBackend):
             conn.execute("PRAGMA busy_timeout = 30000")
             # Only takes effect on a new, empty file; see _PAGE_SIZE.
             conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA cache_size = -65536")
