@@ -131,3 +131,40 @@ def test_an_owner_login_drops_to_the_app_role_and_is_warned_about(logins: Logins
         assert user == session and user.startswith("bunko_api_")
     finally:
         app.close()
+
+
+def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: Logins) -> None:
+    """bunko.keyword_match (migration m012) finds chunk ids through the GIN indexes, which row-level
+    security keeps the application role from using for ``@@``, and never returns another tenant's ids."""
+    from bunko.testing.store_suite import INFO, make_document, unit_vectors
+
+    app = PostgresBackend(logins.app)
+    try:
+        for tenant, text in (("acme", "水の備蓄は三日分"), ("globex", "水の備蓄は一週間分")):
+            store = app.for_tenant(tenant)
+            store.ensure_collection("c", INFO)
+            store.write_documents("c", [make_document("d.txt", [text, "地震の備え"], unit_vectors(2, 1))])
+        assert [h.content for h in app.for_tenant("acme").keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
+    finally:
+        app.close()
+    with psycopg.connect(logins.superuser) as conn:
+        ids = dict(conn.execute("SELECT t.name, c.id FROM bunko.collections c JOIN bunko.tenants t "
+                                "ON t.id = c.tenant_id").fetchall())
+        tenants = dict(conn.execute("SELECT name, id FROM bunko.tenants").fetchall())
+    match = "SELECT count(*) FROM bunko.keyword_match(%s, NULL, %s::tsquery)"
+    with psycopg.connect(logins.app) as conn:
+        assert conn.execute(match, (ids["globex"], "'備 蓄'")).fetchone()[0] == 0  # no tenant in the session
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(tenants["acme"]),))
+        assert conn.execute(match, (ids["acme"], "'備 蓄'")).fetchone()[0] == 1
+        assert conn.execute(match, (ids["globex"], "'備 蓄'")).fetchone()[0] == 0  # another tenant's collection
+    # The function runs as the owner, whose own policy lets ``@@`` use the index; the application role,
+    # under the tenant policy alone, cannot (``@@`` is not LEAKPROOF, so it only filters row by row).
+    plans = {}
+    for who in ("owner", "app"):
+        with psycopg.connect(getattr(logins, who)) as conn:
+            conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(tenants["acme"]),))
+            conn.execute("SET enable_seqscan = off")
+            plans[who] = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT c.id FROM bunko.chunks c WHERE c.fts_pairs @@ %s::tsquery", ("'備 蓄'",)).fetchall())
+    assert "chunks_fts_pairs" in plans["owner"], plans
+    assert "chunks_fts_pairs" not in plans["app"], plans

@@ -220,6 +220,34 @@ def test_postgres_pruned_bm25_ranks_and_scores_as_sqlite(pg_url: str, tmp_path: 
         assert [a[i][0] for i in unique] == [b[i][0] for i in unique], q
 
 
+def test_postgres_pair_lexemes_written_and_migrated_alike(pg_url: str) -> None:
+    """``fts_pairs`` holds each pair of adjacent one-character tokens with the positions of its first one,
+    whether the write path made it (Python) or migration m012 filled it from ``fts`` (SQL); and a keyword
+    search finds a pair through it."""
+    from bunko.stores import pg_migrations
+    from bunko.stores.postgres import PostgresBackend
+
+    from .pg import psycopg
+
+    backend = PostgresBackend(pg_url)
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="combined_en")
+        texts = ["水の備蓄は水の量で決まる", "避難所の場所を確かめる water's \\edge", "地震の備え", "a b c 水"]
+        store.write_documents("c", [make_document("d.txt", texts, unit_vectors(4, 1))])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            written = dict(conn.execute("SELECT content, fts_pairs::text FROM bunko.chunks").fetchall())
+            assert "'水 の':1,6" in written[texts[0]] and "'の 備':2" in written[texts[0]]
+            assert "'c 水':2" in written[texts[3]]  # "a" is a stop word of combined_en
+            conn.execute("UPDATE bunko.chunks SET fts_pairs = ''")
+            conn.execute(pg_migrations._M012_FTS_PAIRS[1])
+            migrated = dict(conn.execute("SELECT content, fts_pairs::text FROM bunko.chunks").fetchall())
+        assert migrated == written
+        assert [h.content for h in store.keyword_search("c", "備蓄", 5)] == [texts[0]]
+    finally:
+        backend.close()
+
+
 def test_postgres_concurrent_loads_and_deletes_in_one_collection_never_deadlock(pg_url: str) -> None:
     """Writers take the collection row before any keyword_df row, and those in term order: threads that
     load and delete texts sharing their terms in one collection all finish, and the statistics stay exact.

@@ -54,7 +54,7 @@ class _LockedAtFirst:
     def __init__(self, conn: sqlite3.Connection, failures: int, message: str = "database is locked") -> None:
         self.conn, self.failures, self.message = conn, failures, message
 
-    def execute(self, sql: str):  # noqa: ANN201 - mirrors sqlite3.Connection.execute
+    def execute(self, sql: str) -> sqlite3.Cursor:
         if sql == "PRAGMA journal_mode = WAL" and self.failures:
             self.failures -= 1
             raise sqlite3.OperationalError(self.message)

@@ -382,6 +382,17 @@ def tsvector_literal(tokens: list[str]) -> str:
     return " ".join([f"'{t}':{i}" for t, i in zip(tokens, positions, strict=True)])
 
 
+def pairs_literal(pairs: dict[str, list[int]]) -> str:
+    """A ``tsvector`` input literal of whole lexemes with their positions (``'水 の':1,7 'の 量':2``)."""
+    return " ".join([f"{_ts_quote(t)}:{','.join(map(str, ps))}" for t, ps in pairs.items()])
+
+
+def ts_lexemes_query(lexemes: Iterable[str]) -> str | None:
+    """A ``tsquery`` input literal matching any of these whole lexemes (spaces included)."""
+    quoted = [_ts_quote(t) for t in lexemes]
+    return " | ".join(quoted) if quoted else None
+
+
 def tsquery_literal(phrases: list[Phrase]) -> str | None:
     """A ``tsquery`` input literal: each phrase's tokens joined by ``<->``, the phrases ORed."""
     if not phrases:

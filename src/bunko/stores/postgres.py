@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .. import crashpoints
-from ..analysis import Analyzer, get_analyzer, tsquery_literal, tsvector_literal
+from ..analysis import Analyzer, get_analyzer, pairs_literal, ts_lexemes_query, tsquery_literal, tsvector_literal
 from ..config import PostgresSettings, redact_url
 from ..errors import CollectionNotFoundError, ConfigError, PgvectorVersionError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
@@ -214,7 +214,8 @@ class PostgresBackend(SQLBackend):
         conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
             "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
-            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text, fts_length int4) "
+            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text, fts_length int4, "
+            "fts_pairs_text text) "
             "ON COMMIT DELETE ROWS"
         )
         conn.commit()
@@ -476,7 +477,7 @@ class PostgresVectorStore(SQLStore):
         self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
 
     # -- what the core asks of a backend ---------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, set[str]]:
+    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, set[str], str]:
         return _keyword_columns(analyzer, content)
 
     def _collection_settings(self) -> dict[str, Any]:
@@ -495,7 +496,7 @@ class PostgresVectorStore(SQLStore):
                        vectors: np.ndarray, keywords: list[Any]) -> None:
         self._copy_chunks(conn, [
             (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
-             vectors[i], keywords[i][0], keywords[i][1])
+             vectors[i], keywords[i][0], keywords[i][1], keywords[i][3])
             for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
         ])
         self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
@@ -583,16 +584,16 @@ class PostgresVectorStore(SQLStore):
             return
         columns = cls._CHUNK_COLUMNS
         with conn.cursor() as cur:
-            with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text, fts_length) FROM STDIN (FORMAT BINARY)"
-                          ) as copy:
+            with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text, fts_length, fts_pairs_text) FROM STDIN "
+                          "(FORMAT BINARY)") as copy:
                 copy.set_types(["text", "int8", "int8", "int8", "int8", "int4", "int4", "int4", "int4", "text",
-                                "jsonb", "vector", "text", "int4"])
+                                "jsonb", "vector", "text", "int4", "text"])
                 for r in rows:
                     copy.write_row(r)
             # The analyzer's tokens arrive as a tsvector literal: the cast only parses it, no text-search
             # parser or dictionary runs, so the lexemes are exactly the tokens the queries ask for.
-            cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts, fts_length) SELECT {columns}, "
-                        "fts_text::tsvector, fts_length FROM bunko_chunk_stage")
+            cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts, fts_length, fts_pairs) SELECT {columns}, "
+                        "fts_text::tsvector, fts_length, fts_pairs_text::tsvector FROM bunko_chunk_stage")
             cur.execute("TRUNCATE bunko_chunk_stage")
 
     def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
@@ -780,10 +781,11 @@ class PostgresVectorStore(SQLStore):
             settings = self._backend.settings
             if settings.keyword_ranking == "ts_rank":
                 ranked = conn.execute(
-                    "SELECT c.id, ts_rank(c.fts, %s::tsquery) AS score FROM bunko.chunks c" + join +
-                    " WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery"
-                    + restrict + " ORDER BY score DESC, c.id LIMIT %s",
-                    [tsquery, tenant_pk, row[0], tsquery, *restrict_params, top_k],
+                    "SELECT c.id, ts_rank(c.fts, %s::tsquery) AS score FROM bunko.keyword_match(%s, %s::tsquery, "
+                    "NULL) AS m(id) JOIN bunko.chunks c ON c.id = m.id" + join +
+                    " WHERE c.tenant_id = %s AND c.collection_id = %s" + restrict
+                    + " ORDER BY score DESC, c.id LIMIT %s",
+                    [tsquery, row[0], tsquery, tenant_pk, row[0], *restrict_params, top_k],
                 ).fetchall()
             else:
                 if any(len(p) > 2 for p in phrases):
@@ -797,7 +799,8 @@ class PostgresVectorStore(SQLStore):
                 ranked = conn.execute(
                     _BM25_SQL.format(join=join, restrict=restrict),
                     [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
-                     tenant_pk, row[0], tsquery, sorted({t for p in phrases for t in p}), chunks, settings.bm25_k1,
+                     row[0], tsquery, tenant_pk, row[0], sorted({t for p in phrases for t in p}), chunks,
+                     settings.bm25_k1,
                      settings.bm25_k1,
                      settings.bm25_b, settings.bm25_b, max(tokens, 1) / max(chunks, 1),
                      tenant_pk, *restrict_params, top_k],
@@ -834,16 +837,19 @@ class PostgresVectorStore(SQLStore):
         while split < len(order) and (split == 0 or total + known[order[split]][1] <= budget):
             total += known[order[split]][1]
             split += 1
-        statement = _BM25_CANDIDATES_SQL.format(join=join, restrict=restrict)
-        first = [p[0] for p, _ in known]
-        second = [p[1] if len(p) > 1 else "" for p, _ in known]
-        lexemes = sorted({t for p, _ in known for t in p})
+        # A phrase of one token is a lexeme of ``fts``, a pair of one-character tokens a lexeme of ``fts_pairs``.
+        known_terms = [" ".join(p) for p, _ in known]
+        singles = sorted({t for (p, _), t in zip(known, known_terms, strict=True) if len(p) == 1})
+        pairs = sorted({t for (p, _), t in zip(known, known_terms, strict=True) if len(p) == 2})
         average = max(tokens, 1) / max(chunks, 1)
+        statement = _BM25_CANDIDATES_SQL.format(join=join, restrict=restrict)
         while True:
             rest = sum(bound[split:])
-            essential = tsquery_literal([known[j][0] for j in order[:split]])
-            rows = conn.execute(statement, [first, second, idf, tenant_pk, collection_pk, essential,
-                                            *restrict_params, lexemes, k1, k1, b, b, average, top_k]).fetchall()
+            essential = [known[j][0] for j in order[:split]]
+            match = [ts_lexemes_query(sorted({" ".join(p) for p in essential if len(p) == size})) for size in (1, 2)]
+            rows = conn.execute(statement, [known_terms, idf, collection_pk, *match, tenant_pk, collection_pk,
+                                            *restrict_params, singles, pairs, k1, k1, b, b, average,
+                                            top_k]).fetchall()
             if split == len(order) or (len(rows) == top_k and float(rows[-1][1]) > rest):
                 return [(int(r[0]), float(r[1])) for r in rows]
             total += known[order[split]][1]
@@ -863,7 +869,7 @@ class PostgresVectorStore(SQLStore):
 
 
 # BM25 over the analyzer's phrases (of one or two tokens), in one statement:
-# * ``candidates``: chunks matching any phrase, through the GIN index;
+# * ``candidates``: chunks matching any phrase, through the GIN index (bunko.keyword_match, see m012);
 # * ``lexemes``: each query token's positions in each candidate, cut out of the tsvector in C
 #   (setweight marks the query's lexemes, ts_filter keeps only them);
 # * ``tf``: per (phrase, chunk), how often the phrase occurs: the token's positions, or for a
@@ -877,8 +883,9 @@ _BM25_SQL = """
 WITH q AS (
     SELECT i, t1, nullif(t2, '') AS t2 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS x(t1, t2, i)
 ), candidates AS MATERIALIZED (
-    SELECT c.id, c.fts, c.fts_length FROM bunko.chunks c
-    WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery
+    SELECT c.id, c.fts, c.fts_length
+    FROM bunko.keyword_match(%s, %s::tsquery, NULL) AS m(id) JOIN bunko.chunks c ON c.id = m.id
+    WHERE c.tenant_id = %s AND c.collection_id = %s
 ), lexemes AS MATERIALIZED (
     SELECT k.id, u.lexeme, u.positions
     FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
@@ -902,30 +909,30 @@ ORDER BY s.score DESC, s.id LIMIT %s
 """
 
 
-# BM25 of the chunks that match ``essential`` (a tsquery of some of the phrases), over all the
-# phrases, with each phrase's idf given (from keyword_df); tf as in _BM25_SQL.
+# BM25 of the chunks that hold an essential phrase (found by bunko.keyword_match: its one-token phrases
+# in ``fts``, its pairs in ``fts_pairs``; see migration m012), over all the phrases, each with its
+# idf given (from keyword_df): a one-token phrase's term frequency is its positions in ``fts``, a pair's
+# its positions in ``fts_pairs`` (lexemes "a b"; a token never holds a space, so the two never meet).
+# The GIN indexes answer the match exactly (no row is rechecked). A phrase counts as often as the query
+# names it, and the score is FTS5's bm25() to the bit: its expression, summed in the query's phrase order
+# (phrases a chunk lacks add 0.0), so both stores break ties between equal scores alike.
 _BM25_CANDIDATES_SQL = """
 WITH q AS (
-    SELECT i, t1, nullif(t2, '') AS t2, idf
-    FROM unnest(%s::text[], %s::text[], %s::float8[]) WITH ORDINALITY AS x(t1, t2, idf, i)
+    SELECT i, term, idf FROM unnest(%s::text[], %s::float8[]) WITH ORDINALITY AS x(term, idf, i)
 ), candidates AS MATERIALIZED (
-    SELECT c.id, c.fts, c.fts_length FROM bunko.chunks c{join}
-    WHERE c.tenant_id = %s AND c.collection_id = %s AND c.fts @@ %s::tsquery{restrict}
-), lexemes AS MATERIALIZED (
-    SELECT k.id, u.lexeme, u.positions
-    FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
+    SELECT c.id, c.fts, c.fts_pairs, c.fts_length
+    FROM bunko.keyword_match(%s, %s::tsquery, %s::tsquery) AS m(id) JOIN bunko.chunks c ON c.id = m.id{join}
+    WHERE c.tenant_id = %s AND c.collection_id = %s{restrict}
 ), tf AS (
-    SELECT q.i, l.id, cardinality(l.positions) AS tf FROM q JOIN lexemes l ON l.lexeme = q.t1 WHERE q.t2 IS NULL
+    SELECT k.id, k.fts_length, u.lexeme, cardinality(u.positions) AS tf
+    FROM candidates k, unnest(ts_filter(setweight(k.fts, 'A', %s::text[]), '{{a}}')) AS u
     UNION ALL
-    SELECT i, id, tf FROM (
-        SELECT q.i, a.id, (SELECT count(*) FROM unnest(a.positions) AS p WHERE p + 1 = ANY (b.positions)) AS tf
-        FROM q JOIN lexemes a ON a.lexeme = q.t1 JOIN lexemes b ON b.id = a.id AND b.lexeme = q.t2
-    ) pairs WHERE tf > 0
-), scored AS (
-    SELECT t.id, sum(q.idf * t.tf * (%s + 1) / (t.tf + %s * (1 - %s + %s * k.fts_length / %s::float8))) AS score
-    FROM tf t JOIN q USING (i) JOIN candidates k ON k.id = t.id GROUP BY t.id
+    SELECT k.id, k.fts_length, u.lexeme, cardinality(u.positions) AS tf
+    FROM candidates k, unnest(ts_filter(setweight(k.fts_pairs, 'A', %s::text[]), '{{a}}')) AS u
 )
-SELECT id, score FROM scored ORDER BY score DESC, id LIMIT %s
+SELECT t.id, sum(q.idf * (t.tf * (%s + 1.0)) / (t.tf + %s * (1 - %s + %s * t.fts_length / %s::float8))
+                 ORDER BY q.i) AS score
+FROM tf t JOIN q ON q.term = t.lexeme GROUP BY t.id ORDER BY score DESC, t.id LIMIT %s
 """
 
 
@@ -1041,18 +1048,21 @@ _DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id 
 _PAIR_POSITIONS = 16382
 
 
-def _df_terms(tokens: list[str]) -> set[str]:
-    """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character tokens."""
-    terms = set(tokens)
-    head = tokens[:_PAIR_POSITIONS + 1]
-    terms.update(f"{a} {b}" for a, b in itertools.pairwise(head) if len(a) == 1 and len(b) == 1)
-    return terms
+def _pairs(tokens: list[str]) -> dict[str, list[int]]:
+    """Each pair "a b" of adjacent one-character tokens, with the positions of its first token."""
+    pairs: dict[str, list[int]] = {}
+    for i, (a, b) in enumerate(itertools.pairwise(tokens[:_PAIR_POSITIONS + 1]), 1):
+        if len(a) == 1 and len(b) == 1:
+            pairs.setdefault(f"{a} {b}", []).append(i)
+    return pairs
 
 
-def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, set[str]]:
-    """The keyword columns of a chunk: its tsvector literal, its token count and its statistics terms."""
+def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, set[str], str]:
+    """The keyword columns of a chunk: its tsvector literal, its token count, its statistics terms (its
+    tokens and its pairs) and the tsvector literal of its pairs (``fts_pairs``)."""
     tokens = analyzer.index_tokens(content)
-    return tsvector_literal(tokens), len(tokens), _df_terms(tokens)
+    pairs = _pairs(tokens)
+    return tsvector_literal(tokens), len(tokens), set(tokens) | pairs.keys(), pairs_literal(pairs)
 
 
 def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:
