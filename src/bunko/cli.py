@@ -190,8 +190,9 @@ quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress out
                    "and sentences) or token (up to 1000 tokens). "
                    "An existing collection keeps its own.")
 @click.option("--analyzer", default=None, metavar="NAME",
-              help="Keyword analyzer for a new collection: combined (default with the ja extra), bigram, "
-                   "sudachi or whitespace. An existing collection keeps its own.")
+              help="Keyword analyzer for a new collection: combined_en (the default with the ja extra), "
+                   "bigram_en (the default without it), combined, bigram, sudachi or whitespace; the _en "
+                   "ones also stem English words. An existing collection keeps its own.")
 @click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
@@ -854,7 +855,8 @@ def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
 @click.option("--limit-queries", type=click.IntRange(1), default=None, metavar="N",
               help="Only the first N queries that have relevance judgments.")
 @click.option("--analyzer", default=None, metavar="NAME",
-              help="Keyword analyzer of the temporary collection (combined, bigram, sudachi, whitespace).")
+              help="Keyword analyzer of the temporary collection (combined_en, bigram_en, combined, bigram, "
+                   "sudachi, whitespace; default as for ingest).")
 @click.option("--answers", is_flag=True,
               help="Also ask each query that has gold answers (\"answers\" in queries.jsonl) as `ask` does, and "
                    "score the answers: extractive, and the configured LLM if any.")
