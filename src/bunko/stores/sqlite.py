@@ -138,6 +138,127 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
                 _add_df(conn, tenant_pk, collection_pk, (r[0] for r in rows), 1)
 
 
+# -- keyword postings ------------------------------------------------------------------------
+# ``keyword_postings`` holds, per collection and statistics term (see ``df_terms``), the chunks that
+# hold it: segments of rows in rowid order, each a blob of n uint32 rowid offsets from the
+# segment's ``first_id``, n uint8 term counts and n uint16 token counts of the chunk (the last two
+# saturate at their maximum, which sends the search back to FTS5). A term's last segment takes new
+# rows until it holds this many; then a new segment starts.
+_SEGMENT = 1024
+_TF_MAX = 255
+_LENGTH_MAX = 65535
+_OFFSET_MAX = 2**32 - 1
+
+Postings = dict[str, tuple[list[int], list[int], list[int]]]
+
+
+def postings_of(rows: Iterable[tuple[int, str]]) -> Postings:
+    """The postings of chunks given as (rowid, stored FTS5 text), in the order given: for each
+    statistics term, the rowids, how many times the term occurs (a bigram term: at consecutive
+    positions, overlaps included, as an FTS5 phrase matches) and the chunk's token count."""
+    out: Postings = {}
+    for rowid, text in rows:
+        tokens = text.split(" ") if text else []
+        counts = Counter(tokens)
+        counts.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
+        size = len(tokens)
+        for term, tf in counts.items():
+            entry = out.get(term)
+            if entry is None:
+                out[term] = entry = ([], [], [])
+            entry[0].append(rowid)
+            entry[1].append(tf)
+            entry[2].append(size)
+    return out
+
+
+def _pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
+    return b"".join(((ids - first).astype("<u4").tobytes(), np.minimum(tf, _TF_MAX).astype("u1").tobytes(),
+                     np.minimum(sizes, _LENGTH_MAX).astype("<u2").tobytes()))
+
+
+def _unpack(first: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A segment's (rowids int64, term counts uint8, token counts uint16)."""
+    n = len(blob) // 7
+    return (np.frombuffer(blob, "<u4", n).astype(np.int64) + first, np.frombuffer(blob, "u1", n, 4 * n),
+            np.frombuffer(blob, "<u2", n, 5 * n))
+
+
+def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, found: Postings, *,
+                  count: bool = True) -> None:
+    """Append new chunks' postings (rowids larger than any the collection holds) and, with ``count``,
+    count their terms in ``keyword_df``."""
+    scope = (tenant_pk, collection_pk)
+    for term in sorted(found):
+        ids, tf, sizes = (np.asarray(a, dtype=np.int64) for a in found[term])
+        last = conn.execute(
+            "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
+            "ORDER BY first_id DESC LIMIT 1", (*scope, term)).fetchone()
+        if last is not None and len(last[1]) // 7 < _SEGMENT and int(ids[-1]) - last[0] <= _OFFSET_MAX:
+            old = _unpack(last[0], last[1])
+            conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
+                         "AND term = ? AND first_id = ?",
+                         (_pack(last[0], *(np.concatenate((o, n)) for o, n in zip(old, (ids, tf, sizes), strict=True))),
+                          *scope, term, last[0]))
+        else:
+            conn.execute("INSERT INTO keyword_postings (tenant_id, collection_id, term, first_id, entries) "
+                         "VALUES (?, ?, ?, ?, ?)", (*scope, term, int(ids[0]), _pack(int(ids[0]), ids, tf, sizes)))
+    if found and count:
+        conn.executemany(
+            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
+            [(*scope, term, len(found[term][0])) for term in sorted(found)])
+
+
+def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, found: Postings) -> None:
+    """Take chunks out of their terms' postings and counts (``found``: their postings)."""
+    scope = (tenant_pk, collection_pk)
+    for term in sorted(found):
+        gone = np.asarray(found[term][0], dtype=np.int64)
+        low, high = int(gone.min()), int(gone.max())
+        start = conn.execute(
+            "SELECT max(first_id) FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
+            "AND first_id <= ?", (*scope, term, low)).fetchone()[0]
+        segments = conn.execute(
+            "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
+            "AND first_id BETWEEN ? AND ?", (*scope, term, low if start is None else start, high)).fetchall()
+        for first, blob in segments:
+            ids, tf, sizes = _unpack(first, blob)
+            keep = ~np.isin(ids, gone)
+            if keep.all():
+                continue
+            if keep.any():
+                conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
+                             "AND term = ? AND first_id = ?",
+                             (_pack(first, ids[keep], tf[keep], sizes[keep]), *scope, term, first))
+            else:
+                conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
+                             "AND first_id = ?", (*scope, term, first))
+    if found:
+        conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
+                         [(len(found[term][0]), *scope, term) for term in sorted(found)])
+
+
+def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
+    """Postings per collection and statistics term (keyword search scores them in numpy), filled from
+    every collection's FTS5 text."""
+    conn.execute("""CREATE TABLE keyword_postings (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        term TEXT NOT NULL,
+        first_id INTEGER NOT NULL,
+        entries BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, term, first_id)
+    ) WITHOUT ROWID""")
+    for tenant_pk, collection_pk in conn.execute("SELECT tenant_id, id FROM collections").fetchall():
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (fts_table(collection_pk),)).fetchone() is None:
+            continue
+        cursor = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id")
+        while rows := cursor.fetchmany(8192):
+            _add_postings(conn, tenant_pk, collection_pk, postings_of(rows), count=False)  # keyword_df has them
+
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 # Ordered migrations: index i upgrades a database from version i to i + 1; a migration is a SQL
@@ -350,6 +471,8 @@ MIGRATIONS: list[Migration] = [
     """,
     # 9: document frequencies of terms and CJK bigrams per collection, kept by every write (keyword search).
     _m009_keyword_df,
+    # 10: the chunks holding each of those terms, with their counts (keyword search scores them in numpy).
+    _m010_keyword_postings,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -676,7 +799,8 @@ class SQLiteVectorStore(SQLStore):
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
     _hydrate_by_collection = True
-    # How the last keyword search ranked: "pruned" (MaxScore here) or "fts5" (FTS5's bm25 over every match).
+    # How the last keyword search ranked: "postings" (MaxScore in numpy over keyword_postings, a search
+    # without restrictions), "pruned" (MaxScore over FTS5's ranking) or "fts5" (FTS5's bm25 over every match).
     last_keyword_plan = ""
 
     # -- what the core asks of a backend -------------------------------------------------
@@ -715,7 +839,7 @@ class SQLiteVectorStore(SQLStore):
         create_fts(conn, collection_pk)
         conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
                          zip(new_ids, keywords, strict=True))
-        _add_df(conn, tenant_pk, collection_pk, keywords, 1)
+        _add_postings(conn, tenant_pk, collection_pk, postings_of(zip(new_ids, keywords, strict=True)))
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -729,8 +853,8 @@ class SQLiteVectorStore(SQLStore):
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
             fts = fts_table(collection_pk)
-            _add_df(conn, tenant_pk, collection_pk, [r[0] for r in conn.execute(
-                f"SELECT c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)], -1)
+            _remove_postings(conn, tenant_pk, collection_pk, postings_of(conn.execute(
+                f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)))
             conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
@@ -741,6 +865,7 @@ class SQLiteVectorStore(SQLStore):
         scope = (tenant_pk, collection_pk)
         conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
         conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
+        conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
 
@@ -975,9 +1100,14 @@ class SQLiteVectorStore(SQLStore):
                 restrict += f" AND {where}"
                 restrict_params.extend(where_params)
             try:
-                ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join, restrict,
-                                      restrict_params)
-                self.last_keyword_plan = "pruned"
+                ranked = None
+                if not restrict:  # the whole collection: scored here from its postings
+                    ranked = _bm25_postings(conn, self._backend, tenant_pk, collection_pk, phrases, top_k)
+                    self.last_keyword_plan = "postings"
+                if ranked is None:
+                    ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join,
+                                          restrict, restrict_params)
+                    self.last_keyword_plan = "pruned"
                 if ranked is None:  # every phrase is common: FTS5 ranks them all
                     self.last_keyword_plan = "fts5"
                     ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict,
@@ -1073,6 +1203,143 @@ def _phrase_counts(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
     return [int(counts.get(t, 0)) if t is not None else int(conn.execute(
         f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (fts5_query([p]),)).fetchone()[0])
         for p, t in zip(phrases, terms, strict=True)]
+
+
+def _fts5_totals(conn: sqlite3.Connection, fts: str) -> tuple[int, float] | None:
+    """FTS5's row count and average row length (tokens) of a table, as ``bm25()`` reads them."""
+    found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
+    if found is None:
+        return None
+    averages = bytes(found[0])
+    total_rows, at = _varint(averages)
+    total_tokens, _ = _varint(averages, at)
+    if total_rows <= 0:
+        return None
+    return total_rows, total_tokens / total_rows
+
+
+def _term(phrase: tuple[str, ...]) -> str | None:
+    """The statistics term of a phrase (see ``df_terms``), or None for a phrase of another shape."""
+    if len(phrase) == 1:
+        return phrase[0]
+    if len(phrase) == 2 and len(phrase[0]) == 1 and len(phrase[1]) == 1:
+        return " ".join(phrase)
+    return None
+
+
+def _postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+              term: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A term's postings in the collection: (rowids ascending, term counts, token counts)."""
+    parts = [_unpack(first, blob) for first, blob in conn.execute(
+        "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
+        "ORDER BY first_id", (tenant_pk, collection_pk, term))]
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.astype(np.uint8), empty.astype(np.uint16)
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
+                   phrases: list[tuple[str, ...]], top_k: int) -> list[tuple[int, float]] | None:
+    """FTS5's BM25 top-k of the whole collection, scored here in numpy from ``keyword_postings``.
+
+    Exact MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential")
+    ones, whose postings add up to the budget, are scored for every row that holds one; their
+    k-th best share is a floor for the final k-th score, and a row's final score is at most its
+    share plus the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more
+    phrases become essential. Then only the rows whose share plus ``rest`` reaches the floor are
+    scored on every phrase, exactly as ``bm25()`` does: the same inputs (term counts and token
+    counts as FTS5 tokenizes the stored text, which the analyzer joined at spaces), the same float
+    operations, the phrases added in query order. None when FTS5 should rank instead (a phrase of
+    another shape, a saturated count, or a returned row whose token count differs from FTS5's).
+    """
+    fts = fts_table(collection_pk)
+    terms = [_term(p) for p in phrases]
+    if any(t is None for t in terms):
+        return None
+    totals = _fts5_totals(conn, fts)
+    if totals is None:
+        return None
+    total_rows, average = totals
+    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
+    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
+    if not known:
+        return []
+    idf = {}
+    for j in known:
+        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
+        idf[j] = value if value > 0.0 else 1e-6
+    order = sorted(known, key=lambda j: (-idf[j], j))
+    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def load(j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if j not in loaded:
+            loaded[j] = _postings(conn, tenant_pk, collection_pk, terms[j])  # type: ignore[arg-type]
+        return loaded[j]
+
+    def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        f = tf.astype(np.float64)
+        return idf[j] * ((f * (_K1 + 1.0)) / (f + norm))
+
+    budget = backend.keyword_candidates
+    split, total = 0, 0
+    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+        total += counts[order[split]]
+        split += 1
+    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
+    while True:
+        rest = sum(bound[split:])
+        essential = order[:split]
+        columns = [load(j) for j in essential]
+        ids = np.concatenate([c[0] for c in columns])
+        rows, where = np.unique(ids, return_inverse=True)
+        sizes = np.empty(len(rows), dtype=np.float64)
+        sizes[where] = np.concatenate([c[2] for c in columns])
+        norm = _K1 * (1 - _B + _B * sizes / average)
+        share = np.zeros(len(rows), dtype=np.float64)
+        at = 0
+        for j, (found, tf, _sizes) in zip(essential, columns, strict=True):
+            place = where[at:at + len(found)]
+            share[place] += contribution(j, tf, norm[place])
+            at += len(found)
+        if split == len(order):
+            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
+            break
+        if len(rows) >= top_k:
+            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
+            if rest * slack < floor:
+                keep = (share + rest) * slack >= floor
+                break
+        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
+        split += 1
+        total = sum(counts[j] for j in order[:split])
+        while split < len(order) and total + counts[order[split]] <= budget:
+            total += counts[order[split]]
+            split += 1
+    rows, norm, sizes = rows[keep], norm[keep], sizes[keep]
+    score = np.zeros(len(rows), dtype=np.float64)
+    for j in known:  # query order, as bm25() adds them
+        found, tf, lengths = load(j)
+        if len(found) == 0:
+            continue
+        if (tf == _TF_MAX).any() or (lengths == _LENGTH_MAX).any():
+            return None
+        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
+        hit = found[place] == rows
+        score[hit] += contribution(j, tf[place[hit]], norm[hit])
+    best = np.lexsort((rows, -score))[:top_k]
+    top = [(int(rows[i]), float(score[i])) for i in best]
+    # The stored text splits as FTS5 tokenized it (else every count above is off): check the answer.
+    fts_sizes = dict(conn.execute(f"SELECT id, sz FROM {fts}_docsize WHERE id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps([r for r, _ in top]),)).fetchall())
+    for i in best:
+        size = fts_sizes.get(int(rows[i]))
+        if size is None or _varint(size)[0] != int(sizes[i]):
+            return None
+    return top
 
 
 def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
