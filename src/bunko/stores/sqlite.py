@@ -142,8 +142,9 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
 # ``keyword_postings`` holds, per collection and statistics term (see ``df_terms``), the chunks that
 # hold it: segments of rows in rowid order, each a blob of n uint32 rowid offsets from the
 # segment's ``first_id``, n uint8 term counts and n uint16 token counts of the chunk (the last two
-# saturate at their maximum, which sends the search back to FTS5). A term's last segment takes new
-# rows until it holds this many; then a new segment starts.
+# saturate at their maximum, which sends the search back to FTS5). New rows fill a term's last
+# segment up to this many, then go to new segments of at most this many (7 KiB: a blob that stays
+# on its b-tree page, where a larger one would spill to overflow pages and waste most of the last).
 _SEGMENT = 1024
 _TF_MAX = 255
 _LENGTH_MAX = 65535
@@ -194,15 +195,24 @@ def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
         last = conn.execute(
             "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
             "ORDER BY first_id DESC LIMIT 1", (*scope, term)).fetchone()
-        if last is not None and len(last[1]) // 7 < _SEGMENT and int(ids[-1]) - last[0] <= _OFFSET_MAX:
-            old = _unpack(last[0], last[1])
-            conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
-                         "AND term = ? AND first_id = ?",
-                         (_pack(last[0], *(np.concatenate((o, n)) for o, n in zip(old, (ids, tf, sizes), strict=True))),
-                          *scope, term, last[0]))
-        else:
+        start = 0
+        if last is not None and len(last[1]) // 7 < _SEGMENT:  # fill the last segment up first
+            first, held = last[0], len(last[1]) // 7
+            start = min(_SEGMENT - held, int(np.searchsorted(ids, first + _OFFSET_MAX, side="right")))
+            if start:
+                old = _unpack(first, last[1])
+                conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
+                             "AND term = ? AND first_id = ?",
+                             (_pack(first, *(np.concatenate((o, n[:start]))
+                                             for o, n in zip(old, (ids, tf, sizes), strict=True))),
+                              *scope, term, first))
+        while start < len(ids):  # then new segments of at most _SEGMENT rows
+            first = int(ids[start])
+            end = min(start + _SEGMENT, int(np.searchsorted(ids, first + _OFFSET_MAX, side="right")))
             conn.execute("INSERT INTO keyword_postings (tenant_id, collection_id, term, first_id, entries) "
-                         "VALUES (?, ?, ?, ?, ?)", (*scope, term, int(ids[0]), _pack(int(ids[0]), ids, tf, sizes)))
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (*scope, term, first, _pack(first, ids[start:end], tf[start:end], sizes[start:end])))
+            start = end
     if found and count:
         conn.executemany(
             "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
