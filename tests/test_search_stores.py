@@ -283,7 +283,7 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
     from bunko.stores import sqlite as sqlite_store
     from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, _unpack, apply_migrations, fts_table, postings_of
 
-    monkeypatch.setattr(sqlite_store, "_SEGMENT", 2)  # many segments: deletes and appends cross them
+    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
 
     path = tmp_path / "df.db"
     texts = {"a": ["水の備蓄は三日分。Running water supplies", "備蓄品の点検を行う。water", "地震と津波に備える"],
@@ -324,10 +324,13 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             assert conn.execute("SELECT count(*) FROM keyword_postings WHERE collection_id = ? AND tenant_id <> ?",
                                 (collection_pk, tenant_pk)).fetchone()[0] == 0
             stored: dict[str, list[tuple[int, int, int]]] = {}
-            for term, first, blob in conn.execute("SELECT term, first_id, entries FROM keyword_postings "
-                                                  "WHERE collection_id = ? ORDER BY term, first_id", (collection_pk,)):
-                stored.setdefault(term, []).extend(zip(*(a.tolist() for a in _unpack(first, blob)), strict=True))
-            counted = postings_of(conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id"))
+            for term, key, blob in conn.execute("SELECT term, segment, entries FROM keyword_postings "
+                                                "WHERE collection_id = ? ORDER BY term, segment", (collection_pk,)):
+                stored.setdefault(term, []).extend(zip(*(a.tolist() for a in _unpack(key, blob)), strict=True))
+            content = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id").fetchall()
+            every = stored.pop("")  # the segments' lists of their chunks, with their token counts
+            assert every == [(rowid, 0, len(text.split(" "))) for rowid, text in content]
+            counted = postings_of(content)
             assert stored == {t: list(zip(*p, strict=True)) for t, p in counted.items()} and stored
         return len(rows)
 

@@ -54,7 +54,7 @@ class _LockedAtFirst:
     def __init__(self, conn: sqlite3.Connection, failures: int, message: str = "database is locked") -> None:
         self.conn, self.failures, self.message = conn, failures, message
 
-    def execute(self, sql: str):  # noqa: ANN201 - mirrors sqlite3.Connection.execute
+    def execute(self, sql: str):
         if sql == "PRAGMA journal_mode = WAL" and self.failures:
             self.failures -= 1
             raise sqlite3.OperationalError(self.message)
@@ -173,17 +173,17 @@ def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, docume
 
 
 @pytest.mark.parametrize(("budget", "round_rows", "segment"),
-                         [(1, 384, 1024), (40, 384, 1024), (300, 384, 3), (40, 64, 1024), (40, 384, 1)])
+                         [(1, 384, 32_768), (40, 384, 32_768), (300, 384, 3), (40, 64, 32_768), (40, 384, 1)])
 def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         budget: int, round_rows: int, segment: int) -> None:
     """MaxScore, in numpy over the postings (no restriction) or over FTS5's ranking (filters and
     document restrictions), returns exactly FTS5's bm25() top-k: the same chunks, bit-identical
     scores, the same order of ties, and after deletes and inserts (from one essential phrase at
-    first to many, widening after every batch of rows; postings in segments of 1 to 1024 rows)."""
+    first to many, widening after every batch of rows; postings in segments of 1 chunk to all)."""
     from bunko.stores import sqlite as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
-    monkeypatch.setattr(sqlite_store, "_SEGMENT", segment)
+    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", segment)
     rng = np.random.default_rng(11)
     backend = SQLiteBackend(tmp_path / "kw.db")
     backend.keyword_candidates = budget
@@ -194,7 +194,8 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
         docs = [make_document(f"d{i}.txt", texts[i * 30:(i + 1) * 30], unit_vectors(30, i),
                               metadata={"source": f"d{i}.txt", "kind": "odd" if i % 2 else "even"})
                 for i in range(40)]
-        store.write_documents("c", docs)
+        for doc in docs:  # a segment each, merged as they come (unless a segment may hold only a few chunks)
+            store.write_documents("c", [doc])
         # Queries of many bigram phrases: common ones (です, ます) and rare ones, plus English words.
         queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "非常食と飲料水を家具の転倒に注意します",
                    "津波が来たら高い山に逃げます water", "emergency storage 地震", "ですます", "川の森と海の空",

@@ -139,16 +139,23 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
 
 
 # -- keyword postings ------------------------------------------------------------------------
-# ``keyword_postings`` holds, per collection and statistics term (see ``df_terms``), the chunks that
-# hold it: segments of rows in rowid order, each a blob of n uint32 rowid offsets from the
-# segment's ``first_id``, n uint8 term counts and n uint16 token counts of the chunk (the last two
-# saturate at their maximum, which sends the search back to FTS5). New rows fill a term's last
-# segment up to this many, then go to new segments of at most this many (7 KiB: a blob that stays
-# on its b-tree page, where a larger one would spill to overflow pages and waste most of the last).
-_SEGMENT = 1024
+# ``keyword_postings`` is an inverted index of each collection in segments, as an LSM tree keeps
+# them: a write adds one segment (its key ``segment`` is the first chunk rowid it holds; later
+# segments hold larger rowids), with one row per statistics term (see ``df_terms``) of its chunks,
+# plus a row for the term "" that lists every chunk of the segment. A row's blob is a sequence of
+# 7-byte entries (``_ENTRY``): the chunk rowid's offset from the segment key, the term's count in
+# the chunk and the chunk's token count (the last two saturate at their maximum, which sends the
+# search back to FTS5), in rowid order. The rows of a segment are adjacent in the table, so a write
+# touches few pages (with 64 KiB pages, rows kept per term would make every small write rewrite
+# thousands of pages). The newest segments are merged while the one before is at most twice the
+# size of the last, up to ``_SEGMENT_ROWS`` chunks: O(log n) segments, each posting rewritten
+# O(log n) times.
+_SEGMENT_ROWS = 32_768
 _TF_MAX = 255
 _LENGTH_MAX = 65535
 _OFFSET_MAX = 2**32 - 1
+_ENTRY = np.dtype([("offset", "<u4"), ("tf", "u1"), ("size", "<u2")])  # 7 bytes, packed
+_ALL = ""  # the term of a segment's row listing all its chunks
 
 Postings = dict[str, tuple[list[int], list[int], list[int]]]
 
@@ -174,91 +181,130 @@ def postings_of(rows: Iterable[tuple[int, str]]) -> Postings:
 
 
 def _pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
-    return b"".join(((ids - first).astype("<u4").tobytes(), np.minimum(tf, _TF_MAX).astype("u1").tobytes(),
-                     np.minimum(sizes, _LENGTH_MAX).astype("<u2").tobytes()))
+    entries = np.empty(len(ids), dtype=_ENTRY)
+    entries["offset"] = ids - first
+    entries["tf"] = np.minimum(tf, _TF_MAX)
+    entries["size"] = np.minimum(sizes, _LENGTH_MAX)
+    return entries.tobytes()
 
 
 def _unpack(first: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A segment's (rowids int64, term counts uint8, token counts uint16)."""
-    n = len(blob) // 7
-    return (np.frombuffer(blob, "<u4", n).astype(np.int64) + first, np.frombuffer(blob, "u1", n, 4 * n),
-            np.frombuffer(blob, "<u2", n, 5 * n))
+    """A row's (rowids int64, term counts uint8, token counts uint16)."""
+    entries = np.frombuffer(blob, dtype=_ENTRY)
+    return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
 
 
-def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, found: Postings, *,
+def _segments(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> list[tuple[int, int]]:
+    """The collection's segments, oldest first: (key, chunk count), one seek each."""
+    out: list[tuple[int, int]] = []
+    after = -1
+    while (row := conn.execute(
+            "SELECT segment, length(entries) FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+            "AND segment > ? ORDER BY segment, term LIMIT 1", (tenant_pk, collection_pk, after)).fetchone()):
+        out.append((int(row[0]), int(row[1]) // _ENTRY.itemsize))
+        after = int(row[0])
+    return out
+
+
+def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, found: Postings) -> None:
+    """Insert a segment's rows (``found`` holds the term "" too)."""
+    conn.executemany(
+        "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)",
+        [(*scope, key, term, _pack(key, *(np.asarray(a, dtype=np.int64) for a in found[term])))
+         for term in sorted(found)])
+
+
+def _read_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int) -> Postings:
+    out: Postings = {}
+    for term, blob in conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? "
+                                   "AND collection_id = ? AND segment = ?", (*scope, key)):
+        ids, tf, sizes = _unpack(key, blob)
+        out[term] = (ids.tolist(), tf.tolist(), sizes.tolist())
+    return out
+
+
+def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[tuple[int, str]], *,
                   count: bool = True) -> None:
-    """Append new chunks' postings (rowids larger than any the collection holds) and, with ``count``,
-    count their terms in ``keyword_df``."""
+    """Index new chunks, given as (rowid, stored FTS5 text) in rowid order with rowids larger than any
+    the collection holds, as a new segment (then merge), and with ``count`` count their terms in
+    ``keyword_df``."""
+    if not rows:
+        return
     scope = (tenant_pk, collection_pk)
-    for term in sorted(found):
-        ids, tf, sizes = (np.asarray(a, dtype=np.int64) for a in found[term])
-        last = conn.execute(
-            "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
-            "ORDER BY first_id DESC LIMIT 1", (*scope, term)).fetchone()
-        start = 0
-        if last is not None and len(last[1]) // 7 < _SEGMENT:  # fill the last segment up first
-            first, held = last[0], len(last[1]) // 7
-            start = min(_SEGMENT - held, int(np.searchsorted(ids, first + _OFFSET_MAX, side="right")))
-            if start:
-                old = _unpack(first, last[1])
-                conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
-                             "AND term = ? AND first_id = ?",
-                             (_pack(first, *(np.concatenate((o, n[:start]))
-                                             for o, n in zip(old, (ids, tf, sizes), strict=True))),
-                              *scope, term, first))
-        while start < len(ids):  # then new segments of at most _SEGMENT rows
-            first = int(ids[start])
-            end = min(start + _SEGMENT, int(np.searchsorted(ids, first + _OFFSET_MAX, side="right")))
-            conn.execute("INSERT INTO keyword_postings (tenant_id, collection_id, term, first_id, entries) "
-                         "VALUES (?, ?, ?, ?, ?)",
-                         (*scope, term, first, _pack(first, ids[start:end], tf[start:end], sizes[start:end])))
-            start = end
-    if found and count:
+    found = postings_of(rows)
+    if count and found:
         conn.executemany(
             "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
             [(*scope, term, len(found[term][0])) for term in sorted(found)])
+    found[_ALL] = ([r[0] for r in rows], [0] * len(rows), [len(r[1].split(" ")) if r[1] else 0 for r in rows])
+    _write_segment(conn, scope, rows[0][0], found)
+    segments = _segments(conn, tenant_pk, collection_pk)
+    while len(segments) >= 2:
+        (older, n_older), (newer, n_newer) = segments[-2], segments[-1]
+        if n_older > 2 * n_newer or n_older + n_newer > _SEGMENT_ROWS:
+            break
+        merged = _read_segment(conn, scope, older)
+        for term, (ids, tf, sizes) in _read_segment(conn, scope, newer).items():
+            have = merged.setdefault(term, ([], [], []))
+            have[0].extend(ids)
+            have[1].extend(tf)
+            have[2].extend(sizes)
+        if max(merged[_ALL][0]) - older > _OFFSET_MAX:
+            break
+        conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment IN (?, ?)",
+                     (*scope, older, newer))
+        _write_segment(conn, scope, older, merged)
+        segments[-2:] = [(older, n_older + n_newer)]
 
 
-def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, found: Postings) -> None:
-    """Take chunks out of their terms' postings and counts (``found``: their postings)."""
+def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                     rows: list[tuple[int, str]]) -> None:
+    """Take chunks, given as (rowid, stored FTS5 text), out of the postings and ``keyword_df``."""
+    if not rows:
+        return
     scope = (tenant_pk, collection_pk)
-    for term in sorted(found):
-        gone = np.asarray(found[term][0], dtype=np.int64)
-        low, high = int(gone.min()), int(gone.max())
-        start = conn.execute(
-            "SELECT max(first_id) FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
-            "AND first_id <= ?", (*scope, term, low)).fetchone()[0]
-        segments = conn.execute(
-            "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
-            "AND first_id BETWEEN ? AND ?", (*scope, term, low if start is None else start, high)).fetchall()
-        for first, blob in segments:
-            ids, tf, sizes = _unpack(first, blob)
+    found = postings_of(rows)
+    conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
+                     [(len(found[term][0]), *scope, term) for term in sorted(found)])
+    found[_ALL] = ([r[0] for r in rows], [], [])
+    keys = np.asarray([key for key, _ in _segments(conn, tenant_pk, collection_pk)], dtype=np.int64)
+    if not len(keys):
+        return
+    gone = np.asarray(found[_ALL][0], dtype=np.int64)
+    owner = keys[np.maximum(np.searchsorted(keys, gone, side="right") - 1, 0)]  # each chunk's segment
+    for key in sorted(set(owner.tolist())):
+        mine = set(gone[owner == key].tolist())
+        terms = sorted(term for term, (ids, _tf, _sizes) in found.items() if mine.intersection(ids))
+        changed, dropped = [], []
+        for term, blob in conn.execute(
+                "SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ? "
+                "AND term IN (SELECT value FROM json_each(?))", (*scope, key, json.dumps(terms, ensure_ascii=False))):
+            ids, tf, sizes = _unpack(key, blob)
             keep = ~np.isin(ids, gone)
             if keep.all():
                 continue
             if keep.any():
-                conn.execute("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
-                             "AND term = ? AND first_id = ?",
-                             (_pack(first, ids[keep], tf[keep], sizes[keep]), *scope, term, first))
+                changed.append((_pack(key, ids[keep], tf[keep], sizes[keep]), *scope, key, term))
             else:
-                conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
-                             "AND first_id = ?", (*scope, term, first))
-    if found:
-        conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
-                         [(len(found[term][0]), *scope, term) for term in sorted(found)])
+                dropped.append((*scope, key, term))
+        conn.executemany("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
+                         "AND segment = ? AND term = ?", changed)
+        conn.executemany("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ? "
+                         "AND term = ?", dropped)
+    # A segment whose chunks are all gone has no rows left; one that keeps some keeps its key.
 
 
 def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
-    """Postings per collection and statistics term (keyword search scores them in numpy), filled from
-    every collection's FTS5 text."""
+    """Postings per collection in segments (keyword search scores them in numpy), filled from every
+    collection's FTS5 text."""
     conn.execute("""CREATE TABLE keyword_postings (
         tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
         collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        segment INTEGER NOT NULL,
         term TEXT NOT NULL,
-        first_id INTEGER NOT NULL,
         entries BLOB NOT NULL,
-        PRIMARY KEY (tenant_id, collection_id, term, first_id)
+        PRIMARY KEY (tenant_id, collection_id, segment, term)
     ) WITHOUT ROWID""")
     for tenant_pk, collection_pk in conn.execute("SELECT tenant_id, id FROM collections").fetchall():
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
@@ -266,7 +312,7 @@ def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
             continue
         cursor = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id")
         while rows := cursor.fetchmany(8192):
-            _add_postings(conn, tenant_pk, collection_pk, postings_of(rows), count=False)  # keyword_df has them
+            _add_postings(conn, tenant_pk, collection_pk, rows, count=False)  # keyword_df has the counts
 
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -849,7 +895,7 @@ class SQLiteVectorStore(SQLStore):
         create_fts(conn, collection_pk)
         conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
                          zip(new_ids, keywords, strict=True))
-        _add_postings(conn, tenant_pk, collection_pk, postings_of(zip(new_ids, keywords, strict=True)))
+        _add_postings(conn, tenant_pk, collection_pk, list(zip(new_ids, keywords, strict=True)))
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -863,8 +909,8 @@ class SQLiteVectorStore(SQLStore):
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
             fts = fts_table(collection_pk)
-            _remove_postings(conn, tenant_pk, collection_pk, postings_of(conn.execute(
-                f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)))
+            _remove_postings(conn, tenant_pk, collection_pk, conn.execute(
+                f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params).fetchall())
             conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
@@ -1237,12 +1283,13 @@ def _term(phrase: tuple[str, ...]) -> str | None:
     return None
 
 
-def _postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+def _postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, segments: list[int],
               term: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A term's postings in the collection: (rowids ascending, term counts, token counts)."""
-    parts = [_unpack(first, blob) for first, blob in conn.execute(
-        "SELECT first_id, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND term = ? "
-        "ORDER BY first_id", (tenant_pk, collection_pk, term))]
+    parts = [_unpack(key, blob) for key, blob in conn.execute(
+        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ? ORDER BY segment",
+        (tenant_pk, collection_pk, *segments, term))]
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.astype(np.uint8), empty.astype(np.uint16)
@@ -1284,10 +1331,11 @@ def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: 
     order = sorted(known, key=lambda j: (-idf[j], j))
     bound = [idf[j] * (_K1 + 1.0) for j in order]
     loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    segments = [key for key, _ in _segments(conn, tenant_pk, collection_pk)]
 
     def load(j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if j not in loaded:
-            loaded[j] = _postings(conn, tenant_pk, collection_pk, terms[j])  # type: ignore[arg-type]
+            loaded[j] = _postings(conn, tenant_pk, collection_pk, segments, terms[j])  # type: ignore[arg-type]
         return loaded[j]
 
     def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
