@@ -156,6 +156,7 @@ _LENGTH_MAX = 65535
 _OFFSET_MAX = 2**32 - 1
 _ENTRY = np.dtype([("offset", "<u4"), ("tf", "u1"), ("size", "<u2")])  # 7 bytes, packed
 _ALL = ""  # the term of a segment's row listing all its chunks
+_DEAD = " "  # the term of a segment's row listing its deleted chunks (no token holds a space)
 
 Postings = dict[str, tuple[list[int], list[int], list[int]]]
 
@@ -206,21 +207,47 @@ def _segments(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> l
     return out
 
 
-def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, found: Postings) -> None:
-    """Insert a segment's rows (``found`` holds the term "" too)."""
+def _encode(key: int, found: Postings) -> list[tuple[str, bytes]]:
+    """A segment's rows, (term, entries), packed in one pass."""
+    terms = sorted(found)
+    counts = [len(found[t][0]) for t in terms]
+    total = sum(counts)
+    columns = (np.fromiter(itertools.chain.from_iterable(found[t][c] for t in terms), dtype=np.int64, count=total)
+               for c in range(3))
+    blob = _pack(key, *columns)
+    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
+    return [(t, blob[start:end]) for t, start, end in zip(terms, [0, *ends[:-1]], ends, strict=True)]
+
+
+def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
     conn.executemany(
         "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)",
-        [(*scope, key, term, _pack(key, *(np.asarray(a, dtype=np.int64) for a in found[term])))
-         for term in sorted(found)])
+        [(*scope, key, term, blob) for term, blob in rows])
 
 
-def _read_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int) -> Postings:
-    out: Postings = {}
-    for term, blob in conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? "
-                                   "AND collection_id = ? AND segment = ?", (*scope, key)):
-        ids, tf, sizes = _unpack(key, blob)
-        out[term] = (ids.tolist(), tf.tolist(), sizes.tolist())
-    return out
+def _merge(conn: sqlite3.Connection, scope: tuple[int, int], older: int, newer: int) -> bool:
+    """Merge segment ``newer`` into the one before it, ``older``: each term's entries of ``newer``
+    shifted to ``older``'s key and appended to its own (both without their deleted chunks). False if
+    the offsets would not fit."""
+    _purge(conn, scope, older)
+    _purge(conn, scope, newer)
+    kept = dict(conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                             "AND segment = ?", (*scope, older)).fetchall())
+    moved = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                         "AND segment = ?", (*scope, newer)).fetchall()
+    entries = np.frombuffer(b"".join(blob for _, blob in moved), dtype=_ENTRY).copy()
+    if len(entries) and int(entries["offset"].max()) + (newer - older) > _OFFSET_MAX:
+        return False
+    entries["offset"] += newer - older
+    shifted = entries.tobytes()
+    at = 0
+    for term, blob in moved:
+        kept[term] = kept.get(term, b"") + shifted[at:at + len(blob)]
+        at += len(blob)
+    conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment IN (?, ?)",
+                 (*scope, older, newer))
+    _write_segment(conn, scope, older, sorted(kept.items()))
+    return True
 
 
 def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[tuple[int, str]], *,
@@ -238,61 +265,68 @@ def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
             "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
             [(*scope, term, len(found[term][0])) for term in sorted(found)])
     found[_ALL] = ([r[0] for r in rows], [0] * len(rows), [len(r[1].split(" ")) if r[1] else 0 for r in rows])
-    _write_segment(conn, scope, rows[0][0], found)
+    _write_segment(conn, scope, rows[0][0], _encode(rows[0][0], found))
     segments = _segments(conn, tenant_pk, collection_pk)
     while len(segments) >= 2:
         (older, n_older), (newer, n_newer) = segments[-2], segments[-1]
-        if n_older > 2 * n_newer or n_older + n_newer > _SEGMENT_ROWS:
+        if n_older > 2 * n_newer or n_older + n_newer > _SEGMENT_ROWS or not _merge(conn, scope, older, newer):
             break
-        merged = _read_segment(conn, scope, older)
-        for term, (ids, tf, sizes) in _read_segment(conn, scope, newer).items():
-            have = merged.setdefault(term, ([], [], []))
-            have[0].extend(ids)
-            have[1].extend(tf)
-            have[2].extend(sizes)
-        if max(merged[_ALL][0]) - older > _OFFSET_MAX:
-            break
-        conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment IN (?, ?)",
-                     (*scope, older, newer))
-        _write_segment(conn, scope, older, merged)
         segments[-2:] = [(older, n_older + n_newer)]
+
+
+def _dead(conn: sqlite3.Connection, scope: tuple[int, int], segments: list[int]) -> np.ndarray:
+    """The deleted chunk rowids still listed in these segments' postings (ascending)."""
+    parts = [_unpack(key, blob)[0] for key, blob in conn.execute(
+        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ?", (*scope, *segments, _DEAD))]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _purge(conn: sqlite3.Connection, scope: tuple[int, int], key: int) -> None:
+    """Rewrite a segment without its deleted chunks (and so without its list of them)."""
+    dead = _dead(conn, scope, [key])
+    if not len(dead):
+        return
+    rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                        "AND segment = ? AND term <> ?", (*scope, key, _DEAD)).fetchall()
+    conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ?",
+                 (*scope, key))
+    entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY)
+    owner = np.repeat(np.arange(len(rows)), [len(blob) // _ENTRY.itemsize for _, blob in rows])
+    keep = ~np.isin(entries["offset"].astype(np.int64) + key, dead)
+    counts = np.bincount(owner[keep], minlength=len(rows))
+    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
+    blob = entries[keep].tobytes()
+    _write_segment(conn, scope, key, [(term, blob[start:end]) for (term, _), start, end, n
+                                      in zip(rows, [0, *ends[:-1]], ends, counts.tolist(), strict=True) if n])
 
 
 def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                      rows: list[tuple[int, str]]) -> None:
-    """Take chunks, given as (rowid, stored FTS5 text), out of the postings and ``keyword_df``."""
+    """Take chunks, given as (rowid, stored FTS5 text), out of ``keyword_df`` and the postings: listed
+    as deleted in their segments (a search skips them), which are rewritten without them when they
+    merge or once half their chunks are deleted."""
     if not rows:
         return
     scope = (tenant_pk, collection_pk)
     found = postings_of(rows)
     conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
                      [(len(found[term][0]), *scope, term) for term in sorted(found)])
-    found[_ALL] = ([r[0] for r in rows], [], [])
-    keys = np.asarray([key for key, _ in _segments(conn, tenant_pk, collection_pk)], dtype=np.int64)
-    if not len(keys):
+    segments = _segments(conn, tenant_pk, collection_pk)
+    if not segments:
         return
-    gone = np.asarray(found[_ALL][0], dtype=np.int64)
+    keys = np.asarray([key for key, _ in segments], dtype=np.int64)
+    gone = np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
     owner = keys[np.maximum(np.searchsorted(keys, gone, side="right") - 1, 0)]  # each chunk's segment
-    for key in sorted(set(owner.tolist())):
-        mine = set(gone[owner == key].tolist())
-        terms = sorted(term for term, (ids, _tf, _sizes) in found.items() if mine.intersection(ids))
-        changed, dropped = [], []
-        for term, blob in conn.execute(
-                "SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ? "
-                "AND term IN (SELECT value FROM json_each(?))", (*scope, key, json.dumps(terms, ensure_ascii=False))):
-            ids, tf, sizes = _unpack(key, blob)
-            keep = ~np.isin(ids, gone)
-            if keep.all():
-                continue
-            if keep.any():
-                changed.append((_pack(key, ids[keep], tf[keep], sizes[keep]), *scope, key, term))
-            else:
-                dropped.append((*scope, key, term))
-        conn.executemany("UPDATE keyword_postings SET entries = ? WHERE tenant_id = ? AND collection_id = ? "
-                         "AND segment = ? AND term = ?", changed)
-        conn.executemany("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ? "
-                         "AND term = ?", dropped)
-    # A segment whose chunks are all gone has no rows left; one that keeps some keeps its key.
+    for key, size in segments:
+        mine = gone[owner == key]
+        if not len(mine):
+            continue
+        dead = np.union1d(_dead(conn, scope, [key]), mine)
+        conn.execute("INSERT OR REPLACE INTO keyword_postings (tenant_id, collection_id, segment, term, entries) "
+                     "VALUES (?, ?, ?, ?, ?)", (*scope, key, _DEAD, _pack(key, dead, dead * 0, dead * 0)))
+        if 2 * len(dead) >= size:
+            _purge(conn, scope, key)
 
 
 def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
@@ -1332,10 +1366,15 @@ def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: 
     bound = [idf[j] * (_K1 + 1.0) for j in order]
     loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     segments = [key for key, _ in _segments(conn, tenant_pk, collection_pk)]
+    dead = _dead(conn, (tenant_pk, collection_pk), segments)
 
     def load(j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if j not in loaded:
-            loaded[j] = _postings(conn, tenant_pk, collection_pk, segments, terms[j])  # type: ignore[arg-type]
+            found, tf, sizes = _postings(conn, tenant_pk, collection_pk, segments, terms[j])  # type: ignore[arg-type]
+            if len(dead):  # deleted chunks still listed in their segments
+                live = ~np.isin(found, dead)
+                found, tf, sizes = found[live], tf[live], sizes[live]
+            loaded[j] = found, tf, sizes
         return loaded[j]
 
     def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
