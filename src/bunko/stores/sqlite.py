@@ -943,8 +943,9 @@ class SQLiteVectorStore(SQLStore):
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
             fts = fts_table(collection_pk)
-            _remove_postings(conn, tenant_pk, collection_pk, conn.execute(
-                f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params).fetchall())
+            gone = conn.execute(f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})",
+                                params).fetchall()
+            _remove_postings(conn, tenant_pk, collection_pk, gone)
             conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
