@@ -5,9 +5,10 @@ metadata, float32 vector blob), plus one FTS5 table per collection,
 ``chunks_fts_<collection rowid>`` (analyzed terms, rowid = chunk rowid), so BM25's
 document counts and average length are the collection's own: one tenant's data never
 moves another tenant's scores; ``keyword_df`` holds each collection's document frequencies of
-tokens and CJK bigrams, so keyword search ranks only the rows of its rarer phrases (see
-``_bm25_pruned``). Every row below ``tenants`` carries ``tenant_id`` and every statement
-filters by it.
+tokens and CJK bigrams and ``keyword_postings`` the chunks that hold them, so keyword search scores
+only the rows of its rarer phrases, in numpy, exactly as FTS5's ``bm25()`` would (see
+``_bm25_postings``; ``_bm25_pruned`` with a filter). Every row below ``tenants`` carries
+``tenant_id`` and every statement filters by it.
 
 Vector search keeps, per process, a normalised float32 matrix per collection.
 The collection row has a ``mutation_seq`` that every update or delete bumps;
