@@ -148,9 +148,11 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
 # the chunk and the chunk's token count (the last two saturate at their maximum, which sends the
 # search back to FTS5), in rowid order. The rows of a segment are adjacent in the table, so a write
 # touches few pages (with 64 KiB pages, rows kept per term would make every small write rewrite
-# thousands of pages). The newest segments are merged while the one before is at most twice the
-# size of the last, up to ``_SEGMENT_ROWS`` chunks: O(log n) segments, each posting rewritten
-# O(log n) times.
+# thousands of pages). Segments merge in tiers: once the newest ``_FANOUT`` or more segments are of
+# the last one's size class or below (classes grow by ``_FANOUT``), or two or more of them would
+# fill a segment of ``_SEGMENT_ROWS`` chunks (the largest), they become one: a few segments per
+# class, each posting rewritten about once per class.
+_FANOUT = 8
 _SEGMENT_ROWS = 32_768
 _TF_MAX = 255
 _LENGTH_MAX = 65535
@@ -226,29 +228,38 @@ def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, r
         [(*scope, key, term, blob) for term, blob in rows])
 
 
-def _merge(conn: sqlite3.Connection, scope: tuple[int, int], older: int, newer: int) -> bool:
-    """Merge segment ``newer`` into the one before it, ``older``: each term's entries of ``newer``
-    shifted to ``older``'s key and appended to its own (both without their deleted chunks). False if
-    the offsets would not fit."""
-    _purge(conn, scope, older)
-    _purge(conn, scope, newer)
-    kept = dict(conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                             "AND segment = ?", (*scope, older)).fetchall())
-    moved = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                         "AND segment = ?", (*scope, newer)).fetchall()
-    entries = np.frombuffer(b"".join(blob for _, blob in moved), dtype=_ENTRY).copy()
-    if len(entries) and int(entries["offset"].max()) + (newer - older) > _OFFSET_MAX:
-        return False
-    entries["offset"] += newer - older
-    shifted = entries.tobytes()
-    at = 0
-    for term, blob in moved:
-        kept[term] = kept.get(term, b"") + shifted[at:at + len(blob)]
-        at += len(blob)
-    conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment IN (?, ?)",
-                 (*scope, older, newer))
-    _write_segment(conn, scope, older, sorted(kept.items()))
+def _merge(conn: sqlite3.Connection, scope: tuple[int, int], keys: list[int]) -> bool:
+    """Merge segments into the oldest of them, ``keys[0]`` (each without its deleted chunks): each
+    term's entries shifted to that key and appended in segment order. False if the offsets would not
+    fit."""
+    for key in keys:
+        _purge(conn, scope, key)
+    merged: dict[str, list[bytes]] = {}
+    for key in keys:
+        rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                            "AND segment = ?", (*scope, key)).fetchall()
+        entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY).copy()
+        if len(entries) and int(entries["offset"].max()) + (key - keys[0]) > _OFFSET_MAX:
+            return False
+        entries["offset"] += key - keys[0]
+        shifted = entries.tobytes()
+        at = 0
+        for term, blob in rows:
+            merged.setdefault(term, []).append(shifted[at:at + len(blob)])
+            at += len(blob)
+    conn.execute(f"DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                 f"AND segment IN ({', '.join('?' * len(keys))})", (*scope, *keys))
+    _write_segment(conn, scope, keys[0], [(term, b"".join(parts)) for term, parts in sorted(merged.items())])
     return True
+
+
+def _level(chunks: int) -> int:
+    """A segment's size class: 0 below ``_FANOUT`` chunks, 1 below ``_FANOUT`` squared, ..."""
+    level = 0
+    while chunks >= _FANOUT:
+        chunks //= _FANOUT
+        level += 1
+    return level
 
 
 def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[tuple[int, str]], *,
@@ -268,11 +279,17 @@ def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
     found[_ALL] = ([r[0] for r in rows], [0] * len(rows), [len(r[1].split(" ")) if r[1] else 0 for r in rows])
     _write_segment(conn, scope, rows[0][0], _encode(rows[0][0], found))
     segments = _segments(conn, tenant_pk, collection_pk)
-    while len(segments) >= 2:
-        (older, n_older), (newer, n_newer) = segments[-2], segments[-1]
-        if n_older > 2 * n_newer or n_older + n_newer > _SEGMENT_ROWS or not _merge(conn, scope, older, newer):
+    while True:  # merge the newest segments of the last one's size class or below, _FANOUT or more at once
+        top, run, total, full = _level(segments[-1][1]), 0, 0, False
+        while run < len(segments) and _level(segments[-1 - run][1]) <= top:
+            if total + segments[-1 - run][1] > _SEGMENT_ROWS:
+                full = True  # as many as make a segment of the largest size
+                break
+            total += segments[-1 - run][1]
+            run += 1
+        if run < (2 if full else _FANOUT) or not _merge(conn, scope, [key for key, _ in segments[-run:]]):
             break
-        segments[-2:] = [(older, n_older + n_newer)]
+        segments[-run:] = [(segments[-run][0], total)]
 
 
 def _dead(conn: sqlite3.Connection, scope: tuple[int, int], segments: list[int]) -> np.ndarray:
