@@ -299,14 +299,19 @@ def test_postgres_concurrent_loads_and_deletes_in_one_collection_never_deadlock(
         backend.close()
 
 
-def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path) -> None:
+def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's keyword_df, kept by every write and delete, equals FTS5's own count of each term and
-    bigram phrase (what bm25() counts), in each tenant's collection apart; a database from before
-    it (schema 8) gets it filled on upgrade; dropping a collection or erasing a tenant leaves none."""
+    bigram phrase (what bm25() counts), and keyword_postings a recount of each chunk's terms, in
+    each tenant's collection apart; a database from before them (schema 8 or 9) gets them filled
+    on upgrade; dropping a collection or erasing a tenant leaves none."""
     import sqlite3
 
     from bunko.analysis import fts5_query
-    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, apply_migrations, fts_table
+    from bunko.stores import sqlite as sqlite_store
+    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, _unpack, apply_migrations, fts_table, postings_of
+
+    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
 
     path = tmp_path / "df.db"
     texts = {"a": ["水の備蓄は三日分。Running water supplies", "備蓄品の点検を行う。water", "地震と津波に備える"],
@@ -342,6 +347,22 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path) -> 
             kept = dict(conn.execute("SELECT term, df FROM keyword_df WHERE collection_id = ? AND df <> 0 "
                                      "AND instr(term, ' ') = 0", (collection_pk,)).fetchall())
             assert kept == vocab and vocab
+            # The postings: a recount of every chunk's terms, in rowid order, rows of the collection's tenant.
+            tenant_pk = conn.execute("SELECT tenant_id FROM collections WHERE id = ?", (collection_pk,)).fetchone()[0]
+            assert conn.execute("SELECT count(*) FROM keyword_postings WHERE collection_id = ? AND tenant_id <> ?",
+                                (collection_pk, tenant_pk)).fetchone()[0] == 0
+            stored: dict[str, list[tuple[int, int, int]]] = {}
+            for term, key, blob in conn.execute("SELECT term, segment, entries FROM keyword_postings "
+                                                "WHERE collection_id = ? ORDER BY term, segment", (collection_pk,)):
+                stored.setdefault(term, []).extend(zip(*(a.tolist() for a in _unpack(key, blob)), strict=True))
+            content = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id").fetchall()
+            # Deleted chunks stay in their segments, listed under " ", until the segment is rewritten.
+            dead = {rowid for rowid, _, _ in stored.pop(" ", [])}
+            stored = {t: kept for t, v in stored.items() if (kept := [e for e in v if e[0] not in dead])}
+            every = stored.pop("")  # the segments' lists of their chunks, with their token counts
+            assert every == [(rowid, 0, len(text.split(" "))) for rowid, text in content]
+            counted = postings_of(content)
+            assert stored == {t: list(zip(*p, strict=True)) for t, p in counted.items()} and stored
         return len(rows)
 
     with sqlite3.connect(path) as conn:
@@ -349,7 +370,13 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path) -> 
         assert kept > 20
         # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts.
         conn.execute("DROP TABLE keyword_df")
+        conn.execute("DROP TABLE keyword_postings")
         conn.execute("PRAGMA user_version = 8")
+        apply_migrations(conn, MIGRATIONS)
+        assert check(conn) == kept
+        # Back to schema 9 (no keyword_postings): the upgrade fills it alone.
+        conn.execute("DROP TABLE keyword_postings")
+        conn.execute("PRAGMA user_version = 9")
         apply_migrations(conn, MIGRATIONS)
         assert check(conn) == kept
     backend = SQLiteBackend(path)
@@ -358,6 +385,8 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path) -> 
         with sqlite3.connect(path) as conn:
             left = {r[0] for r in conn.execute("SELECT DISTINCT t.name FROM keyword_df k JOIN tenants t "
                                                "ON t.id = k.tenant_id")}
-        assert left == {"b"}
+            posted = {r[0] for r in conn.execute("SELECT DISTINCT t.name FROM keyword_postings k JOIN tenants t "
+                                                 "ON t.id = k.tenant_id")}
+        assert left == posted == {"b"}
     finally:
         backend.close()

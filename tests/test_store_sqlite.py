@@ -172,15 +172,18 @@ def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, docume
     return [(uids[r], s) for r, s in ranked]
 
 
-@pytest.mark.parametrize(("budget", "round_rows"), [(1, 384), (40, 384), (300, 384), (40, 64)])
+@pytest.mark.parametrize(("budget", "round_rows", "segment"),
+                         [(1, 384, 32_768), (40, 384, 32_768), (300, 384, 3), (40, 64, 32_768), (40, 384, 1)])
 def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        budget: int, round_rows: int) -> None:
-    """MaxScore over FTS5 returns exactly FTS5's bm25() top-k: the same chunks, bit-identical scores,
-    the same order of ties, with filters and document restrictions, and after deletes and inserts
-    (from one essential phrase at first to many, and widening after every batch of rows)."""
+                                                        budget: int, round_rows: int, segment: int) -> None:
+    """MaxScore, in numpy over the postings (no restriction) or over FTS5's ranking (filters and
+    document restrictions), returns exactly FTS5's bm25() top-k: the same chunks, bit-identical
+    scores, the same order of ties, and after deletes and inserts (from one essential phrase at
+    first to many, widening after every batch of rows; postings in segments of 1 chunk to all)."""
     from bunko.stores import sqlite as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
+    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", segment)
     rng = np.random.default_rng(11)
     backend = SQLiteBackend(tmp_path / "kw.db")
     backend.keyword_candidates = budget
@@ -191,7 +194,8 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
         docs = [make_document(f"d{i}.txt", texts[i * 30:(i + 1) * 30], unit_vectors(30, i),
                               metadata={"source": f"d{i}.txt", "kind": "odd" if i % 2 else "even"})
                 for i in range(40)]
-        store.write_documents("c", docs)
+        for doc in docs:  # a segment each, merged as they come (unless a segment may hold only a few chunks)
+            store.write_documents("c", [doc])
         # Queries of many bigram phrases: common ones (です, ます) and rare ones, plus English words.
         queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "非常食と飲料水を家具の転倒に注意します",
                    "津波が来たら高い山に逃げます water", "emergency storage 地震", "ですます", "川の森と海の空",
@@ -199,6 +203,7 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
         # ... and pieces of stored chunks (rare bigrams that do occur), with common endings.
         queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 8, replace=False)]
         plans: list[str] = []
+        whole: list[str] = []  # the plans of searches without a restriction
         found: list[int] = []
 
         def check(**restriction) -> None:
@@ -206,7 +211,7 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
                 for k in (1, 3, 10, 50):
                     got = [(h.chunk_id, h.score) for h in store.keyword_search(
                         "c", q, k, document_ids=restriction.get("document_ids"), filter=restriction.get("flt"))]
-                    plans.append(store.last_keyword_plan)
+                    (plans if restriction else whole).append(store.last_keyword_plan)
                     want = _plain_fts5(backend, store, q, k, **restriction)
                     assert got == want, (q, k, restriction)
                     found.append(len(got))
@@ -219,8 +224,27 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
         store.delete_documents([docs[0].id], "c")
         store.write_documents("c", [make_document("late.txt", _keyword_corpus(rng, 30), unit_vectors(30, 99))])
         check()
-        # Small top-k over rare phrases is pruned; the rest widens until FTS5 ranks the whole query.
+        # Without a restriction the postings answer; with one, small top-k over rare phrases is pruned
+        # and the rest widens until FTS5 ranks the whole query.
+        assert set(whole) == {"postings"}, whole
         assert plans.count("pruned") >= len(plans) // 8, plans
         assert sum(1 for n in found if n) > len(found) * 0.8, found  # most searches find something
+    finally:
+        backend.close()
+
+
+def test_keyword_counts_beyond_the_postings_range_are_ranked_by_fts5(tmp_path: Path) -> None:
+    """A term count over 254 or a chunk over 65,534 tokens does not fit a posting: the search ranks with
+    FTS5 instead, and the scores are still FTS5's own (a saturated count would score 255 times)."""
+    backend = SQLiteBackend(tmp_path / "big.db")
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="bigram")
+        texts = ["水" * 300 + "の森", "水の森と空", "森の空", "火" * 66_000 + "の雨", "雨の森", "空"]
+        store.write_documents("c", [make_document(f"d{i}.txt", [t], unit_vectors(1, i)) for i, t in enumerate(texts)])
+        for query, plan in (("水", "pruned"), ("雨", "pruned"), ("森の空", "postings")):
+            got = [(h.chunk_id, h.score) for h in store.keyword_search("c", query, 3)]
+            assert got == _plain_fts5(backend, store, query, 3) and got, query
+            assert (store.last_keyword_plan == "postings") == (plan == "postings"), (query, store.last_keyword_plan)
     finally:
         backend.close()

@@ -5,9 +5,10 @@ metadata, float32 vector blob), plus one FTS5 table per collection,
 ``chunks_fts_<collection rowid>`` (analyzed terms, rowid = chunk rowid), so BM25's
 document counts and average length are the collection's own: one tenant's data never
 moves another tenant's scores; ``keyword_df`` holds each collection's document frequencies of
-tokens and CJK bigrams, so keyword search ranks only the rows of its rarer phrases (see
-``_bm25_pruned``). Every row below ``tenants`` carries ``tenant_id`` and every statement
-filters by it.
+tokens and CJK bigrams and ``keyword_postings`` the chunks that hold them, so keyword search scores
+only the rows of its rarer phrases, in numpy, exactly as FTS5's ``bm25()`` would (see
+``_bm25_postings``; ``_bm25_pruned`` with a filter). Every row below ``tenants`` carries
+``tenant_id`` and every statement filters by it.
 
 Vector search keeps, per process, a normalised float32 matrix per collection.
 The collection row has a ``mutation_seq`` that every update or delete bumps;
@@ -136,6 +137,234 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(f"SELECT c0 FROM {fts_table(collection_pk)}_content")
             while rows := cursor.fetchmany(4096):
                 _add_df(conn, tenant_pk, collection_pk, (r[0] for r in rows), 1)
+
+
+# -- keyword postings ------------------------------------------------------------------------
+# ``keyword_postings`` is an inverted index of each collection in segments, as an LSM tree keeps
+# them: a write adds one segment (its key ``segment`` is the first chunk rowid it holds; later
+# segments hold larger rowids), with one row per statistics term (see ``df_terms``) of its chunks,
+# plus a row for the term "" that lists every chunk of the segment. A row's blob is a sequence of
+# 7-byte entries (``_ENTRY``): the chunk rowid's offset from the segment key, the term's count in
+# the chunk and the chunk's token count (the last two saturate at their maximum, which sends the
+# search back to FTS5), in rowid order. The rows of a segment are adjacent in the table, so a write
+# touches few pages (with 64 KiB pages, rows kept per term would make every small write rewrite
+# thousands of pages). Segments merge in tiers: once the newest ``_FANOUT`` or more segments are of
+# the last one's size class or below (classes grow by ``_FANOUT``), or two or more of them would
+# fill a segment of ``_SEGMENT_ROWS`` chunks (the largest), they become one: a few segments per
+# class, each posting rewritten about once per class.
+_FANOUT = 8
+_SEGMENT_ROWS = 32_768
+_TF_MAX = 255
+_LENGTH_MAX = 65535
+_OFFSET_MAX = 2**32 - 1
+_ENTRY = np.dtype([("offset", "<u4"), ("tf", "u1"), ("size", "<u2")])  # 7 bytes, packed
+_ALL = ""  # the term of a segment's row listing all its chunks
+_DEAD = " "  # the term of a segment's row listing its deleted chunks (no token holds a space)
+
+Postings = dict[str, tuple[list[int], list[int], list[int]]]
+
+
+def postings_of(rows: Iterable[tuple[int, str]]) -> Postings:
+    """The postings of chunks given as (rowid, stored FTS5 text), in the order given: for each
+    statistics term, the rowids, how many times the term occurs (a bigram term: at consecutive
+    positions, overlaps included, as an FTS5 phrase matches) and the chunk's token count."""
+    out: Postings = {}
+    for rowid, text in rows:
+        tokens = text.split(" ") if text else []
+        counts = Counter(tokens)
+        counts.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
+        size = len(tokens)
+        for term, tf in counts.items():
+            entry = out.get(term)
+            if entry is None:
+                out[term] = entry = ([], [], [])
+            entry[0].append(rowid)
+            entry[1].append(tf)
+            entry[2].append(size)
+    return out
+
+
+def _pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
+    entries = np.empty(len(ids), dtype=_ENTRY)
+    entries["offset"] = ids - first
+    entries["tf"] = np.minimum(tf, _TF_MAX)
+    entries["size"] = np.minimum(sizes, _LENGTH_MAX)
+    return entries.tobytes()
+
+
+def _unpack(first: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A row's (rowids int64, term counts uint8, token counts uint16)."""
+    entries = np.frombuffer(blob, dtype=_ENTRY)
+    return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
+
+
+def _segments(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> list[tuple[int, int]]:
+    """The collection's segments, oldest first: (key, chunk count), one seek each."""
+    out: list[tuple[int, int]] = []
+    after = -1
+    while (row := conn.execute(
+            "SELECT segment, length(entries) FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+            "AND segment > ? ORDER BY segment, term LIMIT 1", (tenant_pk, collection_pk, after)).fetchone()):
+        out.append((int(row[0]), int(row[1]) // _ENTRY.itemsize))
+        after = int(row[0])
+    return out
+
+
+def _encode(key: int, found: Postings) -> list[tuple[str, bytes]]:
+    """A segment's rows, (term, entries), packed in one pass."""
+    terms = sorted(found)
+    counts = [len(found[t][0]) for t in terms]
+    total = sum(counts)
+    columns = (np.fromiter(itertools.chain.from_iterable(found[t][c] for t in terms), dtype=np.int64, count=total)
+               for c in range(3))
+    blob = _pack(key, *columns)
+    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
+    return [(t, blob[start:end]) for t, start, end in zip(terms, [0, *ends[:-1]], ends, strict=True)]
+
+
+def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
+    conn.executemany(
+        "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)",
+        [(*scope, key, term, blob) for term, blob in rows])
+
+
+def _merge(conn: sqlite3.Connection, scope: tuple[int, int], keys: list[int]) -> bool:
+    """Merge segments into the oldest of them, ``keys[0]`` (each without its deleted chunks): each
+    term's entries shifted to that key and appended in segment order. False if the offsets would not
+    fit."""
+    for key in keys:
+        _purge(conn, scope, key)
+    merged: dict[str, list[bytes]] = {}
+    for key in keys:
+        rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                            "AND segment = ?", (*scope, key)).fetchall()
+        entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY).copy()
+        if len(entries) and int(entries["offset"].max()) + (key - keys[0]) > _OFFSET_MAX:
+            return False
+        entries["offset"] += key - keys[0]
+        shifted = entries.tobytes()
+        at = 0
+        for term, blob in rows:
+            merged.setdefault(term, []).append(shifted[at:at + len(blob)])
+            at += len(blob)
+    conn.execute(f"DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                 f"AND segment IN ({', '.join('?' * len(keys))})", (*scope, *keys))
+    _write_segment(conn, scope, keys[0], [(term, b"".join(parts)) for term, parts in sorted(merged.items())])
+    return True
+
+
+def _level(chunks: int) -> int:
+    """A segment's size class: 0 below ``_FANOUT`` chunks, 1 below ``_FANOUT`` squared, ..."""
+    level = 0
+    while chunks >= _FANOUT:
+        chunks //= _FANOUT
+        level += 1
+    return level
+
+
+def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[tuple[int, str]], *,
+                  count: bool = True) -> None:
+    """Index new chunks, given as (rowid, stored FTS5 text) in rowid order with rowids larger than any
+    the collection holds, as a new segment (then merge), and with ``count`` count their terms in
+    ``keyword_df``."""
+    if not rows:
+        return
+    scope = (tenant_pk, collection_pk)
+    found = postings_of(rows)
+    if count and found:
+        conn.executemany(
+            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
+            [(*scope, term, len(found[term][0])) for term in sorted(found)])
+    found[_ALL] = ([r[0] for r in rows], [0] * len(rows), [len(r[1].split(" ")) if r[1] else 0 for r in rows])
+    _write_segment(conn, scope, rows[0][0], _encode(rows[0][0], found))
+    segments = _segments(conn, tenant_pk, collection_pk)
+    while True:  # merge the newest segments of the last one's size class or below, _FANOUT or more at once
+        top, run, total, full = _level(segments[-1][1]), 0, 0, False
+        while run < len(segments) and _level(segments[-1 - run][1]) <= top:
+            if total + segments[-1 - run][1] > _SEGMENT_ROWS:
+                full = True  # as many as make a segment of the largest size
+                break
+            total += segments[-1 - run][1]
+            run += 1
+        if run < (2 if full else _FANOUT) or not _merge(conn, scope, [key for key, _ in segments[-run:]]):
+            break
+        segments[-run:] = [(segments[-run][0], total)]
+
+
+def _dead(conn: sqlite3.Connection, scope: tuple[int, int], segments: list[int]) -> np.ndarray:
+    """The deleted chunk rowids still listed in these segments' postings (ascending)."""
+    parts = [_unpack(key, blob)[0] for key, blob in conn.execute(
+        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ?", (*scope, *segments, _DEAD))]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _purge(conn: sqlite3.Connection, scope: tuple[int, int], key: int) -> None:
+    """Rewrite a segment without its deleted chunks (and so without its list of them)."""
+    dead = _dead(conn, scope, [key])
+    if not len(dead):
+        return
+    rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                        "AND segment = ? AND term <> ?", (*scope, key, _DEAD)).fetchall()
+    conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ?",
+                 (*scope, key))
+    entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY)
+    owner = np.repeat(np.arange(len(rows)), [len(blob) // _ENTRY.itemsize for _, blob in rows])
+    keep = ~np.isin(entries["offset"].astype(np.int64) + key, dead)
+    counts = np.bincount(owner[keep], minlength=len(rows))
+    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
+    blob = entries[keep].tobytes()
+    _write_segment(conn, scope, key, [(term, blob[start:end]) for (term, _), start, end, n
+                                      in zip(rows, [0, *ends[:-1]], ends, counts.tolist(), strict=True) if n])
+
+
+def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
+                     rows: list[tuple[int, str]]) -> None:
+    """Take chunks, given as (rowid, stored FTS5 text), out of ``keyword_df`` and the postings: listed
+    as deleted in their segments (a search skips them), which are rewritten without them when they
+    merge or once half their chunks are deleted."""
+    if not rows:
+        return
+    scope = (tenant_pk, collection_pk)
+    found = postings_of(rows)
+    conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
+                     [(len(found[term][0]), *scope, term) for term in sorted(found)])
+    segments = _segments(conn, tenant_pk, collection_pk)
+    if not segments:
+        return
+    keys = np.asarray([key for key, _ in segments], dtype=np.int64)
+    gone = np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
+    owner = keys[np.maximum(np.searchsorted(keys, gone, side="right") - 1, 0)]  # each chunk's segment
+    for key, size in segments:
+        mine = gone[owner == key]
+        if not len(mine):
+            continue
+        dead = np.union1d(_dead(conn, scope, [key]), mine)
+        conn.execute("INSERT OR REPLACE INTO keyword_postings (tenant_id, collection_id, segment, term, entries) "
+                     "VALUES (?, ?, ?, ?, ?)", (*scope, key, _DEAD, _pack(key, dead, dead * 0, dead * 0)))
+        if 2 * len(dead) >= size:
+            _purge(conn, scope, key)
+
+
+def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
+    """Postings per collection in segments (keyword search scores them in numpy), filled from every
+    collection's FTS5 text."""
+    conn.execute("""CREATE TABLE keyword_postings (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+        segment INTEGER NOT NULL,
+        term TEXT NOT NULL,
+        entries BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, segment, term)
+    ) WITHOUT ROWID""")
+    for tenant_pk, collection_pk in conn.execute("SELECT tenant_id, id FROM collections").fetchall():
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (fts_table(collection_pk),)).fetchone() is None:
+            continue
+        cursor = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id")
+        while rows := cursor.fetchmany(8192):
+            _add_postings(conn, tenant_pk, collection_pk, rows, count=False)  # keyword_df has the counts
 
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -350,6 +579,8 @@ MIGRATIONS: list[Migration] = [
     """,
     # 9: document frequencies of terms and CJK bigrams per collection, kept by every write (keyword search).
     _m009_keyword_df,
+    # 10: the chunks holding each of those terms, with their counts (keyword search scores them in numpy).
+    _m010_keyword_postings,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -676,7 +907,8 @@ class SQLiteVectorStore(SQLStore):
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
     _hydrate_by_collection = True
-    # How the last keyword search ranked: "pruned" (MaxScore here) or "fts5" (FTS5's bm25 over every match).
+    # How the last keyword search ranked: "postings" (MaxScore in numpy over keyword_postings, a search
+    # without restrictions), "pruned" (MaxScore over FTS5's ranking) or "fts5" (FTS5's bm25 over every match).
     last_keyword_plan = ""
 
     # -- what the core asks of a backend -------------------------------------------------
@@ -715,7 +947,7 @@ class SQLiteVectorStore(SQLStore):
         create_fts(conn, collection_pk)
         conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
                          zip(new_ids, keywords, strict=True))
-        _add_df(conn, tenant_pk, collection_pk, keywords, 1)
+        _add_postings(conn, tenant_pk, collection_pk, list(zip(new_ids, keywords, strict=True)))
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
@@ -729,8 +961,9 @@ class SQLiteVectorStore(SQLStore):
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
         if self._has_fts(conn, collection_pk):
             fts = fts_table(collection_pk)
-            _add_df(conn, tenant_pk, collection_pk, [r[0] for r in conn.execute(
-                f"SELECT c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})", params)], -1)
+            gone = conn.execute(f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})",
+                                params).fetchall()
+            _remove_postings(conn, tenant_pk, collection_pk, gone)
             conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
         if removed:
@@ -741,6 +974,7 @@ class SQLiteVectorStore(SQLStore):
         scope = (tenant_pk, collection_pk)
         conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
         conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
+        conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
 
@@ -975,9 +1209,14 @@ class SQLiteVectorStore(SQLStore):
                 restrict += f" AND {where}"
                 restrict_params.extend(where_params)
             try:
-                ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join, restrict,
-                                      restrict_params)
-                self.last_keyword_plan = "pruned"
+                ranked = None
+                if not restrict:  # the whole collection: scored here from its postings
+                    ranked = _bm25_postings(conn, self._backend, tenant_pk, collection_pk, phrases, top_k)
+                    self.last_keyword_plan = "postings"
+                if ranked is None:
+                    ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join,
+                                          restrict, restrict_params)
+                    self.last_keyword_plan = "pruned"
                 if ranked is None:  # every phrase is common: FTS5 ranks them all
                     self.last_keyword_plan = "fts5"
                     ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict,
@@ -1073,6 +1312,150 @@ def _phrase_counts(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
     return [int(counts.get(t, 0)) if t is not None else int(conn.execute(
         f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (fts5_query([p]),)).fetchone()[0])
         for p, t in zip(phrases, terms, strict=True)]
+
+
+def _fts5_totals(conn: sqlite3.Connection, fts: str) -> tuple[int, float] | None:
+    """FTS5's row count and average row length (tokens) of a table, as ``bm25()`` reads them."""
+    found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
+    if found is None:
+        return None
+    averages = bytes(found[0])
+    total_rows, at = _varint(averages)
+    total_tokens, _ = _varint(averages, at)
+    if total_rows <= 0:
+        return None
+    return total_rows, total_tokens / total_rows
+
+
+def _term(phrase: tuple[str, ...]) -> str | None:
+    """The statistics term of a phrase (see ``df_terms``), or None for a phrase of another shape."""
+    if len(phrase) == 1:
+        return phrase[0]
+    if len(phrase) == 2 and len(phrase[0]) == 1 and len(phrase[1]) == 1:
+        return " ".join(phrase)
+    return None
+
+
+def _postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, segments: list[int],
+              term: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A term's postings in the collection: (rowids ascending, term counts, token counts)."""
+    parts = [_unpack(key, blob) for key, blob in conn.execute(
+        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ? ORDER BY segment",
+        (tenant_pk, collection_pk, *segments, term))]
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.astype(np.uint8), empty.astype(np.uint16)
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
+                   phrases: list[tuple[str, ...]], top_k: int) -> list[tuple[int, float]] | None:
+    """FTS5's BM25 top-k of the whole collection, scored here in numpy from ``keyword_postings``.
+
+    Exact MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential")
+    ones, whose postings add up to the budget, are scored for every row that holds one; their
+    k-th best share is a floor for the final k-th score, and a row's final score is at most its
+    share plus the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more
+    phrases become essential. Then only the rows whose share plus ``rest`` reaches the floor are
+    scored on every phrase, exactly as ``bm25()`` does: the same inputs (term counts and token
+    counts as FTS5 tokenizes the stored text, which the analyzer joined at spaces), the same float
+    operations, the phrases added in query order. None when FTS5 should rank instead (a phrase of
+    another shape, a saturated count, or a returned row whose token count differs from FTS5's).
+    """
+    fts = fts_table(collection_pk)
+    terms = [_term(p) for p in phrases]
+    if any(t is None for t in terms):
+        return None
+    totals = _fts5_totals(conn, fts)
+    if totals is None:
+        return None
+    total_rows, average = totals
+    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
+    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
+    if not known:
+        return []
+    idf = {}
+    for j in known:
+        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
+        idf[j] = value if value > 0.0 else 1e-6
+    order = sorted(known, key=lambda j: (-idf[j], j))
+    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    segments = [key for key, _ in _segments(conn, tenant_pk, collection_pk)]
+    dead = _dead(conn, (tenant_pk, collection_pk), segments)
+
+    def load(j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if j not in loaded:
+            found, tf, sizes = _postings(conn, tenant_pk, collection_pk, segments, terms[j])  # type: ignore[arg-type]
+            if len(dead):  # deleted chunks still listed in their segments
+                live = ~np.isin(found, dead)
+                found, tf, sizes = found[live], tf[live], sizes[live]
+            loaded[j] = found, tf, sizes
+        return loaded[j]
+
+    def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        f = tf.astype(np.float64)
+        return idf[j] * ((f * (_K1 + 1.0)) / (f + norm))
+
+    budget = backend.keyword_candidates
+    split, total = 0, 0
+    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+        total += counts[order[split]]
+        split += 1
+    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
+    while True:
+        rest = sum(bound[split:])
+        essential = order[:split]
+        columns = [load(j) for j in essential]
+        ids = np.concatenate([c[0] for c in columns])
+        rows, where = np.unique(ids, return_inverse=True)
+        sizes = np.empty(len(rows), dtype=np.float64)
+        sizes[where] = np.concatenate([c[2] for c in columns])
+        norm = _K1 * (1 - _B + _B * sizes / average)
+        share = np.zeros(len(rows), dtype=np.float64)
+        at = 0
+        for j, (found, tf, _sizes) in zip(essential, columns, strict=True):
+            place = where[at:at + len(found)]
+            share[place] += contribution(j, tf, norm[place])
+            at += len(found)
+        if split == len(order):
+            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
+            break
+        if len(rows) >= top_k:
+            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
+            if rest * slack < floor:
+                keep = (share + rest) * slack >= floor
+                break
+        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
+        split += 1
+        total = sum(counts[j] for j in order[:split])
+        while split < len(order) and total + counts[order[split]] <= budget:
+            total += counts[order[split]]
+            split += 1
+    rows, norm, sizes = rows[keep], norm[keep], sizes[keep]
+    score = np.zeros(len(rows), dtype=np.float64)
+    for j in known:  # query order, as bm25() adds them
+        found, tf, lengths = load(j)
+        if len(found) == 0:
+            continue
+        if (tf == _TF_MAX).any() or (lengths == _LENGTH_MAX).any():
+            return None
+        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
+        hit = found[place] == rows
+        score[hit] += contribution(j, tf[place[hit]], norm[hit])
+    best = np.lexsort((rows, -score))[:top_k]
+    top = [(int(rows[i]), float(score[i])) for i in best]
+    # The stored text splits as FTS5 tokenized it (else every count above is off): check the answer.
+    fts_sizes = dict(conn.execute(f"SELECT id, sz FROM {fts}_docsize WHERE id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps([r for r, _ in top]),)).fetchall())
+    for i in best:
+        size = fts_sizes.get(int(rows[i]))
+        if size is None or _varint(size)[0] != int(sizes[i]):
+            return None
+    return top
 
 
 def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
