@@ -501,6 +501,13 @@ _M011_INGEST_FAILURES = [
     *_rls("ingest_failures"),
 ]
 
+# Bumped by every statement that removes chunks (a delete, a new version of a document): a process
+# that holds a collection's metadata columns in memory (filtered search) appends new rows while it
+# is unchanged and reads the columns again when it moves.
+_M012_MUTATION_SEQ = [
+    "ALTER TABLE bunko.collections ADD COLUMN mutation_seq bigint NOT NULL DEFAULT 0",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -513,6 +520,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m009_job_queue", _M009_JOB_QUEUE),
     ("m010_keyword_document_frequencies", _M010_KEYWORD_DF),
     ("m011_ingest_failures", _M011_INGEST_FAILURES),
+    ("m012_collection_mutation_seq", _M012_MUTATION_SEQ),
 ]
 
 BOOTSTRAP = [
