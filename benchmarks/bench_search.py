@@ -218,14 +218,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         store.ensure_collection("bench", embedder_info(embedder))
         if reuse:  # the chunks of an earlier run with the same N and seed, in row order
             where = args.sqlite_file or redact_url(url)
+            # Each chunk's row from its document (jsquad/<d>.txt) and its index in it: ids need not follow
+            # the order the rows were written in.
+            bounds = np.linspace(0, args.chunks, DOCUMENTS + 1).astype(int)
             with store.session() as (conn, _tenant):
-                ids = [r[0] for r in conn.execute("SELECT uid FROM chunks ORDER BY id")]
-            if not ids and args.store == "postgres":  # nothing there yet: this run ingests
+                stored = conn.execute("SELECT c.uid, d.source, c.chunk_index FROM chunks c JOIN documents d "
+                                      "ON d.tenant_id = c.tenant_id AND d.id = c.document_id").fetchall()
+            if not stored and args.store == "postgres":  # nothing there yet: this run ingests
                 reuse = False
-            elif len(ids) != args.chunks:
-                raise SystemExit(f"{where} holds {len(ids)} chunks, not {args.chunks}")
+            elif len(stored) != args.chunks:
+                raise SystemExit(f"{where} holds {len(stored)} chunks, not {args.chunks}")
             else:
                 _log(f"reusing {where}")
+                ids = [""] * args.chunks
+                for uid, source, index in stored:
+                    ids[int(bounds[int(source.split("/")[1].split(".")[0])]) + int(index)] = uid
         started = time.perf_counter()
         build_s = 0.0
         with contextlib.nullcontext() if reuse else store.bulk_load("bench"):

@@ -208,9 +208,11 @@ class PostgresBackend(SQLBackend):
             columns = self._columns.get(collection_pk)
             if columns is None:
                 columns = self._columns[collection_pk] = _MetadataColumns()
-                while len(self._columns) > _COLUMN_COLLECTIONS:
-                    self._columns.popitem(last=False)
             self._columns.move_to_end(collection_pk)
+            held = sum(len(c.ids) for c in self._columns.values())
+            while len(self._columns) > 1 and (len(self._columns) > _COLUMN_COLLECTIONS or held > _COLUMN_ROWS):
+                _, gone = self._columns.popitem(last=False)
+                held -= len(gone.ids)
             return columns
 
     def forget_columns(self, collection_pk: int) -> None:
@@ -1070,8 +1072,10 @@ class _Plan:
 
 
 
-# How many collections' metadata columns a backend keeps (the least recently filtered go first).
+# How many collections' metadata columns a backend keeps, and about how many rows in all (16 bytes
+# a row, plus 4 a field): the least recently filtered go first.
 _COLUMN_COLLECTIONS = 32
+_COLUMN_ROWS = 4_000_000
 
 
 class _MetadataColumns:
