@@ -325,7 +325,7 @@ def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
     """The iterative scan with a filter (and its document join) is still an HNSW index scan."""
     from bunko.filters import compile_postgres, parse_filter
 
-    # At 2,500 rows and the default ef_search (200) pgvector's cost model prefers the (exact) scan of the
+    # At 2,500 rows and the default ef_search (400) pgvector's cost model prefers the (exact) scan of the
     # table; with a narrower breadth the planner shows whether the statement can use the index at all.
     backend = _planner_backend(pg_url, ef_search=100)
     store = backend.for_tenant("acme")
@@ -655,16 +655,16 @@ def test_metadata_columns_follow_inserts_deletes_versions_and_late_commits(pg_ur
 
 
 def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) -> None:
-    """ef_search 200 on every pooled connection and HNSW graphs built with ef_construction 200: the
+    """ef_search 400 on every pooled connection and HNSW graphs built with ef_construction 200: the
     defaults measured to reach recall@10 >= 0.95 at 100,000 chunks (docs/ARCHITECTURE.md)."""
     defaults = PostgresSettings()
-    assert (defaults.ef_search, defaults.hnsw_ef_construction, defaults.hnsw_m) == (200, 200, 16)
+    assert (defaults.ef_search, defaults.hnsw_ef_construction, defaults.hnsw_m) == (400, 200, 16)
     backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50))
     store = backend.for_tenant("acme")
     store.ensure_collection("c", INFO)
     store.write_document("c", make_document("d", [f"t{i}" for i in range(60)], unit_vectors(60, 130)))
     with backend._pool.connection() as conn:
-        assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "200"
+        assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "400"
         definition = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_hnsw_1'").fetchone()[0]
     assert "ef_construction='200'" in definition and "m='16'" in definition
     store.query("c", unit_vectors(1, 131)[0], 5)
