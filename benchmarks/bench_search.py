@@ -34,7 +34,9 @@ seed reuses it instead of ingesting again (the ingest figures are then ``null``)
 of the code can be timed back to back on the same data.
 
 With ``--store postgres`` and no ``--database-url`` it starts a throwaway pgserver, as
-``bench_postgres.py`` does.
+``bench_postgres.py`` does. With ``--database-url URL --reuse`` a database that already holds the
+N chunks of an earlier run (same N and seed) is searched again without ingesting (the ingest
+figures are then ``null``); migrations the code brings are applied when the backend opens it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_postgres import _Server
 
+from bunko.config import redact_url
 from bunko.embedders import UniversalSentenceEncoderEmbedder, embedder_info
 from bunko.retrieval import DEFAULT_FUSION, HYBRID_DEPTH, fuse
 from bunko.stores import open_backend
@@ -199,6 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.store == "postgres":
         if args.database_url:
             url = args.database_url
+            reuse = args.reuse
         else:
             server = _Server(None)
             url = server.url
@@ -213,11 +217,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         store = backend.for_tenant("bench")
         store.ensure_collection("bench", embedder_info(embedder))
         if reuse:  # the chunks of an earlier run with the same N and seed, in row order
-            _log(f"reusing {args.sqlite_file}")
+            where = args.sqlite_file or redact_url(url)
+            # Each chunk's row from its document (jsquad/<d>.txt) and its index in it: ids need not follow
+            # the order the rows were written in.
+            bounds = np.linspace(0, args.chunks, DOCUMENTS + 1).astype(int)
             with store.session() as (conn, _tenant):
-                ids = [r[0] for r in conn.execute("SELECT uid FROM chunks ORDER BY id")]
-            if len(ids) != args.chunks:
-                raise SystemExit(f"{args.sqlite_file} holds {len(ids)} chunks, not {args.chunks}")
+                stored = conn.execute("SELECT c.uid, d.source, c.chunk_index FROM chunks c JOIN documents d "
+                                      "ON d.tenant_id = c.tenant_id AND d.id = c.document_id").fetchall()
+            if not stored and args.store == "postgres":  # nothing there yet: this run ingests
+                reuse = False
+            elif len(stored) != args.chunks:
+                raise SystemExit(f"{where} holds {len(stored)} chunks, not {args.chunks}")
+            else:
+                _log(f"reusing {where}")
+                ids = [""] * args.chunks
+                for uid, source, index in stored:
+                    ids[int(bounds[int(source.split("/")[1].split(".")[0])]) + int(index)] = uid
         started = time.perf_counter()
         build_s = 0.0
         with contextlib.nullcontext() if reuse else store.bulk_load("bench"):
@@ -308,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(DATA), help="the JSQuAD dev folder (corpus.jsonl, queries.jsonl)")
     parser.add_argument("--sqlite-file", default=None,
                         help="keep the SQLite database here and reuse it on the next run (same N and seed)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --database-url: search the chunks an earlier run left there (same N and seed)")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

@@ -54,7 +54,7 @@ def test_defaults_are_the_documented_ones(tmp_path: Path, monkeypatch: pytest.Mo
     assert settings.embedder == "use" and settings.embedder_options() == {}
     assert (settings.server.max_upload_bytes, settings.server.rate_limit_per_minute) == (50 * 1024 * 1024, 600)
     assert (settings.server.job_concurrency, settings.server.blas_threads) == (2, 1)
-    assert settings.postgres == PostgresSettings() and settings.postgres.ef_search == 100
+    assert settings.postgres == PostgresSettings() and settings.postgres.ef_search == 400
     assert settings.rerank.base_url is None and settings.fetch.allow_hosts == ()
 
 
@@ -74,7 +74,7 @@ def test_default_store_is_a_sqlite_file_under_home(tmp_path: Path, monkeypatch: 
         ("max_tokens", "BUNKO_MAX_TOKENS", "llm", "max_tokens", (300, 200, 100, DEFAULT_MAX_TOKENS)),
         ("rate_limit", "BUNKO_RATE_LIMIT", "server", "rate_limit", (30, 20, 10, 600)),
         ("max_upload_mb", "BUNKO_MAX_UPLOAD_MB", "server", "max_upload_mb", (3, 2, 1, 50)),
-        ("pg_ef_search", "BUNKO_PG_EF_SEARCH", "postgres", "ef_search", (300, 200, 150, 100)),
+        ("pg_ef_search", "BUNKO_PG_EF_SEARCH", "postgres", "ef_search", (300, 250, 150, 400)),
         ("rerank_base_url", "BUNKO_RERANK_BASE_URL", "rerank", "base_url",
          ("http://flag", "http://env", "http://file", None)),
         ("embedder_dimensions", "BUNKO_EMBEDDER_DIMENSIONS", "embedder", "dimensions", (64, 32, 16, None)),

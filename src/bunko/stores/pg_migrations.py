@@ -537,6 +537,13 @@ _M012_FTS_PAIRS = [
     f"GRANT EXECUTE ON FUNCTION bunko.keyword_match(bigint, tsquery, tsquery) TO {APP_ROLE}",
 ]
 
+# Bumped by every statement that removes chunks (a delete, a new version of a document): a process
+# that holds a collection's metadata columns in memory (filtered search) appends new rows while it
+# is unchanged and reads the columns again when it moves.
+_M013_MUTATION_SEQ = [
+    "ALTER TABLE bunko.collections ADD COLUMN mutation_seq bigint NOT NULL DEFAULT 0",
+]
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -550,6 +557,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m010_keyword_document_frequencies", _M010_KEYWORD_DF),
     ("m011_ingest_failures", _M011_INGEST_FAILURES),
     ("m012_keyword_pairs", _M012_FTS_PAIRS),
+    ("m013_collection_mutation_seq", _M013_MUTATION_SEQ),
 ]
 
 BOOTSTRAP = [

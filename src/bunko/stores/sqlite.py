@@ -43,10 +43,11 @@ import numpy as np
 
 from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
 from ..errors import ConfigError, VectorStoreError
-from ..filters import And, Filter, FilterLike, Node, Not, Or, as_filter, compile_sqlite, parse_date
+from ..filters import Filter, FilterLike, as_filter, compile_sqlite, parse_date
 from ..types import SearchHit
 from .base import check_query_vector
 from .sql import ChunkRow, Dialect, SQLBackend, SQLStore, check_dimension, check_name, check_top_k
+from .sql.columns import Column, Misaligned, filter_mask
 
 logger = logging.getLogger(__name__)
 
@@ -693,50 +694,6 @@ class _Matrix:
         self.size = len(self._rowids)
 
 
-class _Column:
-    """One metadata field of a collection's chunks, factorised: ``codes[i]`` indexes ``values``.
-
-    The value is the chunk's, else its document's (the precedence filters use); ``values[0]``
-    stands for a missing field. Rows follow the in-memory matrix (same rowids, same order) and the
-    column is valid for the collection state ``(mutation_seq, high_water)`` it was read at.
-    """
-
-    __slots__ = ("_index", "codes", "high_water", "mutation_seq", "size", "values")
-
-    def __init__(self) -> None:
-        self.values: list[Any] = [_MISSING]
-        self._index: dict[str | None, int] = {None: 0}
-        self.codes = np.empty(0, dtype=np.int32)
-        self.size = 0
-        self.mutation_seq = -1
-        self.high_water = 0
-
-    def append(self, texts: list[str | None]) -> None:
-        """Append the JSON texts of new rows (None: missing)."""
-        index, values = self._index, self.values
-        new = np.empty(len(texts), dtype=np.int32)
-        for i, text in enumerate(texts):
-            code = index.get(text)
-            if code is None:
-                code = index[text] = len(values)
-                values.append(json.loads(text))  # type: ignore[arg-type]
-            new[i] = code
-        self.codes = np.concatenate([self.codes[: self.size], new]) if self.size else new
-        self.size = len(self.codes)
-
-
-_MISSING = object()
-
-
-def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """A metadata object holding ``value`` at ``path`` (empty for a missing value)."""
-    if value is _MISSING:
-        return {}
-    for key in reversed(path):
-        value = {key: value}
-    return value  # type: ignore[no-any-return]
-
-
 def _use_wal(conn: sqlite3.Connection, wait: float = 30.0) -> None:
     """Switch a connection's file to WAL, waiting out other processes that do the same.
 
@@ -778,7 +735,7 @@ class SQLiteBackend(SQLBackend):
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._conn_lock = threading.Lock()
         self._cache: dict[int, _Matrix] = {}
-        self._columns: dict[tuple[int, tuple[str, ...]], _Column] = {}
+        self._columns: dict[tuple[int, tuple[str, ...]], Column] = {}
         # The MaxScore budget of keyword search (see _bm25_pruned); tests make it small to force more rounds.
         self.keyword_candidates = KEYWORD_CANDIDATES
         self._cache_lock = threading.Lock()
@@ -997,7 +954,7 @@ class SQLiteVectorStore(SQLStore):
         )), dtype=np.int64)
 
     def _column(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, field: tuple[str, ...],
-                state: tuple[int, int]) -> _Column:
+                state: tuple[int, int]) -> Column:
         """A metadata field of the collection's chunks as a factorised column, read only as far as it changed."""
         backend = self._backend
         key = (collection_pk, field)
@@ -1006,7 +963,7 @@ class SQLiteVectorStore(SQLStore):
             if column is not None and (column.mutation_seq, column.high_water) == state:
                 return column
             if column is None or column.mutation_seq != state[0] or column.high_water > state[1]:
-                column = _Column()
+                column = Column()
             path = "$" + "".join(f'."{segment}"' for segment in field)
             rows = conn.execute(
                 "SELECT c.metadata -> ?, d.metadata -> ? FROM chunks c LEFT JOIN documents d "
@@ -1028,32 +985,10 @@ class SQLiteVectorStore(SQLStore):
         codes; ``$and``, ``$or`` and ``$not`` combine the masks. None when a column does not line up
         with the matrix (a concurrent write): the caller filters in SQL instead.
         """
-        n = len(matrix.rowids)
-
-        def mask(node: Node) -> np.ndarray:
-            if isinstance(node, And):
-                out = np.ones(n, dtype=bool)
-                for item in node.items:
-                    out &= mask(item)
-                return out
-            if isinstance(node, Or):
-                out = np.zeros(n, dtype=bool)
-                for item in node.items:
-                    out |= mask(item)
-                return out
-            if isinstance(node, Not):
-                return ~mask(node.item)
-            column = self._column(conn, tenant_pk, collection_pk, node.field, state)
-            if column.size != n:
-                raise _Misaligned
-            leaf = Filter(node)
-            truth = np.fromiter((leaf.matches(_nested(node.field, v)) for v in column.values), dtype=bool,
-                                count=len(column.values))
-            return truth[column.codes]
-
         try:
-            return mask(flt.root)
-        except _Misaligned:
+            return filter_mask(flt, len(matrix.rowids),
+                               lambda field: self._column(conn, tenant_pk, collection_pk, field, state))
+        except Misaligned:
             return None
 
     def _matrix(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, dim: int) -> _Snapshot:
@@ -1224,10 +1159,6 @@ class SQLiteVectorStore(SQLStore):
             except sqlite3.OperationalError as exc:
                 raise VectorStoreError(f"keyword search failed: {exc}") from exc
             return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
-
-
-class _Misaligned(Exception):
-    """A metadata column does not line up with the matrix snapshot."""
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
