@@ -636,7 +636,7 @@ def test_metadata_columns_follow_inserts_deletes_versions_and_late_commits(pg_ur
     try:
         late.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
         store._copy_chunks(late, [(late_uid, tenant_pk, collection_pk, doc_pk, None, 99, 0, 5, 1, "late",
-                                   Jsonb({"n": 2}), vectors[3_100], "", 0)])
+                                   Jsonb({"n": 2}), vectors[3_100], "", 0, "")])
         store.write_documents("c", [document(61, "red")])  # higher ids, committed first
         check(13)
         # One removal and the late row before the next search: the chunk count comes out where it was,
