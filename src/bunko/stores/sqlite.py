@@ -1258,6 +1258,27 @@ def _fts5_totals(conn: sqlite3.Connection, fts: str) -> tuple[int, float] | None
     return total_rows, total_tokens / total_rows
 
 
+def _phrase_stats(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, fts: str,
+                  phrases: list[tuple[str, ...]]
+                  ) -> tuple[float, list[int], dict[int, float], list[int], list[float]] | None:
+    """What BM25 needs of the query's phrases: FTS5's average row length, each phrase's document
+    frequency, the idf of those that occur at all (the others add 0.0 to every score) as ``bm25()``
+    computes it, and those phrases by falling bound idf x (k1 + 1), with the bounds. None when the
+    table has no totals yet."""
+    totals = _fts5_totals(conn, fts)
+    if totals is None:
+        return None
+    total_rows, average = totals
+    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
+    known = [j for j, n in enumerate(counts) if n > 0]
+    idf = {}
+    for j in known:
+        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
+        idf[j] = value if value > 0.0 else 1e-6
+    order = sorted(known, key=lambda j: (-idf[j], j))
+    return average, counts, idf, order, [idf[j] * (_K1 + 1.0) for j in order]
+
+
 def _term(phrase: tuple[str, ...]) -> str | None:
     """The statistics term of a phrase (see ``df_terms``), or None for a phrase of another shape."""
     if len(phrase) == 1:
@@ -1300,20 +1321,10 @@ def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: 
     terms = [_term(p) for p in phrases]
     if any(t is None for t in terms):
         return None
-    totals = _fts5_totals(conn, fts)
-    if totals is None:
-        return None
-    total_rows, average = totals
-    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
-    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
-    if not known:
-        return []
-    idf = {}
-    for j in known:
-        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
-        idf[j] = value if value > 0.0 else 1e-6
-    order = sorted(known, key=lambda j: (-idf[j], j))
-    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    stats = _phrase_stats(conn, tenant_pk, collection_pk, fts, phrases)
+    if stats is None or not stats[3]:
+        return None if stats is None else []
+    average, counts, idf, order, bound = stats
     loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     segments = [key for key, _ in _segments(conn, tenant_pk, collection_pk)]
     dead = _dead(conn, (tenant_pk, collection_pk), segments)
@@ -1368,7 +1379,7 @@ def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: 
             split += 1
     rows, norm, sizes = rows[keep], norm[keep], sizes[keep]
     score = np.zeros(len(rows), dtype=np.float64)
-    for j in known:  # query order, as bm25() adds them
+    for j in sorted(idf):  # query order, as bm25() adds them
         found, tf, lengths = load(j)
         if len(found) == 0:
             continue
@@ -1407,26 +1418,11 @@ def _bm25_pruned(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: in
     FTS5 tokenized it).
     """
     fts = fts_table(collection_pk)
-    found = conn.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
-    if found is None:
-        return None
-    averages = bytes(found[0])
-    total_rows, at = _varint(averages)
-    total_tokens, _ = _varint(averages, at)
-    if total_rows <= 0:
-        return None
-    average = total_tokens / total_rows
-    counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
-    known = [j for j, n in enumerate(counts) if n > 0]  # the others add 0.0 to every score
-    if not known:
-        return []
-    idf = {}
-    for j in known:
-        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
-        idf[j] = value if value > 0.0 else 1e-6
-    weighted = [(phrases[j], idf[j]) for j in known]
-    order = sorted(known, key=lambda j: (-idf[j], j))
-    bound = [idf[j] * (_K1 + 1.0) for j in order]
+    stats = _phrase_stats(conn, tenant_pk, collection_pk, fts, phrases)
+    if stats is None or not stats[3]:
+        return None if stats is None else []
+    average, counts, idf, order, bound = stats
+    weighted = [(phrases[j], idf[j]) for j in sorted(idf)]
     budget = backend.keyword_candidates
     split, total = 0, 0
     while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
