@@ -28,10 +28,11 @@ none is named) and is used for that collection from then on.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
@@ -363,6 +364,14 @@ def _ts_quote(token: str) -> str:
 
 # tsvector positions run from 1 to 16383; later positions are clamped to the last one.
 _TS_MAX_POSITION = 16383
+
+
+def token_pairs(tokens: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """Each pair of adjacent one-character tokens (a CJK bigram) as the term ``"a b"``, with the index
+    of its first token: with the tokens themselves, the keyword statistics terms both stores keep."""
+    for i, (a, b) in enumerate(itertools.pairwise(tokens)):
+        if len(a) == 1 and len(b) == 1:
+            yield i, f"{a} {b}"
 
 
 def tsvector_literal(tokens: list[str]) -> str:

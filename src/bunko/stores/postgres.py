@@ -26,7 +26,6 @@ the pool and RLS settings, migrations, COPY, document versions, HNSW upkeep and 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import re
@@ -40,7 +39,15 @@ from typing import Any
 import numpy as np
 
 from .. import crashpoints
-from ..analysis import Analyzer, get_analyzer, pairs_literal, ts_lexemes_query, tsquery_literal, tsvector_literal
+from ..analysis import (
+    Analyzer,
+    get_analyzer,
+    pairs_literal,
+    token_pairs,
+    ts_lexemes_query,
+    tsquery_literal,
+    tsvector_literal,
+)
 from ..config import PostgresSettings, redact_url
 from ..errors import CollectionNotFoundError, ConfigError, PgvectorVersionError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_postgres
@@ -1170,9 +1177,8 @@ _PAIR_POSITIONS = 16382
 def _pairs(tokens: list[str]) -> dict[str, list[int]]:
     """Each pair "a b" of adjacent one-character tokens, with the positions of its first token."""
     pairs: dict[str, list[int]] = {}
-    for i, (a, b) in enumerate(itertools.pairwise(tokens[:_PAIR_POSITIONS + 1]), 1):
-        if len(a) == 1 and len(b) == 1:
-            pairs.setdefault(f"{a} {b}", []).append(i)
+    for i, term in token_pairs(tokens[:_PAIR_POSITIONS + 1]):
+        pairs.setdefault(term, []).append(i + 1)  # tsvector positions start at 1
     return pairs
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
+from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer, token_pairs
 from ..errors import ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_sqlite, parse_date
 from ..types import SearchHit
@@ -107,7 +107,7 @@ def df_terms(tokens: list[str]) -> set[str]:
     """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character
     tokens a, b (a CJK bigram phrase)."""
     terms = set(tokens)
-    terms.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
+    terms.update(term for _, term in token_pairs(tokens))
     return terms
 
 
@@ -173,7 +173,7 @@ def postings_of(rows: Iterable[tuple[int, str]]) -> Postings:
     for rowid, text in rows:
         tokens = text.split(" ") if text else []
         counts = Counter(tokens)
-        counts.update(f"{a} {b}" for a, b in itertools.pairwise(tokens) if len(a) == 1 and len(b) == 1)
+        counts.update(term for _, term in token_pairs(tokens))
         size = len(tokens)
         for term, tf in counts.items():
             entry = out.get(term)

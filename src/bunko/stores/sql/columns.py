@@ -10,7 +10,7 @@ rows through their codes; ``$and``, ``$or`` and ``$not`` combine the masks.
 A column's value for a chunk is the chunk's own, else its document's (the precedence filters
 use); code 0 stands for a missing field. The stores keep the columns fresh: SQLite's line up
 with its in-memory matrix, PostgreSQL's carry their chunk ids (see
-:class:`bunko.stores.postgres.PostgresStore`).
+``_MetadataColumns`` in :mod:`bunko.stores.postgres`).
 """
 
 from __future__ import annotations
