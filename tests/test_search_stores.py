@@ -308,10 +308,10 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
     import sqlite3
 
     from bunko.analysis import fts5_query
-    from bunko.stores import sqlite as sqlite_store
-    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, _unpack, apply_migrations, fts_table, postings_of
+    from bunko.stores.sql import postings
+    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, _counted, apply_migrations, fts_table
 
-    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
+    monkeypatch.setattr(postings, "SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
 
     path = tmp_path / "df.db"
     texts = {"a": ["水の備蓄は三日分。Running water supplies", "備蓄品の点検を行う。water", "地震と津波に備える"],
@@ -354,14 +354,14 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             stored: dict[str, list[tuple[int, int, int]]] = {}
             for term, key, blob in conn.execute("SELECT term, segment, entries FROM keyword_postings "
                                                 "WHERE collection_id = ? ORDER BY term, segment", (collection_pk,)):
-                stored.setdefault(term, []).extend(zip(*(a.tolist() for a in _unpack(key, blob)), strict=True))
+                stored.setdefault(term, []).extend(zip(*(a.tolist() for a in postings.unpack(key, blob)), strict=True))
             content = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id").fetchall()
             # Deleted chunks stay in their segments, listed under " ", until the segment is rewritten.
             dead = {rowid for rowid, _, _ in stored.pop(" ", [])}
             stored = {t: kept for t, v in stored.items() if (kept := [e for e in v if e[0] not in dead])}
             every = stored.pop("")  # the segments' lists of their chunks, with their token counts
             assert every == [(rowid, 0, len(text.split(" "))) for rowid, text in content]
-            counted = postings_of(content)
+            counted = postings.postings_of(_counted(content))
             assert stored == {t: list(zip(*p, strict=True)) for t, p in counted.items()} and stored
         return len(rows)
 
@@ -390,3 +390,84 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
         assert left == posted == {"b"}
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("segment", [3, 32_768])
+def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                       segment: int) -> None:
+    """PostgreSQL's keyword search ranks from its postings (numpy) exactly as its SQL BM25 does: the same
+    chunks, the same scores, the same order of ties; with documents written by concurrent writers (their
+    chunk ids interleave, so segments overlap), deleted and rewritten; and migration m014 fills the
+    postings of stored chunks exactly as the writes made them."""
+    import threading
+
+    from bunko.stores import postgres as pg_store
+    from bunko.stores.postgres import PostgresBackend, PostgresSettings, fill_keyword_postings
+    from bunko.stores.sql import postings
+
+    from .pg import psycopg
+    from .test_store_sqlite import _keyword_corpus
+
+    monkeypatch.setattr(postings, "SEGMENT_ROWS", segment)
+    monkeypatch.setattr(postings, "FANOUT", 2)
+    rng = np.random.default_rng(5)
+    texts = _keyword_corpus(rng, 600)
+    queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water", "ですます", "の",
+               "emergency storage 地震"]
+    queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 6, replace=False)]
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(keyword_candidates=40))
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="bigram")
+        docs = [make_document(f"d{i}.txt", texts[i * 20:(i + 1) * 20], unit_vectors(20, i)) for i in range(30)]
+        errors: list[BaseException] = []
+
+        def write(mine: list[Document]) -> None:
+            try:
+                for doc in mine:
+                    store.write_documents("c", [doc])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(docs[i::3],)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        assert not errors, errors
+
+        def check() -> None:
+            for q in queries:
+                for k in (1, 5, 30):
+                    got = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k)]
+                    assert store.last_keyword_plan == "postings"
+                    with store.session() as (conn, tenant_pk):
+                        row = store._collection_row(conn, tenant_pk, "c")
+                        phrases = pg_store.get_analyzer(row[10]).query_phrases(q)
+                        sql = store._bm25(conn, tenant_pk, int(row[0]), phrases, int(row[8]), int(row[11]), k,
+                                          "", "", [])
+                        uids = dict(conn.execute("SELECT id, uid FROM bunko.chunks WHERE tenant_id = %s",
+                                                 (tenant_pk,)).fetchall())
+                    assert got == [(uids[r], s) for r, s in sql], (q, k)
+                    assert got or q == "ですます"
+
+        check()
+        store.delete_documents([docs[4].id, docs[11].id], "c")
+        store.write_document("c", make_document("d7.txt", texts[:5], unit_vectors(5, 70)))  # a new version
+        check()
+        with store.session() as (conn, tenant_pk):
+            collection_pk = int(store._collection_row(conn, tenant_pk, "c")[0])
+            terms = [t for (t,) in conn.execute("SELECT term FROM bunko.keyword_df WHERE collection_id = %s "
+                                                "AND df > 0", (collection_pk,)).fetchall()]
+            written = pg_store._POSTINGS.read(conn, (tenant_pk, collection_pk), terms)
+        assert len(written) == len(terms) > 100
+    finally:
+        backend.close()
+    # The upgrade: the same postings from the stored tsvectors.
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("DELETE FROM bunko.keyword_postings")
+        fill_keyword_postings(conn)
+        conn.execute("SELECT set_config('search_path', 'bunko, public', true)")
+        filled = pg_store._POSTINGS.read(conn, (tenant_pk, collection_pk), terms)
+    assert {t: [a.tolist() for a in c] for t, c in filled.items()} == {
+        t: [a.tolist() for a in c] for t, c in written.items()}

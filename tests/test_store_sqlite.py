@@ -181,9 +181,10 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
     scores, the same order of ties, and after deletes and inserts (from one essential phrase at
     first to many, widening after every batch of rows; postings in segments of 1 chunk to all)."""
     from bunko.stores import sqlite as sqlite_store
+    from bunko.stores.sql import postings
 
     monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
-    monkeypatch.setattr(sqlite_store, "_SEGMENT_ROWS", segment)
+    monkeypatch.setattr(postings, "SEGMENT_ROWS", segment)
     rng = np.random.default_rng(11)
     backend = SQLiteBackend(tmp_path / "kw.db")
     backend.keyword_candidates = budget

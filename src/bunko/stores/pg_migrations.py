@@ -1,7 +1,8 @@
 """Versioned migrations of the PostgreSQL schema (``bunko`` schema), applied in order.
 
-Each migration is a name and a list of SQL statements run in one transaction by
-``bunko db migrate`` (or automatically on first use when the connecting role may).
+Each migration is a name and a list of steps (SQL statements, or functions of the connection for
+what SQL cannot say) run in one transaction by ``bunko db migrate`` (or automatically on first use
+when the connecting role may).
 Applied versions are recorded in ``bunko.schema_migrations``.
 
 Isolation is enforced twice (R15): every statement bunko sends filters by
@@ -12,6 +13,12 @@ with no BYPASSRLS, so a query that forgets its predicate sees nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# A step of a migration: a SQL statement, or a function of the connection for steps SQL cannot say.
+Statement = str | Callable[[Any], None]
 
 APP_ROLE = "bunko_app"
 
@@ -544,7 +551,33 @@ _M013_MUTATION_SEQ = [
     "ALTER TABLE bunko.collections ADD COLUMN mutation_seq bigint NOT NULL DEFAULT 0",
 ]
 
-MIGRATIONS: list[tuple[str, list[str]]] = [
+# Keyword postings per collection in segments (see stores/sql/postings.py): a search reads its phrases'
+# postings in one index lookup each and ranks in numpy, as SQLite does, instead of reading every
+# candidate chunk's tsvectors. The entries are read whole on every search: stored out of line,
+# uncompressed. Filled from every chunk's ``fts`` and ``fts_pairs`` (fill_keyword_postings).
+_M014_KEYWORD_POSTINGS: list[Statement] = [
+    """CREATE TABLE bunko.keyword_postings (
+        tenant_id bigint NOT NULL,
+        collection_id bigint NOT NULL,
+        segment bigint NOT NULL,
+        term text NOT NULL,
+        entries bytea NOT NULL,
+        PRIMARY KEY (tenant_id, collection_id, segment, term),
+        FOREIGN KEY (tenant_id, collection_id) REFERENCES bunko.collections (tenant_id, id) ON DELETE CASCADE
+    )""",
+    "ALTER TABLE bunko.keyword_postings ALTER COLUMN entries SET STORAGE EXTERNAL",
+    *_rls("keyword_postings"),
+    lambda conn: _fill_keyword_postings(conn),
+]
+
+
+def _fill_keyword_postings(conn: Any) -> None:
+    from .postgres import fill_keyword_postings
+
+    fill_keyword_postings(conn)
+
+
+MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
     ("m003_usage_items_conversations", _M003),
@@ -558,6 +591,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("m011_ingest_failures", _M011_INGEST_FAILURES),
     ("m012_keyword_pairs", _M012_FTS_PAIRS),
     ("m013_collection_mutation_seq", _M013_MUTATION_SEQ),
+    ("m014_keyword_postings", _M014_KEYWORD_POSTINGS),
 ]
 
 BOOTSTRAP = [

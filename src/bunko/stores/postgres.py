@@ -27,7 +27,6 @@ the pool and RLS settings, migrations, COPY, document versions, HNSW upkeep and 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -67,6 +66,7 @@ from .sql import (
     json_value,
 )
 from .sql.columns import Column, Misaligned, filter_mask
+from .sql.postings import LENGTH_MAX, Counted, PostingsTable, bm25_idf, phrase_term
 
 try:  # optional dependencies: the "postgres" extra
     import psycopg
@@ -160,6 +160,9 @@ POSTGRES = Dialect(
     no_limit=None,
     for_update=" FOR UPDATE",
 )
+
+# Each collection's keyword postings (see sql/postings.py), kept by every chunk write and delete.
+_POSTINGS = PostingsTable(POSTGRES)
 
 
 class PostgresBackend(SQLBackend):
@@ -433,8 +436,11 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
                     for number, (name, statements) in enumerate(pg_migrations.MIGRATIONS, start=1):
                         if number in done or (target is not None and number > target):
                             continue
-                        for statement in statements:
-                            conn.execute(statement)
+                        for step in statements:
+                            if callable(step):
+                                step(conn)
+                            else:
+                                conn.execute(step)
                         conn.execute("INSERT INTO bunko.schema_migrations (version, name) VALUES (%s, %s)",
                                      (number, name))
                         applied.append(name)
@@ -503,9 +509,10 @@ class PostgresVectorStore(SQLStore):
         super().__init__(backend, tenant)
         self._bulk = False
         self.last_plan = ""  # the strategy of the last vector search (for tests and benchmarks)
+        self.last_keyword_plan = ""  # and of the last keyword search: "postings" or "pruned" (SQL)
 
     # -- what the core asks of a backend ---------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, set[str], str]:
+    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
         return _keyword_columns(analyzer, content)
 
     def _collection_settings(self) -> dict[str, Any]:
@@ -522,15 +529,19 @@ class PostgresVectorStore(SQLStore):
 
     def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
                        vectors: np.ndarray, keywords: list[Any]) -> None:
-        self._copy_chunks(conn, [
+        ids = self._copy_chunks(conn, [
             (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
              vectors[i], keywords[i][0], keywords[i][1], keywords[i][3])
             for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
         ])
+        # The collection row's lock (taken here) orders writers before their postings and statistics.
         self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
+        at = {row[0]: i for i, row in enumerate(rows)}
+        _POSTINGS.add(conn, (tenant_pk, collection_pk), [
+            (chunk_pk, keywords[at[uid]][2], _posting_size(keywords[at[uid]][1])) for chunk_pk, uid in ids])
         counts: Counter[str] = Counter()
         for k in keywords:
-            counts.update(k[2])
+            counts.update(k[2].keys())
         if counts:
             terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
             conn.execute(
@@ -548,12 +559,13 @@ class PostgresVectorStore(SQLStore):
         else:
             where, params = ("tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
                              (tenant_pk, collection_pk, list(uids or [])))
-        removed, tokens, terms, counts = conn.execute(
-            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING fts, fts_length), "
+        removed, tokens, terms, counts, ids = conn.execute(
+            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING id, fts, fts_length), "
             "terms AS (SELECT t.term, count(*) AS n FROM gone g, LATERAL ("
             + pg_migrations.KEYWORD_TERMS.format(fts="g.fts") + ") t GROUP BY t.term) "
             "SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(fts_length), 0) FROM gone), "
-            "ARRAY(SELECT term FROM terms ORDER BY term), ARRAY(SELECT n FROM terms ORDER BY term)",
+            "ARRAY(SELECT term FROM terms ORDER BY term), ARRAY(SELECT n FROM terms ORDER BY term), "
+            "ARRAY(SELECT id FROM gone)",
             params,
         ).fetchone()
         if removed:
@@ -561,6 +573,7 @@ class PostgresVectorStore(SQLStore):
             # order (as _insert_chunks does): concurrent deletes and loads into one collection never
             # deadlock.
             self._count(conn, tenant_pk, collection_pk, -int(removed), -int(tokens))
+            _POSTINGS.remove(conn, (tenant_pk, collection_pk), (int(i) for i in ids))
             if terms:
                 conn.execute("SELECT 1 FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s "
                              "AND term = ANY(%s) ORDER BY term FOR UPDATE", (tenant_pk, collection_pk, list(terms)))
@@ -607,10 +620,11 @@ class PostgresVectorStore(SQLStore):
                       "token_count, content, metadata, embedding")
 
     @classmethod
-    def _copy_chunks(cls, conn: Any, rows: list[tuple]) -> None:
-        """COPY rows (the chunk columns plus the analyzed keyword text) in binary, then one checked INSERT."""
+    def _copy_chunks(cls, conn: Any, rows: list[tuple]) -> list[tuple[int, str]]:
+        """COPY rows (the chunk columns plus the analyzed keyword text) in binary, then one checked INSERT;
+        returns the new rows' (id, uid)."""
         if not rows:
-            return
+            return []
         columns = cls._CHUNK_COLUMNS
         with conn.cursor() as cur:
             with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text, fts_length, fts_pairs_text) FROM STDIN "
@@ -622,8 +636,11 @@ class PostgresVectorStore(SQLStore):
             # The analyzer's tokens arrive as a tsvector literal: the cast only parses it, no text-search
             # parser or dictionary runs, so the lexemes are exactly the tokens the queries ask for.
             cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts, fts_length, fts_pairs) SELECT {columns}, "
-                        "fts_text::tsvector, fts_length, fts_pairs_text::tsvector FROM bunko_chunk_stage")
+                        "fts_text::tsvector, fts_length, fts_pairs_text::tsvector FROM bunko_chunk_stage "
+                        "RETURNING id, uid")
+            ids = [(int(r[0]), str(r[1])) for r in cur.fetchall()]
             cur.execute("TRUNCATE bunko_chunk_stage")
+        return ids
 
     def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
         """Build the collection's HNSW index once it is big enough -- unless a bulk load is on.
@@ -831,10 +848,16 @@ class PostgresVectorStore(SQLStore):
                     raise VectorStoreError(f"BM25 on PostgreSQL scores phrases of one or two tokens; the "
                                            f"{row[10]!r} analyzer made a longer one. Set keyword_ranking='ts_rank'")
                 chunks, tokens = int(row[8]), int(row[11])
-                if all(len(p) == 1 or (len(p[0]) == 1 and len(p[1]) == 1) for p in phrases):
-                    ranked = self._bm25(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k, join,
-                                        restrict, restrict_params)
-                    return self._hits(conn, tenant_pk, int(row[0]), ranked, include_content)
+                if all(phrase_term(p) is not None for p in phrases):
+                    found = None
+                    if not restrict:  # the whole collection: scored here from its postings
+                        found = self._bm25_postings(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k)
+                        self.last_keyword_plan = "postings"
+                    if found is None:
+                        found = self._bm25(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k, join,
+                                           restrict, restrict_params)
+                        self.last_keyword_plan = "pruned"
+                    return self._hits(conn, tenant_pk, int(row[0]), found, include_content)
                 ranked = conn.execute(
                     _BM25_SQL.format(join=join, restrict=restrict),
                     [[p[0] for p in phrases], [p[1] if len(p) > 1 else "" for p in phrases],
@@ -846,6 +869,29 @@ class PostgresVectorStore(SQLStore):
                 ).fetchall()
             return self._hits(conn, tenant_pk, int(row[0]), [(r[0], float(r[1])) for r in ranked],
                               include_content)
+
+    @staticmethod
+    def _phrase_df(conn: Any, tenant_pk: int, collection_pk: int, terms: list[str]) -> dict[str, int]:
+        return {t: int(n) for t, n in conn.execute(
+            "SELECT term, df FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s AND term = ANY(%s)",
+            (tenant_pk, collection_pk, terms)).fetchall()}
+
+    def _bm25_postings(self, conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]],
+                       chunks: int, tokens: int, top_k: int) -> list[tuple[int, float]] | None:
+        """The exact BM25 top-k of the whole collection, ranked in numpy over its postings (``bm25_top``);
+        None when a saturated count sends it to SQL."""
+        settings = self._backend.settings
+        terms = [" ".join(p) for p in phrases]
+        df = self._phrase_df(conn, tenant_pk, collection_pk, terms)
+        counts = [df.get(t, 0) for t in terms]
+        if not any(counts):
+            return []
+        ranked = _POSTINGS.rank(conn, (tenant_pk, collection_pk), terms, counts,
+                                [bm25_idf(max(chunks, n), n) for n in counts], max(tokens, 1) / max(chunks, 1),
+                                top_k, settings.keyword_candidates, k1=settings.bm25_k1, b=settings.bm25_b)
+        if ranked is None:
+            return None
+        return list(zip(ranked[0].tolist(), ranked[1].tolist(), strict=True))
 
     def _bm25(self, conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]], chunks: int,
               tokens: int, top_k: int, join: str, restrict: str, restrict_params: list[Any]) -> list[tuple[int, float]]:
@@ -862,14 +908,11 @@ class PostgresVectorStore(SQLStore):
         settings = self._backend.settings
         k1, b = settings.bm25_k1, settings.bm25_b
         terms = [" ".join(p) for p in phrases]
-        df = dict(conn.execute(
-            "SELECT term, df FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s AND term = ANY(%s)",
-            (tenant_pk, collection_pk, terms)).fetchall())
-        known = [(p, int(df[t])) for p, t in zip(phrases, terms, strict=True) if df.get(t, 0) > 0]
+        df = self._phrase_df(conn, tenant_pk, collection_pk, terms)
+        known = [(p, df[t]) for p, t in zip(phrases, terms, strict=True) if df.get(t, 0) > 0]
         if not known:
             return []
-        # idf as FTS5 computes it (see _BM25_SQL), so both stores score alike.
-        idf = [max(math.log((max(chunks, n) - n + 0.5) / (n + 0.5)), 1e-6) for _, n in known]
+        idf = [bm25_idf(max(chunks, n), n) for _, n in known]  # as FTS5 computes it: both stores score alike
         order = sorted(range(len(known)), key=lambda j: (-idf[j], j))
         bound = [idf[j] * (k1 + 1) for j in order]
         budget, split, total = settings.keyword_candidates, 0, 0
@@ -969,7 +1012,7 @@ WITH q AS (
     SELECT k.id, k.fts_length, u.lexeme, cardinality(u.positions) AS tf
     FROM candidates k, unnest(ts_filter(setweight(k.fts_pairs, 'A', %s::text[]), '{{a}}')) AS u
 )
-SELECT t.id, sum(q.idf * (t.tf * (%s + 1.0)) / (t.tf + %s * (1 - %s + %s * t.fts_length / %s::float8))
+SELECT t.id, sum(q.idf * ((t.tf * (%s + 1.0)) / (t.tf + %s * (1 - %s + %s * t.fts_length / %s::float8)))
                  ORDER BY q.i) AS score
 FROM tf t JOIN q ON q.term = t.lexeme GROUP BY t.id ORDER BY score DESC, t.id LIMIT %s
 """
@@ -1170,8 +1213,9 @@ class _MetadataColumns:
 _DOC_JOIN = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
 
 
-# Pairs of tokens are counted while both positions are distinct (tsvector positions stop at 16383).
-_PAIR_POSITIONS = 16382
+# tsvector positions stop at 16383; pairs of tokens are counted while both positions are distinct.
+_TS_POSITIONS = 16383
+_PAIR_POSITIONS = _TS_POSITIONS - 1
 
 
 def _pairs(tokens: list[str]) -> dict[str, list[int]]:
@@ -1182,12 +1226,45 @@ def _pairs(tokens: list[str]) -> dict[str, list[int]]:
     return pairs
 
 
-def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, set[str], str]:
+def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
     """The keyword columns of a chunk: its tsvector literal, its token count, its statistics terms (its
-    tokens and its pairs) and the tsvector literal of its pairs (``fts_pairs``)."""
+    tokens and its pairs) with their counts as the tsvectors hold them, and the tsvector literal of its
+    pairs (``fts_pairs``)."""
     tokens = analyzer.index_tokens(content)
     pairs = _pairs(tokens)
-    return tsvector_literal(tokens), len(tokens), set(tokens) | pairs.keys(), pairs_literal(pairs)
+    counts = Counter(tokens)
+    counts.update({term: len(positions) for term, positions in pairs.items()})
+    return tsvector_literal(tokens), len(tokens), counts, pairs_literal(pairs)
+
+
+def _posting_size(tokens: int) -> int:
+    """A chunk's token count for its postings: past the last tsvector position, counts in the tsvectors
+    (which BM25 in SQL reads) fall short of the tokens, so the count saturates and the search ranks in SQL."""
+    return tokens if tokens <= _TS_POSITIONS else LENGTH_MAX
+
+
+def fill_keyword_postings(conn: Any) -> None:
+    """Migration m014: the postings of every chunk stored, from its ``fts`` and ``fts_pairs`` (as the
+    owner; each collection under its own tenant, which the table's policy checks)."""
+    path = conn.execute("SELECT current_setting('search_path')").fetchone()[0]
+    conn.execute("SELECT set_config('search_path', 'bunko, ' || %s, true)", (path,))  # the core's table names
+    scopes = conn.execute("SELECT DISTINCT tenant_id, collection_id FROM bunko.chunks").fetchall()
+    for tenant_pk, collection_pk in scopes:
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
+        with conn.cursor(name="bunko_fill_postings") as cur:
+            cur.execute(
+                "SELECT c.id, c.fts_length, ARRAY(SELECT u.lexeme FROM unnest(c.fts) u), "
+                "ARRAY(SELECT cardinality(u.positions) FROM unnest(c.fts) u), "
+                "ARRAY(SELECT u.lexeme FROM unnest(c.fts_pairs) u), "
+                "ARRAY(SELECT cardinality(u.positions) FROM unnest(c.fts_pairs) u) "
+                "FROM bunko.chunks c WHERE c.tenant_id = %s AND c.collection_id = %s ORDER BY c.id",
+                (tenant_pk, collection_pk))
+            while batch := cur.fetchmany(8192):
+                rows: list[Counted] = [
+                    (int(r[0]), {**dict(zip(r[2], r[3], strict=True)), **dict(zip(r[4], r[5], strict=True))},
+                     _posting_size(int(r[1]))) for r in batch]
+                _POSTINGS.add(conn, (int(tenant_pk), int(collection_pk)), rows)
+    conn.execute("SELECT set_config('bunko.tenant_id', '', true), set_config('search_path', %s, true)", (path,))
 
 
 def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:

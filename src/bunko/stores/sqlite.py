@@ -24,10 +24,8 @@ migrations, the chunk insert with its FTS5 rows, and the two searches.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import math
 import os
 import sqlite3
 import threading
@@ -41,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer, token_pairs
+from ..analysis import Analyzer, fts5_document, fts5_query, get_analyzer
 from ..errors import ConfigError, VectorStoreError
 from ..filters import Filter, FilterLike, as_filter, compile_sqlite, parse_date
 from ..types import SearchHit
 from .base import check_query_vector
 from .sql import ChunkRow, Dialect, SQLBackend, SQLStore, check_dimension, check_name, check_top_k
 from .sql.columns import Column, Misaligned, filter_mask
+from .sql.postings import K1, KEYWORD_CANDIDATES, B, Counted, PostingsTable, bm25_idf, phrase_term, term_counts
 
 logger = logging.getLogger(__name__)
 
@@ -103,28 +102,33 @@ def _m007_fts_per_collection(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE chunks_fts")
 
 
-def df_terms(tokens: list[str]) -> set[str]:
-    """The keyword statistics terms of a chunk: its tokens, and "a b" for adjacent one-character
-    tokens a, b (a CJK bigram phrase)."""
-    terms = set(tokens)
-    terms.update(term for _, term in token_pairs(tokens))
-    return terms
+def _counted(rows: Iterable[tuple[int, str]]) -> list[Counted]:
+    """Chunks given as (rowid, stored FTS5 text) as the postings take them: (rowid, term counts, tokens)."""
+    out: list[Counted] = []
+    for rowid, text in rows:
+        tokens = text.split(" ") if text else []
+        out.append((rowid, term_counts(tokens), len(tokens)))
+    return out
 
 
 def _add_df(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, stored: Iterable[str], sign: int) -> None:
     """Add (``sign`` 1) or remove (-1) the statistics terms of chunks, given their stored FTS5 text."""
     counts: Counter[str] = Counter()
     for text in stored:
-        counts.update(df_terms(text.split(" ") if text else []))
+        counts.update(term_counts(text.split(" ") if text else []).keys())
+    _upsert_df(conn, (tenant_pk, collection_pk), {term: sign * n for term, n in counts.items()})
+
+
+def _upsert_df(conn: sqlite3.Connection, scope: tuple[int, int], counts: dict[str, int]) -> None:
     if counts:
         conn.executemany(
             "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
-            [(tenant_pk, collection_pk, term, sign * n) for term, n in sorted(counts.items())])
+            [(*scope, term, n) for term, n in sorted(counts.items())])
 
 
 def _m009_keyword_df(conn: sqlite3.Connection) -> None:
-    """Keyword statistics per collection: how many chunks hold each term (see ``df_terms``)."""
+    """Keyword statistics per collection: how many chunks hold each term (see ``term_counts``)."""
     conn.execute("""CREATE TABLE keyword_df (
         tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
         collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
@@ -140,212 +144,26 @@ def _m009_keyword_df(conn: sqlite3.Connection) -> None:
                 _add_df(conn, tenant_pk, collection_pk, (r[0] for r in rows), 1)
 
 
-# -- keyword postings ------------------------------------------------------------------------
-# ``keyword_postings`` is an inverted index of each collection in segments, as an LSM tree keeps
-# them: a write adds one segment (its key ``segment`` is the first chunk rowid it holds; later
-# segments hold larger rowids), with one row per statistics term (see ``df_terms``) of its chunks,
-# plus a row for the term "" that lists every chunk of the segment. A row's blob is a sequence of
-# 7-byte entries (``_ENTRY``): the chunk rowid's offset from the segment key, the term's count in
-# the chunk and the chunk's token count (the last two saturate at their maximum, which sends the
-# search back to FTS5), in rowid order. The rows of a segment are adjacent in the table, so a write
-# touches few pages (with 64 KiB pages, rows kept per term would make every small write rewrite
-# thousands of pages). Segments merge in tiers: once the newest ``_FANOUT`` or more segments are of
-# the last one's size class or below (classes grow by ``_FANOUT``), or two or more of them would
-# fill a segment of ``_SEGMENT_ROWS`` chunks (the largest), they become one: a few segments per
-# class, each posting rewritten about once per class.
-_FANOUT = 8
-_SEGMENT_ROWS = 32_768
-_TF_MAX = 255
-_LENGTH_MAX = 65535
-_OFFSET_MAX = 2**32 - 1
-_ENTRY = np.dtype([("offset", "<u4"), ("tf", "u1"), ("size", "<u2")])  # 7 bytes, packed
-_ALL = ""  # the term of a segment's row listing all its chunks
-_DEAD = " "  # the term of a segment's row listing its deleted chunks (no token holds a space)
-
-Postings = dict[str, tuple[list[int], list[int], list[int]]]
-
-
-def postings_of(rows: Iterable[tuple[int, str]]) -> Postings:
-    """The postings of chunks given as (rowid, stored FTS5 text), in the order given: for each
-    statistics term, the rowids, how many times the term occurs (a bigram term: at consecutive
-    positions, overlaps included, as an FTS5 phrase matches) and the chunk's token count."""
-    out: Postings = {}
-    for rowid, text in rows:
-        tokens = text.split(" ") if text else []
-        counts = Counter(tokens)
-        counts.update(term for _, term in token_pairs(tokens))
-        size = len(tokens)
-        for term, tf in counts.items():
-            entry = out.get(term)
-            if entry is None:
-                out[term] = entry = ([], [], [])
-            entry[0].append(rowid)
-            entry[1].append(tf)
-            entry[2].append(size)
-    return out
-
-
-def _pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
-    entries = np.empty(len(ids), dtype=_ENTRY)
-    entries["offset"] = ids - first
-    entries["tf"] = np.minimum(tf, _TF_MAX)
-    entries["size"] = np.minimum(sizes, _LENGTH_MAX)
-    return entries.tobytes()
-
-
-def _unpack(first: int, blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A row's (rowids int64, term counts uint8, token counts uint16)."""
-    entries = np.frombuffer(blob, dtype=_ENTRY)
-    return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
-
-
-def _segments(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> list[tuple[int, int]]:
-    """The collection's segments, oldest first: (key, chunk count), one seek each."""
-    out: list[tuple[int, int]] = []
-    after = -1
-    while (row := conn.execute(
-            "SELECT segment, length(entries) FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-            "AND segment > ? ORDER BY segment, term LIMIT 1", (tenant_pk, collection_pk, after)).fetchone()):
-        out.append((int(row[0]), int(row[1]) // _ENTRY.itemsize))
-        after = int(row[0])
-    return out
-
-
-def _encode(key: int, found: Postings) -> list[tuple[str, bytes]]:
-    """A segment's rows, (term, entries), packed in one pass."""
-    terms = sorted(found)
-    counts = [len(found[t][0]) for t in terms]
-    total = sum(counts)
-    columns = (np.fromiter(itertools.chain.from_iterable(found[t][c] for t in terms), dtype=np.int64, count=total)
-               for c in range(3))
-    blob = _pack(key, *columns)
-    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
-    return [(t, blob[start:end]) for t, start, end in zip(terms, [0, *ends[:-1]], ends, strict=True)]
-
-
-def _write_segment(conn: sqlite3.Connection, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
-    conn.executemany(
-        "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)",
-        [(*scope, key, term, blob) for term, blob in rows])
-
-
-def _merge(conn: sqlite3.Connection, scope: tuple[int, int], keys: list[int]) -> bool:
-    """Merge segments into the oldest of them, ``keys[0]`` (each without its deleted chunks): each
-    term's entries shifted to that key and appended in segment order. False if the offsets would not
-    fit."""
-    for key in keys:
-        _purge(conn, scope, key)
-    merged: dict[str, list[bytes]] = {}
-    for key in keys:
-        rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                            "AND segment = ?", (*scope, key)).fetchall()
-        entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY).copy()
-        if len(entries) and int(entries["offset"].max()) + (key - keys[0]) > _OFFSET_MAX:
-            return False
-        entries["offset"] += key - keys[0]
-        shifted = entries.tobytes()
-        at = 0
-        for term, blob in rows:
-            merged.setdefault(term, []).append(shifted[at:at + len(blob)])
-            at += len(blob)
-    conn.execute(f"DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                 f"AND segment IN ({', '.join('?' * len(keys))})", (*scope, *keys))
-    _write_segment(conn, scope, keys[0], [(term, b"".join(parts)) for term, parts in sorted(merged.items())])
-    return True
-
-
-def _level(chunks: int) -> int:
-    """A segment's size class: 0 below ``_FANOUT`` chunks, 1 below ``_FANOUT`` squared, ..."""
-    level = 0
-    while chunks >= _FANOUT:
-        chunks //= _FANOUT
-        level += 1
-    return level
+# -- keyword postings (the table and its upkeep: sql/postings.py) ----------------------------------
+POSTINGS = PostingsTable(SQLITE)
 
 
 def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[tuple[int, str]], *,
                   count: bool = True) -> None:
-    """Index new chunks, given as (rowid, stored FTS5 text) in rowid order with rowids larger than any
-    the collection holds, as a new segment (then merge), and with ``count`` count their terms in
-    ``keyword_df``."""
-    if not rows:
-        return
-    scope = (tenant_pk, collection_pk)
-    found = postings_of(rows)
-    if count and found:
-        conn.executemany(
-            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
-            [(*scope, term, len(found[term][0])) for term in sorted(found)])
-    found[_ALL] = ([r[0] for r in rows], [0] * len(rows), [len(r[1].split(" ")) if r[1] else 0 for r in rows])
-    _write_segment(conn, scope, rows[0][0], _encode(rows[0][0], found))
-    segments = _segments(conn, tenant_pk, collection_pk)
-    while True:  # merge the newest segments of the last one's size class or below, _FANOUT or more at once
-        top, run, total, full = _level(segments[-1][1]), 0, 0, False
-        while run < len(segments) and _level(segments[-1 - run][1]) <= top:
-            if total + segments[-1 - run][1] > _SEGMENT_ROWS:
-                full = True  # as many as make a segment of the largest size
-                break
-            total += segments[-1 - run][1]
-            run += 1
-        if run < (2 if full else _FANOUT) or not _merge(conn, scope, [key for key, _ in segments[-run:]]):
-            break
-        segments[-run:] = [(segments[-run][0], total)]
-
-
-def _dead(conn: sqlite3.Connection, scope: tuple[int, int], segments: list[int]) -> np.ndarray:
-    """The deleted chunk rowids still listed in these segments' postings (ascending)."""
-    parts = [_unpack(key, blob)[0] for key, blob in conn.execute(
-        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ?", (*scope, *segments, _DEAD))]
-    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-
-
-def _purge(conn: sqlite3.Connection, scope: tuple[int, int], key: int) -> None:
-    """Rewrite a segment without its deleted chunks (and so without its list of them)."""
-    dead = _dead(conn, scope, [key])
-    if not len(dead):
-        return
-    rows = conn.execute("SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                        "AND segment = ? AND term <> ?", (*scope, key, _DEAD)).fetchall()
-    conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND segment = ?",
-                 (*scope, key))
-    entries = np.frombuffer(b"".join(blob for _, blob in rows), dtype=_ENTRY)
-    owner = np.repeat(np.arange(len(rows)), [len(blob) // _ENTRY.itemsize for _, blob in rows])
-    keep = ~np.isin(entries["offset"].astype(np.int64) + key, dead)
-    counts = np.bincount(owner[keep], minlength=len(rows))
-    ends = (np.cumsum(counts) * _ENTRY.itemsize).tolist()
-    blob = entries[keep].tobytes()
-    _write_segment(conn, scope, key, [(term, blob[start:end]) for (term, _), start, end, n
-                                      in zip(rows, [0, *ends[:-1]], ends, counts.tolist(), strict=True) if n])
+    """Index new chunks, given as (rowid, stored FTS5 text), as a new segment, and with ``count``
+    count their terms in ``keyword_df``."""
+    found = POSTINGS.add(conn, (tenant_pk, collection_pk), _counted(rows))
+    if count:
+        _upsert_df(conn, (tenant_pk, collection_pk), {term: len(p[0]) for term, p in found.items()})
 
 
 def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                      rows: list[tuple[int, str]]) -> None:
-    """Take chunks, given as (rowid, stored FTS5 text), out of ``keyword_df`` and the postings: listed
-    as deleted in their segments (a search skips them), which are rewritten without them when they
-    merge or once half their chunks are deleted."""
+    """Take chunks, given as (rowid, stored FTS5 text), out of ``keyword_df`` and the postings."""
     if not rows:
         return
-    scope = (tenant_pk, collection_pk)
-    found = postings_of(rows)
-    conn.executemany("UPDATE keyword_df SET df = df - ? WHERE tenant_id = ? AND collection_id = ? AND term = ?",
-                     [(len(found[term][0]), *scope, term) for term in sorted(found)])
-    segments = _segments(conn, tenant_pk, collection_pk)
-    if not segments:
-        return
-    keys = np.asarray([key for key, _ in segments], dtype=np.int64)
-    gone = np.asarray(sorted(r[0] for r in rows), dtype=np.int64)
-    owner = keys[np.maximum(np.searchsorted(keys, gone, side="right") - 1, 0)]  # each chunk's segment
-    for key, size in segments:
-        mine = gone[owner == key]
-        if not len(mine):
-            continue
-        dead = np.union1d(_dead(conn, scope, [key]), mine)
-        conn.execute("INSERT OR REPLACE INTO keyword_postings (tenant_id, collection_id, segment, term, entries) "
-                     "VALUES (?, ?, ?, ?, ?)", (*scope, key, _DEAD, _pack(key, dead, dead * 0, dead * 0)))
-        if 2 * len(dead) >= size:
-            _purge(conn, scope, key)
+    _add_df(conn, tenant_pk, collection_pk, (text for _, text in rows), -1)
+    POSTINGS.remove(conn, (tenant_pk, collection_pk), (rowid for rowid, _ in rows))
 
 
 def _m010_keyword_postings(conn: sqlite3.Connection) -> None:
@@ -1189,15 +1007,9 @@ def open_sqlite(url: str) -> SQLiteBackend:
 
 
 # -- BM25 ---------------------------------------------------------------------------------
-# FTS5's bm25() (fts5_aux.c, default weights): k1 = 1.2, b = 0.75; a phrase's idf is
-# ln((N - n + 0.5) / (n + 0.5)) over the table's N rows, n of which hold the phrase, or 1e-6 when
-# that is not positive; a row scores sum over the phrases, in query order, of
-# idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
-_K1 = 1.2
-_B = 0.75
-# MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
-KEYWORD_CANDIDATES = 20_000
-# Rows scored here in one round before more phrases become essential instead.
+# FTS5's bm25() (see sql/postings.py). Without a restriction the postings answer (_bm25_postings);
+# with one, MaxScore over FTS5's own ranking (_bm25_pruned): rows scored here in one round before
+# more phrases become essential instead.
 _ROUND_ROWS = 384
 
 
@@ -1270,132 +1082,37 @@ def _phrase_stats(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
         return None
     total_rows, average = totals
     counts = _phrase_counts(conn, tenant_pk, collection_pk, phrases)
-    known = [j for j, n in enumerate(counts) if n > 0]
-    idf = {}
-    for j in known:
-        value = math.log((total_rows - counts[j] + 0.5) / (counts[j] + 0.5))
-        idf[j] = value if value > 0.0 else 1e-6
-    order = sorted(known, key=lambda j: (-idf[j], j))
-    return average, counts, idf, order, [idf[j] * (_K1 + 1.0) for j in order]
-
-
-def _term(phrase: tuple[str, ...]) -> str | None:
-    """The statistics term of a phrase (see ``df_terms``), or None for a phrase of another shape."""
-    if len(phrase) == 1:
-        return phrase[0]
-    if len(phrase) == 2 and len(phrase[0]) == 1 and len(phrase[1]) == 1:
-        return " ".join(phrase)
-    return None
-
-
-def _postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, segments: list[int],
-              term: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A term's postings in the collection: (rowids ascending, term counts, token counts)."""
-    parts = [_unpack(key, blob) for key, blob in conn.execute(
-        f"SELECT segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-        f"AND segment IN ({', '.join('?' * len(segments))}) AND term = ? ORDER BY segment",
-        (tenant_pk, collection_pk, *segments, term))]
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty.astype(np.uint8), empty.astype(np.uint16)
-    if len(parts) == 1:
-        return parts[0]
-    return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
+    idf = {j: bm25_idf(total_rows, n) for j, n in enumerate(counts) if n > 0}
+    order = sorted(idf, key=lambda j: (-idf[j], j))
+    return average, counts, idf, order, [idf[j] * (K1 + 1.0) for j in order]
 
 
 def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
                    phrases: list[tuple[str, ...]], top_k: int) -> list[tuple[int, float]] | None:
-    """FTS5's BM25 top-k of the whole collection, scored here in numpy from ``keyword_postings``.
-
-    Exact MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential")
-    ones, whose postings add up to the budget, are scored for every row that holds one; their
-    k-th best share is a floor for the final k-th score, and a row's final score is at most its
-    share plus the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more
-    phrases become essential. Then only the rows whose share plus ``rest`` reaches the floor are
-    scored on every phrase, exactly as ``bm25()`` does: the same inputs (term counts and token
-    counts as FTS5 tokenizes the stored text, which the analyzer joined at spaces), the same float
-    operations, the phrases added in query order. None when FTS5 should rank instead (a phrase of
-    another shape, a saturated count, or a returned row whose token count differs from FTS5's).
+    """FTS5's BM25 top-k of the whole collection, scored in numpy from ``keyword_postings``
+    (``bm25_top``), with FTS5's statistics. None when FTS5 should rank instead (a phrase of another
+    shape, a saturated count, or a returned row whose token count differs from FTS5's).
     """
     fts = fts_table(collection_pk)
-    terms = [_term(p) for p in phrases]
+    terms = [phrase_term(p) for p in phrases]
     if any(t is None for t in terms):
         return None
     stats = _phrase_stats(conn, tenant_pk, collection_pk, fts, phrases)
     if stats is None or not stats[3]:
         return None if stats is None else []
-    average, counts, idf, order, bound = stats
-    loaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    segments = [key for key, _ in _segments(conn, tenant_pk, collection_pk)]
-    dead = _dead(conn, (tenant_pk, collection_pk), segments)
-
-    def load(j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if j not in loaded:
-            found, tf, sizes = _postings(conn, tenant_pk, collection_pk, segments, terms[j])  # type: ignore[arg-type]
-            if len(dead):  # deleted chunks still listed in their segments
-                live = ~np.isin(found, dead)
-                found, tf, sizes = found[live], tf[live], sizes[live]
-            loaded[j] = found, tf, sizes
-        return loaded[j]
-
-    def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
-        f = tf.astype(np.float64)
-        return idf[j] * ((f * (_K1 + 1.0)) / (f + norm))
-
-    budget = backend.keyword_candidates
-    split, total = 0, 0
-    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
-        total += counts[order[split]]
-        split += 1
-    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
-    while True:
-        rest = sum(bound[split:])
-        essential = order[:split]
-        columns = [load(j) for j in essential]
-        ids = np.concatenate([c[0] for c in columns])
-        rows, where = np.unique(ids, return_inverse=True)
-        sizes = np.empty(len(rows), dtype=np.float64)
-        sizes[where] = np.concatenate([c[2] for c in columns])
-        norm = _K1 * (1 - _B + _B * sizes / average)
-        share = np.zeros(len(rows), dtype=np.float64)
-        at = 0
-        for j, (found, tf, _sizes) in zip(essential, columns, strict=True):
-            place = where[at:at + len(found)]
-            share[place] += contribution(j, tf, norm[place])
-            at += len(found)
-        if split == len(order):
-            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
-            break
-        if len(rows) >= top_k:
-            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
-            if rest * slack < floor:
-                keep = (share + rest) * slack >= floor
-                break
-        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
-        split += 1
-        total = sum(counts[j] for j in order[:split])
-        while split < len(order) and total + counts[order[split]] <= budget:
-            total += counts[order[split]]
-            split += 1
-    rows, norm, sizes = rows[keep], norm[keep], sizes[keep]
-    score = np.zeros(len(rows), dtype=np.float64)
-    for j in sorted(idf):  # query order, as bm25() adds them
-        found, tf, lengths = load(j)
-        if len(found) == 0:
-            continue
-        if (tf == _TF_MAX).any() or (lengths == _LENGTH_MAX).any():
-            return None
-        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
-        hit = found[place] == rows
-        score[hit] += contribution(j, tf[place[hit]], norm[hit])
-    best = np.lexsort((rows, -score))[:top_k]
-    top = [(int(rows[i]), float(score[i])) for i in best]
+    average, counts, idf, _order, _bound = stats
+    ranked = POSTINGS.rank(conn, (tenant_pk, collection_pk), terms, counts,  # type: ignore[arg-type]
+                           [idf.get(j, 0.0) for j in range(len(terms))], average, top_k, backend.keyword_candidates)
+    if ranked is None:
+        return None
+    rows, scores, sizes = ranked
+    top = list(zip(rows.tolist(), scores.tolist(), strict=True))
     # The stored text splits as FTS5 tokenized it (else every count above is off): check the answer.
     fts_sizes = dict(conn.execute(f"SELECT id, sz FROM {fts}_docsize WHERE id IN (SELECT value FROM json_each(?))",
                                   (json.dumps([r for r, _ in top]),)).fetchall())
-    for i in best:
-        size = fts_sizes.get(int(rows[i]))
-        if size is None or _varint(size)[0] != int(sizes[i]):
+    for rowid, size in zip(rows.tolist(), sizes.tolist(), strict=True):
+        stored = fts_sizes.get(rowid)
+        if stored is None or _varint(stored)[0] != size:
             return None
     return top
 
@@ -1503,13 +1220,13 @@ def _score_rows(conn: sqlite3.Connection, fts: str, rowids: list[int], phrases: 
         if length != (text.count(" ") + 1 if text else 0):
             return False
         spaced = " " + text.replace(" ", "  ") + " "
-        norm = _K1 * (1 - _B + _B * length / average)
+        norm = K1 * (1 - B + B * length / average)
         score = 0.0
         holds = False
         for phrase, weight, pattern, overlaps, key in patterns:
             tf = _overlapping(text, phrase) if overlaps else spaced.count(pattern)
             if tf:
-                score += weight * ((tf * (_K1 + 1.0)) / (tf + norm))
+                score += weight * ((tf * (K1 + 1.0)) / (tf + norm))
                 holds = holds or key
         if not holds:
             return False

@@ -1,0 +1,103 @@
+"""The keyword postings table (stores/sql/postings.py) against a plain model: segments written in any
+order of rowids (PostgreSQL's concurrent writers make segments overlap), merged in tiers, chunks
+deleted across them; and BM25 top-k over postings against a brute-force score."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bunko.stores.sql import postings
+from bunko.stores.sqlite import MIGRATIONS, POSTINGS, apply_migrations
+
+
+def _database(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    apply_migrations(conn, MIGRATIONS)
+    conn.execute("INSERT INTO tenants (id, name) VALUES (1, 'a'), (2, 'b')")
+    conn.execute("INSERT INTO collections (id, tenant_id, name, embedding_provider, embedding_model, dimension) "
+                 "VALUES (1, 1, 'c', 'p', 'm', 4), (2, 2, 'c', 'p', 'm', 4)")
+    return conn
+
+
+@pytest.mark.parametrize(("seed", "segment_rows", "fanout"), [(1, 32_768, 8), (2, 6, 2), (3, 20, 3), (4, 1, 2)])
+def test_segments_in_any_rowid_order_read_back_as_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            seed: int, segment_rows: int, fanout: int) -> None:
+    """Batches of chunks whose rowids interleave with earlier batches' (as two PostgreSQL transactions
+    draw ids from one sequence in turns) and deletes of chunks anywhere read back exactly as a model
+    of the live chunks says, after every step; the other tenant's collection never changes."""
+    monkeypatch.setattr(postings, "SEGMENT_ROWS", segment_rows)
+    monkeypatch.setattr(postings, "FANOUT", fanout)
+    rng = np.random.default_rng(seed)
+    conn = _database(tmp_path / "p.db")
+    vocabulary = ["水", "の", "水 の", "備蓄", "地震", "津 波", "water", "run"]
+    model: dict[int, tuple[Counter[str], int]] = {}
+    other = (2, 2)
+    POSTINGS.add(conn, other, [(10_000, Counter({"水": 2}), 5)])
+    free = list(range(1, 4000))
+    overlapped = False
+    for step in range(60):
+        if model and rng.random() < 0.3:  # delete some live chunks, anywhere
+            gone = rng.choice(sorted(model), size=min(len(model), int(rng.integers(1, 6))), replace=False)
+            POSTINGS.remove(conn, (1, 1), (int(g) for g in gone))
+            for g in gone:
+                del model[int(g)]
+        else:  # a batch of ids that skips some, which a later batch takes (interleaved, overlapping)
+            take = sorted(int(i) for i in rng.choice(free[:40], size=int(rng.integers(1, 8)), replace=False))
+            free = [i for i in free if i not in take]
+            overlapped = overlapped or any(i > min(take) for i in model)
+            rows = []
+            for rowid in take:
+                counts = Counter({t: int(rng.integers(1, 4)) for t in rng.choice(vocabulary, 3, replace=False)})
+                size = int(rng.integers(3, 40))
+                rows.append((rowid, counts, size))
+                model[rowid] = counts, size
+            POSTINGS.add(conn, (1, 1), rows)
+        found = POSTINGS.read(conn, (1, 1), vocabulary)
+        for term in vocabulary:
+            want = sorted((r, c[term], s) for r, (c, s) in model.items() if term in c)
+            ids, tf, sizes = found.get(term, (np.zeros(0),) * 3)
+            assert list(zip(ids.tolist(), tf.tolist(), sizes.tolist(), strict=True)) == want, (step, term)
+        assert {t: c[0].tolist() for t, c in POSTINGS.read(conn, other, vocabulary).items()} == {"水": [10_000]}
+        for key, blob in conn.execute("SELECT segment, entries FROM keyword_postings WHERE collection_id = 1"):
+            offsets = postings.unpack(key, blob)[0]  # every row in rowid order, merged ones too
+            assert (offsets >= key).all() and (np.diff(offsets) > 0).all(), step
+    assert overlapped
+    if segment_rows < 32_768:
+        assert len(POSTINGS.segments(conn, (1, 1))) > 1
+
+
+def test_bm25_top_is_the_brute_force_ranking() -> None:
+    """The MaxScore top-k over postings (from one essential phrase to all) equals scoring every row on
+    every phrase in query order, ties by rowid."""
+    rng = np.random.default_rng(7)
+    rows = 500
+    sizes = rng.integers(5, 60, size=rows)
+    columns, counts = [], []
+    for density in (0.005, 0.02, 0.1, 0.4, 0.8, 0.02):
+        ids = np.flatnonzero(rng.random(rows) < density).astype(np.int64)
+        tf = rng.integers(1, 5, size=len(ids)).astype(np.uint8)
+        columns.append((ids, tf, sizes[ids].astype(np.uint16)))
+        counts.append(len(ids))
+    idf = [postings.bm25_idf(rows, n) for n in counts]
+    average = float(sizes.mean())
+    norm = postings.K1 * (1 - postings.B + postings.B * sizes / average)
+    brute = np.zeros(rows)
+    for j, (ids, tf, _) in enumerate(columns):
+        f = tf.astype(np.float64)
+        brute[ids] += idf[j] * ((f * (postings.K1 + 1.0)) / (f + norm[ids]))
+    held = np.flatnonzero(brute > 0)
+    for top_k in (1, 5, 40, 1000):
+        want = held[np.lexsort((held, -brute[held]))][:top_k]
+        for budget in (1, 10, 100, 10_000):
+            got = postings.bm25_top(columns, idf, counts, average, top_k, budget)
+            assert got is not None
+            assert got[0].tolist() == want.tolist(), (top_k, budget)
+            assert got[1].tolist() == brute[want].tolist()
+    # A saturated count: the caller ranks instead.
+    saturated = [(c[0], np.full(len(c[0]), postings.TF_MAX, dtype=np.uint8), c[2]) for c in columns]
+    assert postings.bm25_top(saturated, idf, counts, average, 5, 100) is None
