@@ -412,8 +412,8 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
     monkeypatch.setattr(postings, "FANOUT", 2)
     rng = np.random.default_rng(5)
     texts = _keyword_corpus(rng, 600)
-    queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water", "ですます", "の",
-               "emergency storage 地震"]
+    queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water", "ですます",
+               "の", "emergency storage 地震"]
     queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 6, replace=False)]
     backend = PostgresBackend(pg_url, settings=PostgresSettings(keyword_candidates=40))
     try:
@@ -426,7 +426,7 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
             try:
                 for doc in mine:
                     store.write_documents("c", [doc])
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=write, args=(docs[i::3],)) for i in range(3)]
