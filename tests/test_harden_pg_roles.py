@@ -168,3 +168,46 @@ def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: 
                 "EXPLAIN SELECT c.id FROM bunko.chunks c WHERE c.fts_pairs @@ %s::tsquery", ("'備 蓄'",)).fetchall())
     assert "chunks_fts_pairs" in plans["owner"], plans
     assert "chunks_fts_pairs" not in plans["app"], plans
+
+
+def test_keyword_postings_keep_to_the_session_tenant(logins: Logins) -> None:
+    """keyword_postings (migration m014) is tenant data under row-level security: the application role
+    sees only the session tenant's rows and cannot write another tenant's; a keyword search ranks only
+    its own tenant's chunks; and the upgrade's fill, run by the owner login (not a superuser), rebuilds
+    each tenant's postings under that tenant."""
+    from bunko.stores.postgres import fill_keyword_postings
+    from bunko.testing.store_suite import INFO, make_document, unit_vectors
+
+    app = PostgresBackend(logins.app)
+    try:
+        for tenant, text in (("acme", "水の備蓄は三日分"), ("globex", "水の備蓄は一週間分")):
+            store = app.for_tenant(tenant)
+            store.ensure_collection("c", INFO)
+            store.write_documents("c", [make_document("d.txt", [text, "地震の備え"], unit_vectors(2, 1))])
+        acme = app.for_tenant("acme")
+        assert [h.content for h in acme.keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
+        assert acme.last_keyword_plan == "postings"
+    finally:
+        app.close()
+    with psycopg.connect(logins.superuser) as conn:
+        ids = dict(conn.execute("SELECT t.name, c.id FROM bunko.collections c JOIN bunko.tenants t "
+                                "ON t.id = c.tenant_id").fetchall())
+        tenants = dict(conn.execute("SELECT name, id FROM bunko.tenants").fetchall())
+        stored = conn.execute("SELECT tenant_id, collection_id, segment, term, entries FROM bunko.keyword_postings "
+                              "ORDER BY 1, 2, 3, 4").fetchall()
+    assert {r[0] for r in stored} == {tenants["acme"], tenants["globex"]}
+    with psycopg.connect(logins.app) as conn:
+        assert conn.execute("SELECT count(*) FROM bunko.keyword_postings").fetchone()[0] == 0  # no tenant
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, false)", (str(tenants["acme"]),))
+        seen = conn.execute("SELECT DISTINCT tenant_id, collection_id FROM bunko.keyword_postings").fetchall()
+        assert seen == [(tenants["acme"], ids["acme"])]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO bunko.keyword_postings VALUES (%s, %s, 0, 'x', '')",
+                         (tenants["globex"], ids["globex"]))
+    with psycopg.connect(logins.superuser) as conn:
+        conn.execute("DELETE FROM bunko.keyword_postings")
+    with psycopg.connect(logins.owner) as conn:
+        fill_keyword_postings(conn)
+    with psycopg.connect(logins.superuser) as conn:
+        assert conn.execute("SELECT tenant_id, collection_id, segment, term, entries FROM bunko.keyword_postings "
+                            "ORDER BY 1, 2, 3, 4").fetchall() == stored

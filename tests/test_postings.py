@@ -94,10 +94,10 @@ def test_bm25_top_is_the_brute_force_ranking() -> None:
     for top_k in (1, 5, 40, 1000):
         want = held[np.lexsort((held, -brute[held]))][:top_k]
         for budget in (1, 10, 100, 10_000):
-            got = postings.bm25_top(columns, idf, counts, average, top_k, budget)
+            got = postings.bm25_top(columns, idf, average, top_k, budget)
             assert got is not None
             assert got[0].tolist() == want.tolist(), (top_k, budget)
             assert got[1].tolist() == brute[want].tolist()
     # A saturated count: the caller ranks instead.
     saturated = [(c[0], np.full(len(c[0]), postings.TF_MAX, dtype=np.uint8), c[2]) for c in columns]
-    assert postings.bm25_top(saturated, idf, counts, average, 5, 100) is None
+    assert postings.bm25_top(saturated, idf, average, 5, 100) is None

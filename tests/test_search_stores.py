@@ -419,7 +419,9 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
     try:
         store = backend.for_tenant("t")
         store.ensure_collection("c", INFO, analyzer="bigram")
-        docs = [make_document(f"d{i}.txt", texts[i * 20:(i + 1) * 20], unit_vectors(20, i)) for i in range(30)]
+        docs = [make_document(f"d{i}.txt", texts[i * 20:(i + 1) * 20], unit_vectors(20, i),
+                              metadata={"source": f"d{i}.txt", "kind": "odd" if i % 2 else "even"})
+                for i in range(30)]
         errors: list[BaseException] = []
 
         def write(mine: list[Document]) -> None:
@@ -436,6 +438,8 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
             t.join(timeout=600)
         assert not errors, errors
 
+        restricted: list[int] = []
+
         def check() -> None:
             for q in queries:
                 for k in (1, 5, 30):
@@ -450,11 +454,26 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
                                                  (tenant_pk,)).fetchall())
                     assert got == [(uids[r], s) for r, s in sql], (q, k)
                     assert got or q == "ですます"
+                    # Restricted by a filter, documents or both: from the postings over the chunks the
+                    # metadata columns allow, as SQL ranks them.
+                    for flt, ids in (({"kind": "odd"}, None), (None, [docs[3].id, docs[8].id]),
+                                     ({"chunk_index": {"$lt": 10}}, [docs[5].id, docs[6].id])):
+                        got = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k, filter=flt,
+                                                                                   document_ids=ids)]
+                        assert store.last_keyword_plan == "postings"
+                        with monkeypatch.context() as m:
+                            m.setattr(pg_store.PostgresVectorStore, "_restricted_ids", lambda *args: None)
+                            want = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k, filter=flt,
+                                                                                        document_ids=ids)]
+                            assert store.last_keyword_plan == "pruned"
+                        assert got == want, (q, k, flt, ids)
+                        restricted.append(len(got))
 
         check()
         store.delete_documents([docs[4].id, docs[11].id], "c")
         store.write_document("c", make_document("d7.txt", texts[:5], unit_vectors(5, 70)))  # a new version
         check()
+        assert sum(n > 0 for n in restricted) > len(restricted) // 2, restricted
         with store.session() as (conn, tenant_pk):
             collection_pk = int(store._collection_row(conn, tenant_pk, "c")[0])
             terms = [t for (t,) in conn.execute("SELECT term FROM bunko.keyword_df WHERE collection_id = %s "

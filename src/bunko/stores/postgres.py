@@ -743,6 +743,25 @@ class PostgresVectorStore(SQLStore):
             self.last_plan = plan.strategy
             return self._hits(conn, tenant_pk, collection_pk, ranked, include_content)
 
+    @staticmethod
+    def _document_pks(conn: Any, tenant_pk: int, collection_pk: int, document_ids: Sequence[str]) -> list[int]:
+        return [int(r[0]) for r in conn.execute(
+            "SELECT id FROM bunko.documents WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+            (tenant_pk, collection_pk, [str(d) for d in document_ids]))]
+
+    def _restricted_ids(self, conn: Any, tenant_pk: int, collection_pk: int, flt: Filter | None,
+                        document_ids: Sequence[str] | None) -> np.ndarray | None:
+        """The ids (ascending) of the collection's chunks in ``document_ids`` that pass ``flt``, from the
+        metadata columns in memory; None when they do not line up with the table."""
+        doc_pks = None if document_ids is None else self._document_pks(conn, tenant_pk, collection_pk,
+                                                                       document_ids)
+        if flt is None:
+            return np.sort(np.fromiter((r[0] for r in conn.execute(
+                "SELECT id FROM bunko.chunks WHERE tenant_id = %s AND document_id = ANY(%s)",
+                (tenant_pk, doc_pks))), dtype=np.int64))
+        passing = self._backend.metadata_columns(collection_pk).passing(conn, tenant_pk, collection_pk, flt, doc_pks)
+        return None if passing is None else np.sort(passing)
+
     def plan(self, conn: Any, tenant_pk: int, collection_pk: int, dim: int, total: int, top_k: int,
              document_ids: Sequence[str] | None, flt: Filter | None = None) -> _Plan:
         """Choose how to search: exact scan, HNSW (iterative or over-fetch), from the restriction's size.
@@ -757,9 +776,7 @@ class PostgresVectorStore(SQLStore):
         doc_pks: list[int] | None = None
         matching = total
         if document_ids is not None:
-            doc_pks = [r[0] for r in conn.execute(
-                "SELECT id FROM bunko.documents WHERE tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
-                (tenant_pk, collection_pk, [str(d) for d in document_ids]))]
+            doc_pks = self._document_pks(conn, tenant_pk, collection_pk, document_ids)
             matching = sum(r[0] for r in conn.execute(
                 "SELECT chunk_count FROM bunko.documents WHERE tenant_id = %s AND id = ANY(%s)",
                 (tenant_pk, doc_pks))) if doc_pks else 0
@@ -850,9 +867,20 @@ class PostgresVectorStore(SQLStore):
                 chunks, tokens = int(row[8]), int(row[11])
                 if all(phrase_term(p) is not None for p in phrases):
                     found = None
-                    if not restrict:  # the whole collection: scored here from its postings
-                        found = self._bm25_postings(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k)
+                    # The chunks a restriction allows, from the metadata columns (None: rank in SQL).
+                    allowed = (None if not restrict else
+                               self._restricted_ids(conn, tenant_pk, int(row[0]), flt, document_ids))
+                    if not restrict or allowed is not None:  # scored here from the postings
+                        found = self._bm25_postings(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k,
+                                                    allowed)
                         self.last_keyword_plan = "postings"
+                    if found and flt is not None:  # the filter holds for the answer in SQL too (one lookup)
+                        where, where_params = compile_postgres(flt)
+                        held = {int(r[0]) for r in conn.execute(
+                            f"SELECT c.id FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s AND c.id = ANY(%s) "
+                            f"AND {where}", [tenant_pk, [r for r, _ in found], *where_params])}
+                        if len(held) < len(found):
+                            found = None  # a concurrent change the columns have not seen
                     if found is None:
                         found = self._bm25(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k, join,
                                            restrict, restrict_params)
@@ -877,9 +905,10 @@ class PostgresVectorStore(SQLStore):
             (tenant_pk, collection_pk, terms)).fetchall()}
 
     def _bm25_postings(self, conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]],
-                       chunks: int, tokens: int, top_k: int) -> list[tuple[int, float]] | None:
-        """The exact BM25 top-k of the whole collection, ranked in numpy over its postings (``bm25_top``);
-        None when a saturated count sends it to SQL."""
+                       chunks: int, tokens: int, top_k: int,
+                       allowed: np.ndarray | None = None) -> list[tuple[int, float]] | None:
+        """The exact BM25 top-k of the collection (of its ``allowed`` chunks), ranked in numpy over its
+        postings (``bm25_top``); None when a saturated count sends it to SQL."""
         settings = self._backend.settings
         terms = [" ".join(p) for p in phrases]
         df = self._phrase_df(conn, tenant_pk, collection_pk, terms)
@@ -888,7 +917,8 @@ class PostgresVectorStore(SQLStore):
             return []
         ranked = _POSTINGS.rank(conn, (tenant_pk, collection_pk), terms, counts,
                                 [bm25_idf(max(chunks, n), n) for n in counts], max(tokens, 1) / max(chunks, 1),
-                                top_k, settings.keyword_candidates, k1=settings.bm25_k1, b=settings.bm25_b)
+                                top_k, settings.keyword_candidates, k1=settings.bm25_k1, b=settings.bm25_b,
+                                allowed=allowed)
         if ranked is None:
             return None
         return list(zip(ranked[0].tolist(), ranked[1].tolist(), strict=True))

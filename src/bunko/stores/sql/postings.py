@@ -309,20 +309,24 @@ class PostingsTable:
         return out
 
     def rank(self, conn: Any, scope: tuple[int, int], terms: Sequence[str], counts: Sequence[int],
-             idf: Sequence[float], average: float, top_k: int, budget: int, *, k1: float = K1,
-             b: float = B) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+             idf: Sequence[float], average: float, top_k: int, budget: int, *, k1: float = K1, b: float = B,
+             allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """``bm25_top`` over the postings of the query's phrase terms, given each one's document count
-        (0: not in the collection) and idf."""
+        in the collection (0: none) and idf; with ``allowed`` (ascending rowids), over those chunks only
+        (scored with the collection's statistics, as an unrestricted search scores them)."""
         found = self.read(conn, scope, sorted({t for t, n in zip(terms, counts, strict=True) if n}))
         columns = [found.get(t, _EMPTY) if n else _EMPTY for t, n in zip(terms, counts, strict=True)]
-        return bm25_top(columns, list(idf), list(counts), average, top_k, budget, k1=k1, b=b)
+        if allowed is not None:
+            columns = [(c[0][keep], c[1][keep], c[2][keep])
+                       for c in columns for keep in (np.isin(c[0], allowed, assume_unique=True),)]
+        return bm25_top(columns, list(idf), average, top_k, budget, k1=k1, b=b)
 
 
-def bm25_top(columns: list[Column], idf: list[float], counts: list[int], average: float, top_k: int,
-             budget: int, *, k1: float = K1, b: float = B) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The exact BM25 top-k over phrases' postings (in query order, each with its idf and document
-    count): (rowids, scores, token counts) best first, ties by rowid; None when a saturated count
-    makes the postings inexact (the store ranks instead).
+def bm25_top(columns: list[Column], idf: list[float], average: float, top_k: int, budget: int, *,
+             k1: float = K1, b: float = B) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The exact BM25 top-k over phrases' postings (in query order, each with its idf): (rowids,
+    scores, token counts) best first, ties by rowid; None when a saturated count makes the postings
+    inexact (the store ranks instead).
 
     MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
     whose postings add up to the budget, are scored for every row that holds one; their k-th best
@@ -337,6 +341,7 @@ def bm25_top(columns: list[Column], idf: list[float], counts: list[int], average
     for j in known:
         if (columns[j][1] == TF_MAX).any() or (columns[j][2] == LENGTH_MAX).any():
             return None
+    counts = [len(c[0]) for c in columns]
     order = sorted(known, key=lambda j: (-idf[j], j))
     bound = [idf[j] * (k1 + 1.0) for j in order]
 
