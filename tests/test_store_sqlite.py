@@ -230,6 +230,14 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
         assert set(whole) == {"postings"}, whole
         assert plans.count("pruned") >= len(plans) // 8, plans
         assert sum(1 for n in found if n) > len(found) * 0.8, found  # most searches find something
+        # Once the process holds the collection's vectors (a vector search), a restriction is answered
+        # from the postings over the rows the metadata columns allow, still exactly FTS5's ranking.
+        store.query("c", unit_vectors(1, 0)[0], 1)
+        plans.clear()
+        check(flt={"kind": "odd"})
+        check(document_ids=[docs[3].id, docs[17].id])
+        check(document_ids=[docs[5].id], flt={"chunk_index": {"$lt": 10}})
+        assert set(plans) == {"postings"}, plans
     finally:
         backend.close()
 

@@ -852,6 +852,26 @@ class SQLiteVectorStore(SQLStore):
 
 
 
+    def _restricted_rowids(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, dim: int,
+                           flt: Filter | None, document_ids: Sequence[str] | None) -> np.ndarray | None:
+        """The rowids (ascending) of the collection's chunks in ``document_ids`` that pass ``flt``, from
+        the in-memory matrix and metadata columns; None when this process does not hold the collection
+        (loading every vector for a keyword search would cost more than FTS5's ranking) or a column does
+        not line up."""
+        with self._backend._cache_lock:
+            if collection_pk not in self._backend._cache:
+                return None
+        matrix = self._matrix(conn, tenant_pk, collection_pk, dim)
+        mask = np.ones(len(matrix.rowids), dtype=bool)
+        if document_ids is not None:
+            mask &= np.isin(matrix.doc_rowids, self._document_pks(conn, tenant_pk, collection_pk, document_ids))
+        if flt is not None:
+            passed = self._filter_mask(conn, tenant_pk, collection_pk, flt, matrix, matrix.state)
+            if passed is None:
+                return None
+            mask &= passed
+        return matrix.rowids[mask]
+
     def _document_pks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,
                       document_ids: Sequence[str]) -> np.ndarray:
         listed, values = self._d.any("uid", [str(d) for d in document_ids])
@@ -963,8 +983,12 @@ class SQLiteVectorStore(SQLStore):
                 restrict_params.extend(where_params)
             try:
                 ranked = None
-                if not restrict:  # the whole collection: scored here from its postings
-                    ranked = _bm25_postings(conn, self._backend, tenant_pk, collection_pk, phrases, top_k)
+                # A restriction is answered from the postings when this process holds the collection's
+                # vectors (and so its chunk rowids and metadata columns) in memory.
+                allowed = (None if not restrict else
+                           self._restricted_rowids(conn, tenant_pk, collection_pk, int(row[5]), flt, document_ids))
+                if not restrict or allowed is not None:  # scored here from the postings
+                    ranked = _bm25_postings(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, allowed)
                     self.last_keyword_plan = "postings"
                 if ranked is None:
                     ranked = _bm25_pruned(conn, self._backend, tenant_pk, collection_pk, phrases, top_k, join,
@@ -1088,10 +1112,11 @@ def _phrase_stats(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
 
 
 def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: int, collection_pk: int,
-                   phrases: list[tuple[str, ...]], top_k: int) -> list[tuple[int, float]] | None:
-    """FTS5's BM25 top-k of the whole collection, scored in numpy from ``keyword_postings``
-    (``bm25_top``), with FTS5's statistics. None when FTS5 should rank instead (a phrase of another
-    shape, a saturated count, or a returned row whose token count differs from FTS5's).
+                   phrases: list[tuple[str, ...]], top_k: int,
+                   allowed: np.ndarray | None = None) -> list[tuple[int, float]] | None:
+    """FTS5's BM25 top-k of the collection (of its ``allowed`` rowids), scored in numpy from
+    ``keyword_postings`` (``bm25_top``), with FTS5's statistics. None when FTS5 should rank instead (a
+    phrase of another shape, a saturated count, or a returned row whose token count differs from FTS5's).
     """
     fts = fts_table(collection_pk)
     terms = [phrase_term(p) for p in phrases]
@@ -1102,7 +1127,8 @@ def _bm25_postings(conn: sqlite3.Connection, backend: SQLiteBackend, tenant_pk: 
         return None if stats is None else []
     average, counts, idf, _order, _bound = stats
     ranked = POSTINGS.rank(conn, (tenant_pk, collection_pk), terms, counts,  # type: ignore[arg-type]
-                           [idf.get(j, 0.0) for j in range(len(terms))], average, top_k, backend.keyword_candidates)
+                           [idf.get(j, 0.0) for j in range(len(terms))], average, top_k, backend.keyword_candidates,
+                           allowed=allowed)
     if ranked is None:
         return None
     rows, scores, sizes = ranked
