@@ -133,9 +133,9 @@ def test_an_owner_login_drops_to_the_app_role_and_is_warned_about(logins: Logins
         app.close()
 
 
-def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: Logins) -> None:
-    """bunko.keyword_match (migration m012) finds chunk ids through the GIN indexes, which row-level
-    security keeps the application role from using for ``@@``, and never returns another tenant's ids."""
+def _two_tenants_search(logins: Logins) -> tuple[dict[str, int], dict[str, int]]:
+    """Tenants acme and globex each write a collection "c" as the application login, and acme's keyword
+    search finds only its own chunk; returns the collection ids and the tenant ids by tenant name."""
     from bunko.testing.store_suite import INFO, make_document, unit_vectors
 
     app = PostgresBackend(logins.app)
@@ -144,13 +144,22 @@ def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: 
             store = app.for_tenant(tenant)
             store.ensure_collection("c", INFO)
             store.write_documents("c", [make_document("d.txt", [text, "地震の備え"], unit_vectors(2, 1))])
-        assert [h.content for h in app.for_tenant("acme").keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
+        acme = app.for_tenant("acme")
+        assert [h.content for h in acme.keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
+        assert acme.last_keyword_plan == "postings"
     finally:
         app.close()
     with psycopg.connect(logins.superuser) as conn:
         ids = dict(conn.execute("SELECT t.name, c.id FROM bunko.collections c JOIN bunko.tenants t "
                                 "ON t.id = c.tenant_id").fetchall())
         tenants = dict(conn.execute("SELECT name, id FROM bunko.tenants").fetchall())
+    return ids, tenants
+
+
+def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: Logins) -> None:
+    """bunko.keyword_match (migration m012) finds chunk ids through the GIN indexes, which row-level
+    security keeps the application role from using for ``@@``, and never returns another tenant's ids."""
+    ids, tenants = _two_tenants_search(logins)
     match = "SELECT count(*) FROM bunko.keyword_match(%s, NULL, %s::tsquery)"
     with psycopg.connect(logins.app) as conn:
         assert conn.execute(match, (ids["globex"], "'備 蓄'")).fetchone()[0] == 0  # no tenant in the session
@@ -176,23 +185,9 @@ def test_keyword_postings_keep_to_the_session_tenant(logins: Logins) -> None:
     its own tenant's chunks; and the upgrade's fill, run by the owner login (not a superuser), rebuilds
     each tenant's postings under that tenant."""
     from bunko.stores.postgres import fill_keyword_postings
-    from bunko.testing.store_suite import INFO, make_document, unit_vectors
 
-    app = PostgresBackend(logins.app)
-    try:
-        for tenant, text in (("acme", "水の備蓄は三日分"), ("globex", "水の備蓄は一週間分")):
-            store = app.for_tenant(tenant)
-            store.ensure_collection("c", INFO)
-            store.write_documents("c", [make_document("d.txt", [text, "地震の備え"], unit_vectors(2, 1))])
-        acme = app.for_tenant("acme")
-        assert [h.content for h in acme.keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
-        assert acme.last_keyword_plan == "postings"
-    finally:
-        app.close()
+    ids, tenants = _two_tenants_search(logins)
     with psycopg.connect(logins.superuser) as conn:
-        ids = dict(conn.execute("SELECT t.name, c.id FROM bunko.collections c JOIN bunko.tenants t "
-                                "ON t.id = c.tenant_id").fetchall())
-        tenants = dict(conn.execute("SELECT name, id FROM bunko.tenants").fetchall())
         stored = conn.execute("SELECT tenant_id, collection_id, segment, term, entries FROM bunko.keyword_postings "
                               "ORDER BY 1, 2, 3, 4").fetchall()
     assert {r[0] for r in stored} == {tenants["acme"], tenants["globex"]}
