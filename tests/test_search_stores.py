@@ -361,7 +361,11 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             stored = {t: kept for t, v in stored.items() if (kept := [e for e in v if e[0] not in dead])}
             every = stored.pop("")  # the segments' lists of their chunks, with their token counts
             assert every == [(rowid, 0, len(text.split(" "))) for rowid, text in content]
-            counted = postings.postings_of(_counted(content))
+            counted: dict[str, list[list[int]]] = {}  # a recount, term by term, in rowid order
+            for rowid, counts, size in _counted(content):
+                for term, tf in counts.items():
+                    for column, value in zip(counted.setdefault(term, [[], [], []]), (rowid, tf, size), strict=True):
+                        column.append(value)
             assert stored == {t: list(zip(*p, strict=True)) for t, p in counted.items()} and stored
         return len(rows)
 

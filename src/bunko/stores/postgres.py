@@ -161,8 +161,30 @@ POSTGRES = Dialect(
     for_update=" FOR UPDATE",
 )
 
-# Each collection's keyword postings (see sql/postings.py), kept by every chunk write and delete.
-_POSTINGS = PostingsTable(POSTGRES)
+# A session's staging table for postings rows (see _Postings).
+_POSTINGS_STAGE = ("CREATE TEMP TABLE IF NOT EXISTS bunko_postings_stage (tenant_id int8, collection_id int8, "
+                   "segment int8, term text, entries bytea) ON COMMIT DELETE ROWS")
+
+
+class _Postings(PostingsTable):
+    """Keyword postings (see sql/postings.py). A write of 2,000 chunks makes about 70,000 rows: they go
+    through the session's staging table, in binary COPY, and one INSERT ... SELECT (COPY cannot write a
+    table under row-level security): 0.35 s for 71,000 rows, against 1.0 s as arrays in one INSERT."""
+
+    def _insert(self, conn: Any, rows: list[tuple[int, int, int, str, bytes]]) -> None:
+        if not rows:
+            return
+        with conn.cursor() as cur:
+            with cur.copy("COPY bunko_postings_stage FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int8", "int8", "int8", "text", "bytea"])
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute("INSERT INTO keyword_postings SELECT * FROM bunko_postings_stage")
+            cur.execute("TRUNCATE bunko_postings_stage")
+
+
+# Each collection's keyword postings, kept by every chunk write and delete.
+_POSTINGS = _Postings(POSTGRES)
 
 
 class PostgresBackend(SQLBackend):
@@ -249,6 +271,7 @@ class PostgresBackend(SQLBackend):
             "fts_pairs_text text) "
             "ON COMMIT DELETE ROWS"
         )
+        conn.execute(_POSTINGS_STAGE)
         conn.commit()
 
     def _check_schema(self) -> None:
@@ -1278,6 +1301,7 @@ def fill_keyword_postings(conn: Any) -> None:
     owner; each collection under its own tenant, which the table's policy checks)."""
     path = conn.execute("SELECT current_setting('search_path')").fetchone()[0]
     conn.execute("SELECT set_config('search_path', 'bunko, ' || %s, true)", (path,))  # the core's table names
+    conn.execute(_POSTINGS_STAGE)
     scopes = conn.execute("SELECT DISTINCT tenant_id, collection_id FROM bunko.chunks").fetchall()
     for tenant_pk, collection_pk in scopes:
         conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))

@@ -154,7 +154,7 @@ def _add_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, 
     count their terms in ``keyword_df``."""
     found = POSTINGS.add(conn, (tenant_pk, collection_pk), _counted(rows))
     if count:
-        _upsert_df(conn, (tenant_pk, collection_pk), {term: len(p[0]) for term, p in found.items()})
+        _upsert_df(conn, (tenant_pk, collection_pk), found)
 
 
 def _remove_postings(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int,

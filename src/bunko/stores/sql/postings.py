@@ -56,7 +56,6 @@ KEYWORD_CANDIDATES = 20_000
 
 # A chunk's postings input: (rowid, its statistics terms with their counts, its token count).
 Counted = tuple[int, Mapping[str, int], int]
-Postings = dict[str, tuple[list[int], list[int], list[int]]]
 # A term's postings: (rowids ascending, term counts uint8, token counts uint16).
 Column = tuple[np.ndarray, np.ndarray, np.ndarray]
 _EMPTY: Column = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.uint16))
@@ -85,21 +84,6 @@ def bm25_idf(total_rows: int, n: int) -> float:
     return value if value > 0.0 else 1e-6
 
 
-def postings_of(rows: Iterable[Counted]) -> Postings:
-    """The postings of chunks, in the order given: for each term, the rowids, its counts and the
-    chunks' token counts."""
-    out: Postings = {}
-    for rowid, counts, size in rows:
-        for term, tf in counts.items():
-            entry = out.get(term)
-            if entry is None:
-                out[term] = entry = ([], [], [])
-            entry[0].append(rowid)
-            entry[1].append(tf)
-            entry[2].append(size)
-    return out
-
-
 def pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
     entries = np.empty(len(ids), dtype=ENTRY)
     entries["offset"] = ids - first
@@ -114,16 +98,25 @@ def unpack(first: int, blob: bytes) -> Column:
     return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
 
 
-def _encode(key: int, found: Postings) -> list[tuple[str, bytes]]:
-    """A segment's rows, (term, entries), packed in one pass."""
-    terms = sorted(found)
-    counts = [len(found[t][0]) for t in terms]
-    total = sum(counts)
-    columns = (np.fromiter(itertools.chain.from_iterable(found[t][c] for t in terms), dtype=np.int64, count=total)
-               for c in range(3))
-    blob = pack(key, *columns)
+def _segment(rows: list[Counted]) -> tuple[list[tuple[str, bytes]], dict[str, int]]:
+    """A new segment's rows (term, entries) from chunks in rowid order, packed in one pass (the ``ALL``
+    row included), and each term's number of chunks."""
+    key = rows[0][0]
+    index: dict[str, int] = {}
+    widths = [len(counts) for _, counts, _ in rows]
+    total = sum(widths)
+    terms = np.fromiter((index.setdefault(t, len(index)) for _, counts, _ in rows for t in counts),
+                        dtype=np.int64, count=total)
+    tf = np.fromiter((n for _, counts, _ in rows for n in counts.values()), dtype=np.int64, count=total)
+    chunks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    sizes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+    order = np.argsort(terms, kind="stable")  # by term, each term's chunks in rowid order
+    blob = pack(key, np.repeat(chunks, widths)[order], tf[order], np.repeat(sizes, widths)[order])
+    counts = np.bincount(terms, minlength=len(index)).tolist()
     ends = (np.cumsum(counts) * ENTRY.itemsize).tolist()
-    return [(t, blob[start:end]) for t, start, end in zip(terms, [0, *ends[:-1]], ends, strict=True)]
+    out = [(t, blob[start:end]) for t, start, end in zip(index, [0, *ends[:-1]], ends, strict=True)]
+    out.append((ALL, pack(key, chunks, np.zeros(len(rows), dtype=np.int64), sizes)))
+    return out, dict(zip(index, counts, strict=True))
 
 
 def _level(chunks: int) -> int:
@@ -155,9 +148,13 @@ class PostingsTable:
         return conn.execute(self._d.sql(statement), params)
 
     def _write_segment(self, conn: Any, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
+        self._insert(conn, [(*scope, key, term, blob) for term, blob in rows])
+
+    def _insert(self, conn: Any, rows: list[tuple[int, int, int, str, bytes]]) -> None:
+        """Insert rows (tenant, collection, segment, term, entries); a backend may do it in bulk."""
         self._d.executemany(conn, self._d.sql(
             "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)"),
-            [(*scope, key, term, blob) for term, blob in rows])
+            rows)
 
     def segments(self, conn: Any, scope: tuple[int, int]) -> list[tuple[int, int]]:
         """The collection's segments by key: (key, chunk count), one seek each."""
@@ -181,15 +178,14 @@ class PostingsTable:
         parts = [unpack(key, blob)[0] for key, blob in self._rows(conn, scope, keys, DEAD)]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
-    def add(self, conn: Any, scope: tuple[int, int], rows: list[Counted]) -> Postings:
-        """Index new chunks as a new segment (then merge); returns their postings, without ``ALL``."""
+    def add(self, conn: Any, scope: tuple[int, int], rows: list[Counted]) -> dict[str, int]:
+        """Index new chunks as a new segment (then merge); returns each term's number of new chunks."""
         if not rows:
             return {}
         rows = sorted(rows, key=lambda r: r[0])
-        found = postings_of(rows)
         key = rows[0][0]
-        every = {ALL: ([r[0] for r in rows], [0] * len(rows), [r[2] for r in rows])}
-        self._write_segment(conn, scope, key, _encode(key, {**found, **every}))
+        segment, found = _segment(rows)
+        self._write_segment(conn, scope, key, segment)
         segments = self.segments(conn, scope)
         while True:  # merge the newest segments of the last one's size class or below, FANOUT or more at once
             top, run, total, full = _level(segments[-1][1]), 0, 0, False
