@@ -150,11 +150,11 @@ class PostingsTable:
     def _write_segment(self, conn: Any, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
         self._insert(conn, [(*scope, key, term, blob) for term, blob in rows])
 
-    def _insert(self, conn: Any, rows: list[tuple[int, int, int, str, bytes]]) -> None:
+    def _insert(self, conn: Any, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
         """Insert rows (tenant, collection, segment, term, entries); a backend may do it in bulk."""
         self._d.executemany(conn, self._d.sql(
             "INSERT INTO keyword_postings (tenant_id, collection_id, segment, term, entries) VALUES (?, ?, ?, ?, ?)"),
-            rows)
+            list(rows))
 
     def segments(self, conn: Any, scope: tuple[int, int]) -> list[tuple[int, int]]:
         """The collection's segments by key: (key, chunk count), one seek each."""
