@@ -1313,11 +1313,15 @@ def fill_keyword_postings(conn: Any) -> None:
                 "ARRAY(SELECT cardinality(u.positions) FROM unnest(c.fts_pairs) u) "
                 "FROM bunko.chunks c WHERE c.tenant_id = %s AND c.collection_id = %s ORDER BY c.id",
                 (tenant_pk, collection_pk))
+            done = 0
             while batch := cur.fetchmany(8192):
                 rows: list[Counted] = [
                     (int(r[0]), {**dict(zip(r[2], r[3], strict=True)), **dict(zip(r[4], r[5], strict=True))},
                      _posting_size(int(r[1]))) for r in batch]
                 _POSTINGS.add(conn, (int(tenant_pk), int(collection_pk)), rows)
+                done += len(rows)
+                if done % (8192 * 16) < len(rows):
+                    logger.info("keyword postings of collection %s: %d chunks so far", collection_pk, done)
     conn.execute("SELECT set_config('bunko.tenant_id', '', true), set_config('search_path', %s, true)", (path,))
 
 
