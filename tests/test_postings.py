@@ -71,6 +71,18 @@ def test_segments_in_any_rowid_order_read_back_as_the_model(tmp_path: Path, monk
         assert len(POSTINGS.segments(conn, (1, 1))) > 1
 
 
+def test_chunks_without_terms_are_listed_and_deleted(tmp_path: Path) -> None:
+    """A write whose chunks have no terms at all (an empty chunk, a chunk of stop words) still makes a
+    segment that lists them, and they can be deleted."""
+    conn = _database(tmp_path / "e.db")
+    assert POSTINGS.add(conn, (1, 1), [(5, Counter(), 0), (6, Counter(), 0)]) == {}
+    assert POSTINGS.segments(conn, (1, 1)) == [(5, 2)]
+    POSTINGS.add(conn, (1, 1), [(7, Counter({"水": 1}), 1)])
+    POSTINGS.remove(conn, (1, 1), [5, 6])
+    assert POSTINGS.segments(conn, (1, 1)) == [(7, 1)]  # the emptied segment was rewritten away
+    assert POSTINGS.read(conn, (1, 1), ["水"])["水"][0].tolist() == [7]
+
+
 def test_bm25_top_is_the_brute_force_ranking() -> None:
     """The MaxScore top-k over postings (from one essential phrase to all) equals scoring every row on
     every phrase in query order, ties by rowid."""

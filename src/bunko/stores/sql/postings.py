@@ -114,7 +114,7 @@ def _segment(rows: list[Counted]) -> tuple[list[tuple[str, bytes]], dict[str, in
     blob = pack(key, np.repeat(chunks, widths)[order], tf[order], np.repeat(sizes, widths)[order])
     counts = np.bincount(terms, minlength=len(index)).tolist()
     ends = (np.cumsum(counts) * ENTRY.itemsize).tolist()
-    out = [(t, blob[start:end]) for t, start, end in zip(index, [0, *ends[:-1]], ends, strict=True)]
+    out = [(t, blob[start:end]) for t, start, end in zip(index, [0, *ends][:len(ends)], ends, strict=True)]
     out.append((ALL, pack(key, chunks, np.zeros(len(rows), dtype=np.int64), sizes)))
     return out, dict(zip(index, counts, strict=True))
 
@@ -244,7 +244,8 @@ class PostingsTable:
         ends = (np.cumsum(counts) * ENTRY.itemsize).tolist()
         blob = entries[keep].tobytes()
         self._write_segment(conn, scope, key, [(term, blob[start:end]) for (term, _), start, end, n
-                                               in zip(rows, [0, *ends[:-1]], ends, counts.tolist(), strict=True) if n])
+                                               in zip(rows, [0, *ends][:len(ends)], ends, counts.tolist(), strict=True)
+                                               if n])
 
     def remove(self, conn: Any, scope: tuple[int, int], rowids: Iterable[int]) -> None:
         """Take chunks out of the postings: listed as deleted in their segments, which are rewritten
