@@ -670,3 +670,32 @@ def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) 
     store.query("c", unit_vectors(1, 131)[0], 5)
     assert store.last_plan == "hnsw"
     backend.close()
+
+
+def test_a_libpq_connection_string_opens_postgres(pg_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--db "host=... dbname=..."`` (libpq's key=value form) names PostgreSQL, in the CLI and in
+    ``open_backend``, instead of a SQLite file of that name; paths with ``=`` stay SQLite paths."""
+    import json
+
+    from click.testing import CliRunner
+
+    from bunko.cli import cli
+    from bunko.stores import open_backend, url_scheme
+
+    parts = psycopg.conninfo.conninfo_to_dict(pg_url)
+    conninfo = " ".join(f"{k}='{v}'" if " " in str(v) else f"{k}={v}" for k, v in parts.items() if v != "")
+    assert url_scheme(conninfo) == "postgresql"
+    assert url_scheme(str(tmp_path / "a=b.db")) == url_scheme("bunko.db") == "sqlite"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["--db", conninfo, "db", "status", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0 and json.loads(result.stdout)["backend"] == "postgresql"
+    backend = open_backend(conninfo)
+    try:
+        assert isinstance(backend, PostgresBackend)
+        store = backend.for_tenant("acme")
+        store.ensure_collection("c", INFO)
+        store.write_documents("c", [make_document("d.txt", ["水の備蓄"], unit_vectors(1, 0))])
+        assert [h.content for h in store.keyword_search("c", "備蓄", 3)] == ["水の備蓄"]
+    finally:
+        backend.close()
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after the string

@@ -636,8 +636,10 @@ def _database_url(ctx: click.Context) -> str:
 
 
 def _postgres_url(ctx: click.Context) -> str | None:
+    from .stores import url_scheme
+
     url = _database_url(ctx)
-    return url if url.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "postgres") else None
+    return url if url_scheme(url) in ("postgresql", "postgres") else None
 
 
 @db.command("migrate")

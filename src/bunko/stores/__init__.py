@@ -8,6 +8,7 @@ the whole store contract, the HTTP server's records included.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -34,16 +35,34 @@ def available_backends() -> list[str]:
     return BACKENDS.names()
 
 
+# A libpq connection string ("host=db dbname=bunko user=app"): key=value pairs, values optionally quoted.
+_CONNINFO = re.compile(r"\s*(?:\w+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*)\s*)+")
+_CONNINFO_KEYS = {"host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service", "sslmode"}
+
+
+def url_scheme(url: str) -> str:
+    """The backend a database URL names: its scheme without a driver (``postgresql+psycopg://`` is
+    ``postgresql``); ``postgresql`` for a libpq connection string (``host=db dbname=bunko``); else
+    ``sqlite`` (a bare path)."""
+    scheme, sep, _ = url.partition("://")
+    if sep:
+        return scheme.split("+", 1)[0].lower()
+    if _CONNINFO.fullmatch(url) and {k.lower() for k in re.findall(r"(\w+)\s*=", url)} & _CONNINFO_KEYS:
+        return "postgresql"
+    return "sqlite"
+
+
 def open_backend(url: str, settings: Settings | None = None) -> StoreBackend:
-    """Open the backend for a database URL (``sqlite:///path``; a bare path means SQLite).
+    """Open the backend for a database URL (``sqlite:///path``; a bare path means SQLite; a libpq
+    connection string, ``host=... dbname=...``, PostgreSQL).
 
     ``settings`` is the engine's settings tree; a backend takes its own section from it
     (``settings.postgres``). Without it the backend resolves the settings itself.
     """
-    scheme, sep, _ = url.partition("://")
-    if not sep:
+    scheme = url_scheme(url)
+    if scheme == "sqlite" and "://" not in url:
         return open_sqlite(url)
-    return BACKENDS.get(scheme.split("+", 1)[0].lower())(url, settings)
+    return BACKENDS.get(scheme)(url, settings)
 
 
 def _open_sqlite(url: str, settings: Settings | None = None) -> StoreBackend:
@@ -74,4 +93,5 @@ __all__ = [
     "available_backends",
     "open_backend",
     "register_backend",
+    "url_scheme",
 ]
