@@ -560,11 +560,8 @@ class PostgresVectorStore(SQLStore):
         # The collection row's lock (taken here) orders writers before their postings and statistics.
         self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
         at = {row[0]: i for i, row in enumerate(rows)}
-        _POSTINGS.add(conn, (tenant_pk, collection_pk), [
+        counts = _POSTINGS.add(conn, (tenant_pk, collection_pk), [  # each term's number of new chunks
             (chunk_pk, keywords[at[uid]][2], _posting_size(keywords[at[uid]][1])) for chunk_pk, uid in ids])
-        counts: Counter[str] = Counter()
-        for k in keywords:
-            counts.update(k[2].keys())
         if counts:
             terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
             conn.execute(
@@ -897,11 +894,10 @@ class PostgresVectorStore(SQLStore):
                         found = self._bm25_postings(conn, tenant_pk, int(row[0]), phrases, chunks, tokens, top_k,
                                                     allowed)
                         self.last_keyword_plan = "postings"
-                    if found and flt is not None:  # the filter holds for the answer in SQL too (one lookup)
-                        where, where_params = compile_postgres(flt)
+                    if found and flt is not None:  # the restriction holds for the answer in SQL too (one lookup)
                         held = {int(r[0]) for r in conn.execute(
-                            f"SELECT c.id FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s AND c.id = ANY(%s) "
-                            f"AND {where}", [tenant_pk, [r for r, _ in found], *where_params])}
+                            f"SELECT c.id FROM bunko.chunks c{join} WHERE c.tenant_id = %s AND c.id = ANY(%s)"
+                            f"{restrict}", [tenant_pk, [r for r, _ in found], *restrict_params])}
                         if len(held) < len(found):
                             found = None  # a concurrent change the columns have not seen
                     if found is None:
