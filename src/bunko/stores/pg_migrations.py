@@ -551,6 +551,12 @@ _M013_MUTATION_SEQ = [
     "ALTER TABLE bunko.collections ADD COLUMN mutation_seq bigint NOT NULL DEFAULT 0",
 ]
 
+def _fill_keyword_postings(conn: Any) -> None:
+    from .postgres import fill_keyword_postings
+
+    fill_keyword_postings(conn)
+
+
 # Keyword postings per collection in segments (see stores/sql/postings.py): a search reads its phrases'
 # postings in one index lookup each and ranks in numpy, as SQLite does, instead of reading every
 # candidate chunk's tsvectors. The entries are read whole on every search: stored out of line,
@@ -567,14 +573,8 @@ _M014_KEYWORD_POSTINGS: list[Statement] = [
     )""",
     "ALTER TABLE bunko.keyword_postings ALTER COLUMN entries SET STORAGE EXTERNAL",
     *_rls("keyword_postings"),
-    lambda conn: _fill_keyword_postings(conn),
+    _fill_keyword_postings,
 ]
-
-
-def _fill_keyword_postings(conn: Any) -> None:
-    from .postgres import fill_keyword_postings
-
-    fill_keyword_postings(conn)
 
 
 MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
