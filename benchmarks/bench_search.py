@@ -33,7 +33,7 @@ With ``--sqlite-file`` the SQLite database is kept at PATH; a later run with the
 seed reuses it instead of ingesting again (the ingest figures are then ``null``), so two versions
 of the code can be timed back to back on the same data.
 
-With ``--store postgres`` and no ``--database-url`` it starts a throwaway pgserver, as
+With ``--store postgres`` and no ``--database-url`` it starts a throwaway server (``bunko.testing.postgres``), as
 ``bench_postgres.py`` does. With ``--database-url URL --reuse`` a database that already holds the
 N chunks of an earlier run (same N and seed) is searched again without ingesting (the ingest
 figures are then ``null``); migrations the code brings are applied when the backend opens it.
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=["sqlite", "postgres"], required=True)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=100, help="timed questions (after 5 warm-up ones)")
-    parser.add_argument("--database-url", default=None, help="postgresql:// URL (default: a throwaway pgserver)")
+    parser.add_argument("--database-url", default=None, help="postgresql:// URL (default: a throwaway server)")
     parser.add_argument("--data", default=str(DATA), help="the JSQuAD dev folder (corpus.jsonl, queries.jsonl)")
     parser.add_argument("--sqlite-file", default=None,
                         help="keep the SQLite database here and reuse it on the next run (same N and seed)")

@@ -2,7 +2,7 @@
 
 Builds the same synthetic collection as ``bench_postgres.py`` (N chunks of 200-300
 characters of mixed Japanese/English text, clustered 512-d vectors) in the embedded
-store and in PostgreSQL (a pgserver in a temporary folder, or ``--url``), then times
+store and in PostgreSQL (a throwaway server, or ``--url``), then times
 per backend:
 
 * ``keyword``: ``store.keyword_search`` (BM25 / full-text rank over the analyzed text);
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
-    parser.add_argument("--url", default=None, help="PostgreSQL URL (default: a pgserver in a temporary folder)")
+    parser.add_argument("--url", default=None, help="PostgreSQL URL (default: a throwaway server)")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Load benchmark of the HTTP API: ``POST /api/v1/search/hybrid`` with many concurrent clients.
 
-For each store (the embedded SQLite store, then PostgreSQL started with ``pgserver`` in a
+For each store (the embedded SQLite store, then PostgreSQL started by ``bunko.testing.postgres`` in a
 temporary folder, as ``tests/pg.py`` does), the benchmark:
 
 1. creates a fresh BUNKO_HOME (and database), a tenant and an API key with the real
@@ -105,11 +105,10 @@ def bench(store: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BUNKO_HOME": str(home), "BUNKO_RATE_LIMIT": "100000000"}
     pg = None
     if store == "postgresql":
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="bunko-run-"))
-        import pgserver
+        from bunko.testing.postgres import TemporaryPostgres
 
-        pg = pgserver.get_server(home / "pg", cleanup_mode="stop")
-        env["BUNKO_DATABASE_URL"] = pg.get_uri()
+        pg = TemporaryPostgres(home / "pg")
+        env["BUNKO_DATABASE_URL"] = pg.admin_url
     server = None
     try:
         _run(env, "admin", "tenants", "create", "bench", "--json")
@@ -141,7 +140,7 @@ def bench(store: str, args: argparse.Namespace) -> dict[str, Any]:
             server.terminate()
             server.wait(timeout=60)
         if pg is not None:
-            pg.cleanup()
+            pg.close()
 
 
 def main() -> None:

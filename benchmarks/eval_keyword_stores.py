@@ -5,7 +5,7 @@ Each corpus document (title + text, one chunk, no splitting) is written to a fre
 with a placeholder vector, and every judged query runs through the store's BM25, exactly as a
 keyword search does. ``bunko eval --mode keyword`` is the end-to-end figure (with chunking); this
 one compares stores and analyzers in seconds and shows that PostgreSQL's pruned BM25 ranks as
-SQLite's FTS5. With ``--store postgres`` and no ``--database-url`` a throwaway pgserver is used.
+SQLite's FTS5. With ``--store postgres`` and no ``--database-url`` a throwaway server is used.
 
 Usage::
 

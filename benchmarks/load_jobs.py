@@ -11,7 +11,8 @@ drain and reports:
 
     PYTHONPATH=src python benchmarks/load_jobs.py --seconds 60 [--clients 32] [--json]
 
-PostgreSQL: ``--database-url`` (a superuser or owner URL; migrated here), or a pgserver in a temp folder.
+PostgreSQL: ``--database-url`` (a superuser or owner URL; migrated here), or a throwaway
+server (bunko.testing.postgres).
 """
 
 from __future__ import annotations
@@ -124,11 +125,10 @@ def main() -> None:
     pg = None
     url = args.database_url
     if not url:
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="bunko-run-"))
-        import pgserver
+        from bunko.testing.postgres import TemporaryPostgres
 
-        pg = pgserver.get_server(folder / "pg", cleanup_mode="stop")
-        url = pg.get_uri()
+        pg = TemporaryPostgres(folder / "pg")
+        url = pg.admin_url
     from bunko.stores.postgres import migrate_database
 
     migrate_database(url)
@@ -212,7 +212,7 @@ def main() -> None:
         for f in logs:
             f.close()
         if pg is not None:
-            pg.cleanup()
+            pg.close()
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

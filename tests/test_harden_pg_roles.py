@@ -21,7 +21,8 @@ from bunko.config import PostgresSettings  # noqa: E402
 from bunko.errors import VectorStoreError  # noqa: E402
 from bunko.stores.postgres import PostgresBackend, migrate_database  # noqa: E402
 from bunko.stores.service import hash_key  # noqa: E402
-from tests.pg import PostgresServer, _with_dbname  # noqa: E402
+from bunko.testing.postgres import with_dbname  # noqa: E402
+from tests.pg import PostgresServer  # noqa: E402
 
 _names = itertools.count()
 
@@ -45,7 +46,7 @@ def logins(pg_server: PostgresServer) -> Iterator[Logins]:
         conn.execute(f"CREATE ROLE {owner} LOGIN NOSUPERUSER NOBYPASSRLS")
         conn.execute(f"CREATE DATABASE {db} OWNER {owner}")
         conn.execute(f"GRANT bunko_app TO {owner}")  # so its pool may SET ROLE bunko_app
-    superuser = _with_dbname(pg_server.admin_url, db)
+    superuser = with_dbname(pg_server.admin_url, db)
     with psycopg.connect(superuser, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # an extension needs a superuser once
     migrate_database(_as(superuser, owner))  # the owner runs `bunko db migrate`

@@ -65,7 +65,7 @@ def test_a_database_with_an_old_pgvector_is_refused(pg_url: str) -> None:
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
-            pytest.skip("changing the extension's catalog row needs a superuser login (pgserver has one)")
+            pytest.skip("changing the extension's catalog row needs a superuser login (the throwaway test server has one)")
         conn.execute("UPDATE pg_extension SET extversion = '0.6.2' WHERE extname = 'vector'")
     with pytest.raises(PgvectorVersionError, match=r"pgvector 0\.6\.2 is too old: bunko needs 0\.7\.0") as info:
         migrate_database(pg_url)

@@ -11,9 +11,10 @@ import pytest
 from bunko.errors import ConfigError
 from bunko.stores import pg_migrations
 from bunko.stores.postgres import PostgresBackend, PostgresSettings, schema_status
+from bunko.testing.postgres import with_dbname
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
 
-from .pg import _with_dbname, psycopg
+from .pg import psycopg
 
 
 @pytest.fixture()
@@ -86,7 +87,7 @@ def test_upgrading_keeps_the_keyword_index_of_existing_rows(pg_server) -> None:
     """Chunks written under m001 (SQL-generated keyword column) stay findable after m002."""
     from bunko.stores.postgres import migrate_database
 
-    url = _with_dbname(pg_server.admin_url, "bunko_upgrade")
+    url = with_dbname(pg_server.admin_url, "bunko_upgrade")
     with _admin(pg_server.admin_url) as conn:
         conn.execute("DROP DATABASE IF EXISTS bunko_upgrade WITH (FORCE)")
         conn.execute("CREATE DATABASE bunko_upgrade")
@@ -121,7 +122,7 @@ def test_unmigrated_database_gives_a_clear_error(pg_server) -> None:
         conn.execute("DROP DATABASE IF EXISTS bunko_empty")
         conn.execute("CREATE DATABASE bunko_empty")
 
-    url = _with_dbname(pg_server.admin_url, "bunko_empty")
+    url = with_dbname(pg_server.admin_url, "bunko_empty")
     with pytest.raises(VectorStoreError, match="bunko db migrate"):
         PostgresBackend(url, migrate=False)
     assert schema_status(url)["pending"]
