@@ -19,6 +19,7 @@ psycopg = pytest.importorskip("psycopg")
 
 from bunko.config import PostgresSettings  # noqa: E402
 from bunko.errors import VectorStoreError  # noqa: E402
+from bunko.search import keyword_query  # noqa: E402
 from bunko.stores.postgres import PostgresBackend, migrate_database  # noqa: E402
 from bunko.stores.service import hash_key  # noqa: E402
 from bunko.testing.postgres import with_dbname  # noqa: E402
@@ -113,7 +114,7 @@ def test_an_owner_login_drops_to_the_app_role_and_is_warned_about(logins: Logins
     try:
         assert any("owns the bunko tables" in r.getMessage() and "SECURITY WARNING" in r.getMessage()
                    for r in caplog.records)
-        with owner._pool.connection() as conn:
+        with owner.connection() as conn:
             assert conn.execute("SELECT current_user").fetchone()[0] == "bunko_app"
             # As bunko_app the pool cannot switch row-level security off.
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -127,7 +128,7 @@ def test_an_owner_login_drops_to_the_app_role_and_is_warned_about(logins: Logins
             PostgresBackend(url, settings=strict)
     app = PostgresBackend(logins.app, settings=strict)  # a proper application login passes
     try:
-        with app._pool.connection() as conn:
+        with app.connection() as conn:
             user, session = conn.execute("SELECT current_user, session_user").fetchone()
         assert user == session and user.startswith("bunko_api_")
     finally:
@@ -146,8 +147,9 @@ def _two_tenants_search(logins: Logins) -> tuple[dict[str, int], dict[str, int]]
             store.ensure_collection("c", INFO)
             store.write_documents("c", [make_document("d.txt", [text, "地震の備え"], unit_vectors(2, 1))])
         acme = app.for_tenant("acme")
-        assert [h.content for h in acme.keyword_search("c", "備蓄", 5)] == ["水の備蓄は三日分"]
-        assert acme.last_keyword_plan == "postings"
+        explain: dict[str, str] = {}
+        assert [h.content for h in keyword_query(acme, "c", "備蓄", 5, explain=explain)] == ["水の備蓄は三日分"]
+        assert explain["plan"] == "postings"
     finally:
         app.close()
     with psycopg.connect(logins.superuser) as conn:
@@ -183,9 +185,9 @@ def test_keyword_matches_use_the_indexes_and_keep_to_the_session_tenant(logins: 
 def test_keyword_postings_keep_to_the_session_tenant(logins: Logins) -> None:
     """keyword_postings (migration m014) is tenant data under row-level security: the application role
     sees only the session tenant's rows and cannot write another tenant's; a keyword search ranks only
-    its own tenant's chunks; and the upgrade's fill, run by the owner login (not a superuser), rebuilds
-    each tenant's postings under that tenant."""
-    from bunko.stores.postgres import fill_keyword_postings
+    its own tenant's chunks; and the upgrade's fill (m015), run by the owner login (not a superuser),
+    rebuilds each tenant's postings under that tenant."""
+    from bunko.stores.postgres.migrations import fill_postings_format_2
 
     ids, tenants = _two_tenants_search(logins)
     with psycopg.connect(logins.superuser) as conn:
@@ -203,7 +205,7 @@ def test_keyword_postings_keep_to_the_session_tenant(logins: Logins) -> None:
     with psycopg.connect(logins.superuser) as conn:
         conn.execute("DELETE FROM bunko.keyword_postings")
     with psycopg.connect(logins.owner) as conn:
-        fill_keyword_postings(conn)
+        fill_postings_format_2(conn)
     with psycopg.connect(logins.superuser) as conn:
         assert conn.execute("SELECT tenant_id, collection_id, segment, term, entries FROM bunko.keyword_postings "
                             "ORDER BY 1, 2, 3, 4").fetchall() == stored

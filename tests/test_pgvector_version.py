@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from bunko.errors import PgvectorVersionError, VectorStoreError
-from bunko.stores.postgres import PGVECTOR_MINIMUM, _version_tuple, check_pgvector_version
+from bunko.stores.postgres import PGVECTOR_MINIMUM, check_pgvector_version, version_tuple
 
 from .conftest import ROOT
 from .pg import psycopg
@@ -50,7 +50,7 @@ def test_the_installed_pgvector_passes(pg_url: str) -> None:
     assert migrate_database(pg_url) == []
     status = schema_status(pg_url)
     assert status["pgvector_required"] == PGVECTOR_MINIMUM
-    assert _version_tuple(status["pgvector_version"]) >= _version_tuple(PGVECTOR_MINIMUM)
+    assert version_tuple(status["pgvector_version"]) >= version_tuple(PGVECTOR_MINIMUM)
     backend = PostgresBackend(pg_url)
     try:
         assert backend.pgvector_version == status["pgvector_version"]
@@ -65,7 +65,7 @@ def test_a_database_with_an_old_pgvector_is_refused(pg_url: str) -> None:
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
-            pytest.skip("changing the extension's catalog row needs a superuser login (the throwaway test server has one)")
+            pytest.skip("changing the extension's catalog row needs a superuser login (the test server has one)")
         conn.execute("UPDATE pg_extension SET extversion = '0.6.2' WHERE extname = 'vector'")
     with pytest.raises(PgvectorVersionError, match=r"pgvector 0\.6\.2 is too old: bunko needs 0\.7\.0") as info:
         migrate_database(pg_url)

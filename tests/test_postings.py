@@ -1,6 +1,6 @@
 """The keyword postings table (stores/sql/postings.py) against a plain model: segments written in any
 order of rowids (PostgreSQL's concurrent writers make segments overlap), merged in tiers, chunks
-deleted across them; and BM25 top-k over postings against a brute-force score."""
+deleted across them; and BM25 top-k over postings (search/keyword.py) against a brute-force score."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bunko.errors import VectorStoreError
+from bunko.search import keyword
 from bunko.stores.sql import postings
-from bunko.stores.sqlite import MIGRATIONS, POSTINGS, apply_migrations
+from bunko.stores.sqlite import MIGRATIONS, SQLITE, apply_migrations
+
+POSTINGS = postings.PostingsTable(SQLITE)
 
 
 def _database(path: Path) -> sqlite3.Connection:
@@ -92,24 +96,31 @@ def test_bm25_top_is_the_brute_force_ranking() -> None:
     columns, counts = [], []
     for density in (0.005, 0.02, 0.1, 0.4, 0.8, 0.02):
         ids = np.flatnonzero(rng.random(rows) < density).astype(np.int64)
-        tf = rng.integers(1, 5, size=len(ids)).astype(np.uint8)
+        tf = rng.integers(1, 5, size=len(ids)).astype(np.uint16)
         columns.append((ids, tf, sizes[ids].astype(np.uint16)))
         counts.append(len(ids))
-    idf = [postings.bm25_idf(rows, n) for n in counts]
+    idf = [keyword.bm25_idf(rows, n) for n in counts]
     average = float(sizes.mean())
-    norm = postings.K1 * (1 - postings.B + postings.B * sizes / average)
+    norm = keyword.K1 * (1 - keyword.B + keyword.B * sizes / average)
     brute = np.zeros(rows)
     for j, (ids, tf, _) in enumerate(columns):
         f = tf.astype(np.float64)
-        brute[ids] += idf[j] * ((f * (postings.K1 + 1.0)) / (f + norm[ids]))
+        brute[ids] += idf[j] * ((f * (keyword.K1 + 1.0)) / (f + norm[ids]))
     held = np.flatnonzero(brute > 0)
     for top_k in (1, 5, 40, 1000):
         want = held[np.lexsort((held, -brute[held]))][:top_k]
         for budget in (1, 10, 100, 10_000):
-            got = postings.bm25_top(columns, idf, average, top_k, budget)
-            assert got is not None
+            got = keyword.bm25_top(columns, idf, average, top_k, budget)
             assert got[0].tolist() == want.tolist(), (top_k, budget)
             assert got[1].tolist() == brute[want].tolist()
-    # A saturated count: the caller ranks instead.
-    saturated = [(c[0], np.full(len(c[0]), postings.TF_MAX, dtype=np.uint8), c[2]) for c in columns]
-    assert postings.bm25_top(saturated, idf, average, 5, 100) is None
+
+
+def test_counts_past_a_byte_are_kept_whole_and_too_many_tokens_are_refused(tmp_path: Path) -> None:
+    """Format 2 holds a term count and a token count up to 65,535 each; a chunk with more tokens is refused."""
+    conn = _database(tmp_path / "w.db")
+    POSTINGS.add(conn, (1, 1), [(3, Counter({"水": 300, "の": 65_535}), 65_535)])
+    ids, tf, sizes = POSTINGS.read(conn, (1, 1), ["水", "の"])["の"]
+    assert (ids.tolist(), tf.tolist(), sizes.tolist()) == ([3], [65_535], [65_535])
+    assert POSTINGS.read(conn, (1, 1), ["水"])["水"][1].tolist() == [300]
+    with pytest.raises(VectorStoreError, match="65,535"):
+        POSTINGS.add(conn, (1, 1), [(4, Counter({"水": 1}), 65_536)])

@@ -17,9 +17,10 @@ import pytest
 
 from bunko import Bunko, Document
 from bunko.requests import DEFAULT_MODE, AskRequest, SearchRequest
-from bunko.search import Retriever
+from bunko.search import Retriever, keyword_query, vector_query
 from bunko.server.schemas import ChatRequest
 from bunko.stores import StoreBackend
+from bunko.stores.base import Ranked
 from bunko.testing.store_suite import INFO, make_document, unit_vectors
 from bunko.types import VectorRecord
 
@@ -44,28 +45,37 @@ def test_hits_by_id_are_read_in_order_inside_the_tenant_and_collection(backend: 
     mine = a.write_document("c", make_document("a.txt", ["alpha one", "alpha two"], unit_vectors(2, 1)))
     elsewhere = a.write_document("other", make_document("o.txt", ["other"], unit_vectors(1, 2)))
     theirs = b.write_document("c", make_document("b.txt", ["beta"], unit_vectors(1, 3)))
-    ids = [h.chunk_id for h in a.query("c", unit_vectors(1, 1)[0], 2)]
-    other_id = a.query("other", unit_vectors(1, 2)[0], 1)[0].chunk_id
-    their_id = b.query("c", unit_vectors(1, 3)[0], 1)[0].chunk_id
+    ids = [h.chunk_id for h in vector_query(a, "c", unit_vectors(1, 1)[0], 2)]
+    other_id = vector_query(a, "other", unit_vectors(1, 2)[0], 1)[0].chunk_id
+    their_id = vector_query(b, "c", unit_vectors(1, 3)[0], 1)[0].chunk_id
     assert mine.chunks == 2 and elsewhere.chunks == theirs.chunks == 1
+
+    def hits(store, ranked, vectors=None):
+        """Hits for ranked (chunk id, score) pairs through the store's search port, in one transaction."""
+        with store.reader(store.read_collection("c")) as reader:
+            keys = reader.keys_of([cid for cid, _ in ranked])
+            order = [(keys[cid], score) for cid, score in ranked if cid in keys]
+            return reader.hits(Ranked(np.asarray([k for k, _ in order], dtype=np.int64),
+                                      np.asarray([s for _, s in order])), vectors=vectors)
 
     vectors: dict[str, np.ndarray] = {}
     ranked = [(ids[1], 0.5), (their_id, 0.9), (other_id, 0.8), (ids[0], 0.25), ("no-such-id", 1.0)]
-    hits = a.fetch_hits("c", ranked, vectors=vectors)
+    found = hits(a, ranked, vectors)
     # Only this tenant's chunks of this collection come back, in the given order with the given scores.
-    assert [(h.chunk_id, h.score) for h in hits] == [(ids[1], 0.5), (ids[0], 0.25)]
-    assert {h.content for h in hits} == {"alpha one", "alpha two"} and all(h.source == "a.txt" for h in hits)
+    assert [(h.chunk_id, h.score) for h in found] == [(ids[1], 0.5), (ids[0], 0.25)]
+    assert {h.content for h in found} == {"alpha one", "alpha two"} and all(h.source == "a.txt" for h in found)
     assert set(vectors) == set(ids) and all(v.shape == (16,) for v in vectors.values())
-    assert b.fetch_hits("c", [(i, 1.0) for i in ids]) == []  # the other tenant sees none of them
-    assert [h.content for h in b.fetch_hits("c", [(their_id, 1.0)])] == ["beta"]
+    assert hits(b, [(i, 1.0) for i in ids]) == []  # the other tenant sees none of them
+    assert [h.content for h in hits(b, [(their_id, 1.0)])] == ["beta"]
+    assert [h.content for h in a.get_chunks("c", [ids[1], their_id, ids[0]])] == ["alpha two", "alpha one"]
 
 
 def test_legs_can_rank_without_the_text(backend: StoreBackend) -> None:
     store = backend.for_tenant("acme")
     store.ensure_collection("c", INFO)
     store.write_document("c", make_document("k.txt", ["水の備蓄", "家具の固定"], unit_vectors(2, 5)))
-    full = store.keyword_search("c", "水の備蓄", 5)
-    bare = store.keyword_search("c", "水の備蓄", 5, include_content=False)
+    full = keyword_query(store, "c", "水の備蓄", 5)
+    bare = keyword_query(store, "c", "水の備蓄", 5, include_content=False)
     assert full and full[0].content == "水の備蓄"
     assert [(h.chunk_id, h.score) for h in bare] == [(h.chunk_id, h.score) for h in full]
     assert all(h.content == "" for h in bare)

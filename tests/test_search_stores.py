@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bunko.engine import Bunko
+from bunko.search import keyword_query, vector_query
 from bunko.stores import open_backend
 from bunko.stores.base import StoreBackend
 from bunko.testing.store_suite import INFO, make_document, unit_vectors
@@ -63,7 +64,7 @@ def test_a_tenants_results_do_not_move_when_another_tenant_ingests(db_url: str, 
                               unit_vectors(50, seed=batch * 100 + d))
                 for d in range(10)])
         assert a.count("docs") == 3000
-        assert engine.tenant("tenant-a").store.keyword_search("docs", QUERY, 3)  # A's flood is searchable
+        assert keyword_query(engine.tenant("tenant-a").store, "docs", QUERY, 3)  # A's flood is searchable
 
         after = _results(engine, "tenant-b")
     assert after == before
@@ -111,16 +112,18 @@ def test_postgres_searches_during_a_concurrent_hnsw_build_are_exact(pg_url: str)
                     assert building.is_alive() and time.monotonic() < deadline
                     time.sleep(0.05)
             for q, expected in zip(queries, truth, strict=True):  # the index exists but is not valid
-                hits = store.query("c", q, 10, include_content=False)
-                assert store.last_plan == "exact"
+                explain: dict[str, str] = {}
+                hits = vector_query(store, "c", q, 10, include_content=False, explain=explain)
+                assert explain["plan"] == "exact"
                 assert {row_of[h.document_id] + h.chunk_index for h in hits} == expected
             writer.write_document("other", make_document("late.txt", ["late"], unit_vectors(1, 7)))  # not blocked
             assert building.is_alive()
             reader.rollback()
         building.join(timeout=300)
         assert not building.is_alive()
-        store.query("c", queries[0], 10)
-        assert store.last_plan == "hnsw"  # valid now: the planner uses it
+        explain = {}
+        vector_query(store, "c", queries[0], 10, explain=explain)
+        assert explain["plan"] == "hnsw"  # valid now: the planner uses it
     finally:
         backend.close()
         loader.close()
@@ -133,8 +136,8 @@ def _collection_pk(conn) -> int:
 def test_postgres_keyword_statistics_stay_exact_through_writes_replacements_and_deletes(pg_url: str) -> None:
     """keyword_df, kept by every write and delete, equals a recount from the stored tsvectors
     (the statement migration m006 fills it with), and BM25 reads it."""
-    from bunko.stores import pg_migrations
     from bunko.stores.postgres import PostgresBackend
+    from bunko.stores.postgres import migrations as pg_migrations
 
     from .pg import psycopg
 
@@ -148,7 +151,7 @@ def test_postgres_keyword_statistics_stay_exact_through_writes_replacements_and_
         store.write_document("c", make_document("d0.txt", ["水の入れ替え 水 水"], unit_vectors(1, 9)))  # a new version
         store.delete_documents([docs[1].id])
         store.upsert("c", [])
-        hits = store.keyword_search("c", "水の備蓄 running", 5)
+        hits = keyword_query(store, "c", "水の備蓄 running", 5)
         assert hits and all(h.score > 0 for h in hits)
         with psycopg.connect(pg_url) as conn:
             kept = dict(conn.execute("SELECT term, df FROM bunko.keyword_df WHERE df > 0").fetchall())
@@ -181,17 +184,17 @@ def test_sqlite_upgrade_moves_the_shared_fts_table_into_per_collection_tables(tm
     backend = SQLiteBackend(path)
     try:
         store = backend.for_tenant("acme")
-        assert [h.chunk_id for h in store.keyword_search("c1", "水", 5)] == ["u1"]
-        assert [h.chunk_id for h in store.keyword_search("c2", "2", 5)] == ["u2"]
+        assert [h.chunk_id for h in keyword_query(store, "c1", "水", 5)] == ["u1"]
+        assert [h.chunk_id for h in keyword_query(store, "c2", "2", 5)] == ["u2"]
     finally:
         backend.close()
 
 
-@pytest.mark.parametrize("candidates", [1, 2000])
-def test_postgres_pruned_bm25_ranks_and_scores_as_sqlite(pg_url: str, tmp_path: Path, candidates: int) -> None:
-    """The MaxScore path (from one candidate per round up to the default budget) gives SQLite FTS5's
-    top-k: the same chunks, the same scores."""
-    from bunko.stores.postgres import PostgresBackend, PostgresSettings
+@pytest.mark.parametrize("budget", [1, 20_000])
+def test_postgres_keyword_search_ranks_and_scores_as_sqlite(pg_url: str, tmp_path: Path, budget: int) -> None:
+    """The same documents in either store give the same top-k (from one candidate per MaxScore round up to
+    the default budget): the same chunks, the same scores."""
+    from bunko.stores.postgres import PostgresBackend
     from bunko.stores.sqlite import SQLiteBackend
 
     rng = np.random.default_rng(3)
@@ -199,14 +202,13 @@ def test_postgres_pruned_bm25_ranks_and_scores_as_sqlite(pg_url: str, tmp_path: 
     texts = ["".join(rng.choice(words, size=int(rng.integers(3, 12)))) for _ in range(300)]
     queries = ["水の備蓄", "避難所の地震", "emergency water running", "津波は", "の", "storage 水"]
     results = []
-    for backend in (SQLiteBackend(tmp_path / "s.db"),
-                    PostgresBackend(pg_url, settings=PostgresSettings(keyword_candidates=candidates))):
+    for backend in (SQLiteBackend(tmp_path / "s.db"), PostgresBackend(pg_url)):
         try:
             store = backend.for_tenant("t")
             store.ensure_collection("c", INFO, analyzer="combined_en")
             store.write_documents("c", [make_document(f"d{i}.txt", texts[i * 30:(i + 1) * 30],
                                                       unit_vectors(30, i)) for i in range(10)])
-            results.append([[(h.content, round(h.score, 9)) for h in store.keyword_search("c", q, 7)]
+            results.append([[(h.content, round(h.score, 9)) for h in keyword_query(store, "c", q, 7, budget=budget)]
                             for q in queries])
         finally:
             backend.close()
@@ -224,8 +226,8 @@ def test_postgres_pair_lexemes_written_and_migrated_alike(pg_url: str) -> None:
     """``fts_pairs`` holds each pair of adjacent one-character tokens with the positions of its first one,
     whether the write path made it (Python) or migration m012 filled it from ``fts`` (SQL); and a keyword
     search finds a pair through it."""
-    from bunko.stores import pg_migrations
     from bunko.stores.postgres import PostgresBackend
+    from bunko.stores.postgres import migrations as pg_migrations
 
     from .pg import psycopg
 
@@ -243,7 +245,7 @@ def test_postgres_pair_lexemes_written_and_migrated_alike(pg_url: str) -> None:
             conn.execute(pg_migrations._M012_FTS_PAIRS[1])
             migrated = dict(conn.execute("SELECT content, fts_pairs::text FROM bunko.chunks").fetchall())
         assert migrated == written
-        assert [h.content for h in store.keyword_search("c", "備蓄", 5)] == [texts[0]]
+        assert [h.content for h in keyword_query(store, "c", "備蓄", 5)] == [texts[0]]
     finally:
         backend.close()
 
@@ -254,8 +256,8 @@ def test_postgres_concurrent_loads_and_deletes_in_one_collection_never_deadlock(
     (Deletes used to lock keyword_df rows before the collection row: a 32-client load met 85 deadlocks.)"""
     import threading
 
-    from bunko.stores import pg_migrations
     from bunko.stores.postgres import PostgresBackend
+    from bunko.stores.postgres import migrations as pg_migrations
     from bunko.types import VectorRecord
 
     from .pg import psycopg
@@ -309,7 +311,7 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
 
     from bunko.analysis import fts5_query
     from bunko.stores.sql import postings
-    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, _counted, apply_migrations, fts_table
+    from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, apply_migrations, fts_table
 
     monkeypatch.setattr(postings, "SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
 
@@ -326,7 +328,7 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             store.write_documents("c", docs)
             store.write_document("c", make_document("d0.txt", ["水の入れ替え 水 水"], unit_vectors(1, 9)))
             store.delete_documents([docs[1].id])
-            assert store.keyword_search("c", "水の備蓄 running", 5)
+            assert keyword_query(store, "c", "水の備蓄 running", 5)
     finally:
         backend.close()
 
@@ -362,7 +364,7 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             every = stored.pop("")  # the segments' lists of their chunks, with their token counts
             assert every == [(rowid, 0, len(text.split(" "))) for rowid, text in content]
             counted: dict[str, list[list[int]]] = {}  # a recount, term by term, in rowid order
-            for rowid, counts, size in _counted(content):
+            for rowid, counts, size in postings.counted(content):
                 for term, tf in counts.items():
                     for column, value in zip(counted.setdefault(term, [[], [], []]), (rowid, tf, size), strict=True):
                         column.append(value)
@@ -383,6 +385,12 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
         conn.execute("PRAGMA user_version = 9")
         apply_migrations(conn, MIGRATIONS)
         assert check(conn) == kept
+        # Back to schema 10 (postings of format 1, here a stale row): migration 11 rebuilds them in format 2.
+        conn.execute("INSERT INTO keyword_postings SELECT tenant_id, id, 999999, 'stale', x'00' "
+                     "FROM collections LIMIT 1")
+        conn.execute("PRAGMA user_version = 10")
+        apply_migrations(conn, MIGRATIONS)
+        assert check(conn) == kept
     backend = SQLiteBackend(path)
     try:
         backend.for_tenant("a").delete_collection("c")
@@ -399,15 +407,17 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
 @pytest.mark.parametrize("segment", [3, 32_768])
 def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch: pytest.MonkeyPatch,
                                                        segment: int) -> None:
-    """PostgreSQL's keyword search ranks from its postings (numpy) exactly as its SQL BM25 does: the same
-    chunks, the same scores, the same order of ties; with documents written by concurrent writers (their
-    chunk ids interleave, so segments overlap), deleted and rewritten; and migration m014 fills the
-    postings of stored chunks exactly as the writes made them."""
+    """PostgreSQL's keyword search ranks from its postings (numpy) exactly as BM25 in SQL over the chunks'
+    tsvectors does: the same chunks, the same scores, the same order of ties; with documents written by
+    concurrent writers (their chunk ids interleave, so segments overlap), deleted and rewritten, with
+    filters and document restrictions; and migration m015 fills the postings of stored chunks exactly as
+    the writes made them."""
     import threading
 
-    from bunko.stores import postgres as pg_store
-    from bunko.stores.postgres import PostgresBackend, PostgresSettings, fill_keyword_postings
+    from bunko.stores.postgres import PostgresBackend
+    from bunko.stores.postgres.migrations import fill_postings_format_2
     from bunko.stores.sql import postings
+    from bunko.testing.oracles import keyword_oracle
 
     from .pg import psycopg
     from .test_store_sqlite import _keyword_corpus
@@ -419,7 +429,7 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
     queries = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water", "ですます",
                "の", "emergency storage 地震"]
     queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 6, replace=False)]
-    backend = PostgresBackend(pg_url, settings=PostgresSettings(keyword_candidates=40))
+    backend = PostgresBackend(pg_url)
     try:
         store = backend.for_tenant("t")
         store.ensure_collection("c", INFO, analyzer="bigram")
@@ -447,30 +457,15 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
         def check() -> None:
             for q in queries:
                 for k in (1, 5, 30):
-                    got = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k)]
-                    assert store.last_keyword_plan == "postings"
-                    with store.session() as (conn, tenant_pk):
-                        row = store._collection_row(conn, tenant_pk, "c")
-                        phrases = pg_store.get_analyzer(row[10]).query_phrases(q)
-                        sql = store._bm25(conn, tenant_pk, int(row[0]), phrases, int(row[8]), int(row[11]), k,
-                                          "", "", [])
-                        uids = dict(conn.execute("SELECT id, uid FROM bunko.chunks WHERE tenant_id = %s",
-                                                 (tenant_pk,)).fetchall())
-                    assert got == [(uids[r], s) for r, s in sql], (q, k)
+                    got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, k, budget=40)]
+                    assert got == keyword_oracle(store, "c", q, k), (q, k)
                     assert got or q == "ですます"
-                    # Restricted by a filter, documents or both: from the postings over the chunks the
-                    # metadata columns allow, as SQL ranks them.
+                    # Restricted by a filter, documents or both: the chunks the metadata columns allow.
                     for flt, ids in (({"kind": "odd"}, None), (None, [docs[3].id, docs[8].id]),
                                      ({"chunk_index": {"$lt": 10}}, [docs[5].id, docs[6].id])):
-                        got = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k, filter=flt,
-                                                                                   document_ids=ids)]
-                        assert store.last_keyword_plan == "postings"
-                        with monkeypatch.context() as m:
-                            m.setattr(pg_store.PostgresVectorStore, "_restricted_ids", lambda *args: None)
-                            want = [(h.chunk_id, h.score) for h in store.keyword_search("c", q, k, filter=flt,
-                                                                                        document_ids=ids)]
-                            assert store.last_keyword_plan == "pruned"
-                        assert got == want, (q, k, flt, ids)
+                        got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, k, filter=flt,
+                                                                            document_ids=ids, budget=40)]
+                        assert got == keyword_oracle(store, "c", q, k, filter=flt, document_ids=ids), (q, k, flt)
                         restricted.append(len(got))
 
         check()
@@ -478,19 +473,18 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
         store.write_document("c", make_document("d7.txt", texts[:5], unit_vectors(5, 70)))  # a new version
         check()
         assert sum(n > 0 for n in restricted) > len(restricted) // 2, restricted
+        collection_pk = store.read_collection("c").key
         with store.session() as (conn, tenant_pk):
-            collection_pk = int(store._collection_row(conn, tenant_pk, "c")[0])
             terms = [t for (t,) in conn.execute("SELECT term FROM bunko.keyword_df WHERE collection_id = %s "
                                                 "AND df > 0", (collection_pk,)).fetchall()]
-            written = pg_store._POSTINGS.read(conn, (tenant_pk, collection_pk), terms)
+            written = backend.postings.read(conn, (tenant_pk, collection_pk), terms)
         assert len(written) == len(terms) > 100
     finally:
         backend.close()
     # The upgrade: the same postings from the stored tsvectors.
     with psycopg.connect(pg_url) as conn:
-        conn.execute("DELETE FROM bunko.keyword_postings")
-        fill_keyword_postings(conn)
+        fill_postings_format_2(conn)
         conn.execute("SELECT set_config('search_path', 'bunko, public', true)")
-        filled = pg_store._POSTINGS.read(conn, (tenant_pk, collection_pk), terms)
+        filled = postings.PostingsTable(backend.dialect).read(conn, (tenant_pk, collection_pk), terms)
     assert {t: [a.tolist() for a in c] for t, c in filled.items()} == {
         t: [a.tolist() for a in c] for t, c in written.items()}

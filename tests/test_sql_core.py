@@ -21,7 +21,7 @@ from bunko.stores import (
     open_backend,
     register_backend,
 )
-from bunko.stores import sqlite as sqlite_store
+from bunko.stores.sqlite import backend as sqlite_store
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.stores.service import Job, service_records
 from bunko.stores.sql import StoredDocument, plan_writes

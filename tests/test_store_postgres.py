@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from itertools import pairwise
 
@@ -9,12 +10,33 @@ import numpy as np
 import pytest
 
 from bunko.errors import ConfigError
-from bunko.stores import pg_migrations
+from bunko.search import keyword_query, vector_query
 from bunko.stores.postgres import PostgresBackend, PostgresSettings, schema_status
+from bunko.stores.postgres import migrations as pg_migrations
 from bunko.testing.postgres import with_dbname
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
 
 from .pg import psycopg
+
+_LAST: dict[str, str] = {"plan": ""}
+
+
+def _vq(store, *args, **kwargs):
+    """``vector_query``, remembering how the store searched (``_LAST["plan"]``)."""
+    explain: dict[str, str] = {}
+    hits = vector_query(store, *args, explain=explain, **kwargs)
+    _LAST["plan"] = explain["plan"]
+    return hits
+
+
+def _plan(store, collection: str, top_k: int, spec: dict | None = None, document_ids=None):
+    """The plan the store's reader makes for a vector search of ``collection``."""
+    from bunko.filters import parse_filter
+    from bunko.stores.base import Restriction
+
+    restriction = Restriction(document_ids, parse_filter(spec) if spec is not None else None)
+    with store.reader(store.read_collection(collection)) as reader:
+        return reader.plan(top_k, restriction)
 
 
 @pytest.fixture()
@@ -40,7 +62,7 @@ def _admin(url: str):
 
 
 def test_pool_works_as_the_application_role(backend: PostgresBackend) -> None:
-    with backend._pool.connection() as conn:
+    with backend.connection() as conn:
         user, bypass = conn.execute(
             "SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
         ).fetchone()
@@ -104,7 +126,7 @@ def test_upgrading_keeps_the_keyword_index_of_existing_rows(pg_server) -> None:
         assert migrate_database(url) == [name for name, _ in pg_migrations.MIGRATIONS[1:]]
         backend = PostgresBackend(url)
         try:
-            hits = backend.for_tenant("acme").keyword_search("docs", "飲料水")
+            hits = keyword_query(backend.for_tenant("acme"), "docs", "飲料水")
             assert [h.chunk_id for h in hits] == ["c1"]
             with _admin(url) as conn:  # m003 counted the old rows' tokens for BM25
                 assert conn.execute("SELECT fts_length FROM bunko.chunks").fetchone()[0] == 12
@@ -143,7 +165,7 @@ def test_restricted_search_strategies_return_k_in_order(pg_url: str, iterative: 
     docs = [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50])
             for i in range(60)]
     store.write_documents("c", docs)  # crosses hnsw_min_rows: the HNSW index is built after the load
-    with backend._pool.connection() as conn:
+    with backend.connection() as conn:
         assert conn.execute("SELECT to_regclass('bunko.chunks_hnsw_1') IS NOT NULL").fetchone()[0]
     q = unit_vectors(1, 71)[0]
 
@@ -151,18 +173,18 @@ def test_restricted_search_strategies_return_k_in_order(pg_url: str, iterative: 
         rows = range(3_000) if ids is None else [i * 50 + j for i in range(60) if docs[i].id in ids for j in range(50)]
         return sorted((float(vectors[r] @ q) for r in rows), reverse=True)[:10]
 
-    hits = store.query("c", q, 10)
-    assert store.last_plan == "hnsw" and len(hits) == 10
+    hits = _vq(store, "c", q, 10)
+    assert _LAST["plan"] == "hnsw" and len(hits) == 10
     assert np.allclose([h.score for h in hits][:5], exact(None)[:5], atol=1e-4)
 
     few = [docs[0].id, docs[1].id]  # 100 chunks: exact scan
-    hits = store.query("c", q, 10, document_ids=few)
-    assert store.last_plan == "exact"
+    hits = _vq(store, "c", q, 10, document_ids=few)
+    assert _LAST["plan"] == "exact"
     assert [round(h.score, 4) for h in hits] == [round(s, 4) for s in exact(few)]
 
     many = [d.id for d in docs[:20]]  # 1,000 chunks, a third of the collection: index with a restriction
-    hits = store.query("c", q, 10, document_ids=many)
-    assert store.last_plan.startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
+    hits = _vq(store, "c", q, 10, document_ids=many)
+    assert _LAST["plan"].startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
     assert len(hits) == 10 and {h.document_id for h in hits} <= set(many)
     assert all(a.score >= b.score for a, b in pairwise(hits))
     recall = len({round(h.score, 4) for h in hits} & {round(s, 4) for s in exact(many)}) / 10
@@ -178,11 +200,11 @@ def test_halfvec_index_above_2000_dimensions(pg_url: str) -> None:
     store.ensure_collection("large", EmbedderInfo("openai", "text-embedding-3-large", 3072))
     vectors = unit_vectors(60, 80, dim=3072)
     store.write_document("large", make_document("big", [f"t{i}" for i in range(60)], vectors))
-    with backend._pool.connection() as conn:
+    with backend.connection() as conn:
         definition = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_hnsw_1'").fetchone()[0]
     assert "halfvec(3072)" in definition
-    hits = store.query("large", vectors[7], 3)
-    assert store.last_plan == "hnsw" and hits[0].content == "t7"
+    hits = _vq(store, "large", vectors[7], 3)
+    assert _LAST["plan"] == "hnsw" and hits[0].content == "t7"
     backend.close()
 
 
@@ -256,7 +278,7 @@ def test_bulk_load_defers_the_index_and_analyzes(pg_url: str) -> None:
     docs = [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50]) for i in range(6)]
 
     def has_index() -> bool:
-        with backend._pool.connection() as conn:
+        with backend.connection() as conn:
             return conn.execute("SELECT to_regclass('bunko.chunks_hnsw_1') IS NOT NULL").fetchone()[0]
 
     with store.bulk_load("c"):
@@ -264,10 +286,10 @@ def test_bulk_load_defers_the_index_and_analyzes(pg_url: str) -> None:
             store.write_documents("c", [doc])  # crosses hnsw_min_rows, but the build waits
         assert not has_index()
     assert has_index()
-    with backend._pool.connection() as conn:
+    with backend.connection() as conn:
         analyzed = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'bunko.chunks'::regclass").fetchone()[0]
     assert analyzed >= 300  # statistics are fresh, so the planner can pick the index
-    assert store.query("c", vectors[3], 1)[0].content == "t0-3"
+    assert _vq(store, "c", vectors[3], 1)[0].content == "t0-3"
     backend.close()
     with pytest.raises(ConfigError, match="ef_construction"):
         PostgresSettings(hnsw_m=24, hnsw_ef_construction=40)
@@ -300,14 +322,14 @@ def test_planner_sizes_filters_and_never_comes_back_short(pg_url: str, iterative
         rows = [r for r in range(3_000) if passes(r)]
         return sorted((float(vectors[r] @ q) for r in rows), reverse=True)
 
-    hits = store.query("c", q, 5, filter={"recent": True})
-    assert store.last_plan == "exact"
+    hits = _vq(store, "c", q, 5, filter={"recent": True})
+    assert _LAST["plan"] == "exact"
     assert len(hits) == 5 and all(h.content.startswith("t0-") for h in hits)
     assert [round(h.score, 4) for h in hits] == [round(s, 4) for s in exact(lambda r: r < 7)[:5]]
-    assert len(store.query("c", q, 10, filter={"recent": True})) == 7  # all there are
+    assert len(_vq(store, "c", q, 10, filter={"recent": True})) == 7  # all there are
 
-    hits = store.query("c", q, 10, filter={"half": 1})  # 1,500 chunks, over exact_max_rows: the index
-    assert store.last_plan.startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
+    hits = _vq(store, "c", q, 10, filter={"half": 1})  # 1,500 chunks, over exact_max_rows: the index
+    assert _LAST["plan"].startswith("hnsw-iterative" if iterative is None else "hnsw-overfetch")
     assert len(hits) == 10 and all(int(h.content[1:].split("-")[0]) % 2 == 1 for h in hits)
     assert all(a.score >= b.score for a, b in pairwise(hits))
     best = exact(lambda r: (r // 50) % 2 == 1)[:10]
@@ -315,10 +337,10 @@ def test_planner_sizes_filters_and_never_comes_back_short(pg_url: str, iterative
 
     # A filter and document_ids together are sized together: 20 documents (1,000 chunks) but only
     # 4 of them (200 chunks) pass the filter, so the scan is exact.
-    hits = store.query("c", q, 10, document_ids=[d.id for d in docs[:20]], filter={"year": {"$gte": 2016}})
-    assert store.last_plan == "exact" and {h.document_id for h in hits} <= {d.id for d in docs[16:20]}
+    hits = _vq(store, "c", q, 10, document_ids=[d.id for d in docs[:20]], filter={"year": {"$gte": 2016}})
+    assert _LAST["plan"] == "exact" and {h.document_id for h in hits} <= {d.id for d in docs[16:20]}
     assert len(hits) == 10
-    assert store.query("c", q, 10, filter={"year": 1999}) == [] and store.last_plan == "empty"
+    assert _vq(store, "c", q, 10, filter={"year": 1999}) == [] and _LAST["plan"] == "empty"
     backend.close()
 
 
@@ -334,10 +356,10 @@ def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
     vectors = unit_vectors(2_500, 95)
     store.write_documents("c", [make_document(f"d{i}", [f"t{i}-{j}" for j in range(50)], vectors[i * 50 : (i + 1) * 50],
                                               metadata={"source": f"d{i}", "half": i % 2}) for i in range(50)])
-    store.query("c", vectors[0], 5, filter={"half": 1})
-    assert store.last_plan == "hnsw-iterative"
+    _vq(store, "c", vectors[0], 5, filter={"half": 1})
+    assert _LAST["plan"] == "hnsw-iterative"
+    plan = _plan(store, "c", 5, {"half": 1})
     with store.session() as (conn, tenant_pk):
-        plan = store.plan(conn, tenant_pk, 1, INFO.dimension, 2_500, 5, None, parse_filter({"half": 1}))
         where, params = compile_postgres(parse_filter({"half": 1}))
         assert plan.where == (where, params)
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
@@ -429,23 +451,15 @@ def test_bm25_scores_match_the_formula(backend: PostgresBackend) -> None:
                     score += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * len(tokens) / avgdl))
             if score:
                 expected[text] = score
-        got = {h.content: h.score for h in store.keyword_search("c", query, 10)}
+        got = {h.content: h.score for h in keyword_query(store, "c", query, 10)}
         assert got == pytest.approx(expected, rel=1e-6), query
 
 
-def test_ts_rank_is_available_as_the_other_ranking(pg_url: str) -> None:
-    backend = PostgresBackend(pg_url, settings=PostgresSettings(keyword_ranking="ts_rank"))
-    try:
-        store = backend.for_tenant("acme")
-        store.ensure_collection("c", INFO, analyzer="combined")
-        store.write_document("c", make_document("t.txt", ["家具の固定は地震対策の基本です。", "水の備蓄"],
-                                                unit_vectors(2, 5)))
-        hits = store.keyword_search("c", "地震対策", 5)
-        assert [h.content for h in hits] == ["家具の固定は地震対策の基本です。"] and 0 < hits[0].score < 1
-    finally:
-        backend.close()
-    with pytest.raises(ConfigError, match="keyword_ranking"):
-        PostgresSettings(keyword_ranking="tf-idf")
+def test_keyword_ranking_has_one_way_on_every_store() -> None:
+    """BM25 from the postings is the one keyword ranking: the settings that chose another are gone."""
+    for removed in ("keyword_ranking", "bm25_k1", "bm25_b", "keyword_candidates"):
+        with pytest.raises(ConfigError, match="not permitted"):
+            PostgresSettings(**{removed: 1})
 
 
 def test_tsvector_literals_keep_any_token_exactly(pg_url: str) -> None:
@@ -506,10 +520,8 @@ class TestFiltersThroughTheColumnPlanner:
         store = backend.for_tenant("acme")
         write_filter_fixture(store, "f")
         flt = parse_filter({"kind": {"$in": ["pdf", "html"]}})
-        with store.session() as (conn, tenant_pk):
-            row = store._collection_row(conn, tenant_pk, "f")
-            plan = store.plan(conn, tenant_pk, int(row[0]), INFO.dimension, int(row[8]), 5, None, flt)
-            assert plan.strategy == "exact" and plan.ids is not None and len(plan.ids) == 6
+        plan = _plan(store, "f", 5, flt.spec)
+        assert plan.strategy == "exact" and plan.ids is not None and len(plan.ids) == 6
 
 
     def test_passing_ids_stay_inside_the_tenant(self, backend: PostgresBackend) -> None:
@@ -522,14 +534,12 @@ class TestFiltersThroughTheColumnPlanner:
         b.ensure_collection("f", INFO)
         b.write_document("f", make_document("b.txt", ["b"], unit_vectors(1, 140), metadata={"kind": "pdf"}))
         flt = parse_filter({"kind": "pdf"})
-        with a.session() as (conn, tenant_a):
-            row = a._collection_row(conn, tenant_a, "f")
-            stolen = a.plan(conn, tenant_a, int(row[0]), INFO.dimension, int(row[8]), 10, None, flt)
+        stolen = _plan(a, "f", 10, flt.spec)
+        tenant_a = stolen.tenant_pk
         assert stolen.ids is not None and len(stolen.ids) == 5
+        own = _plan(b, "f", 10, flt.spec)
         with b.session() as (conn, tenant_b):
-            own = int(b._collection_row(conn, tenant_b, "f")[0])
-            for collection_pk in (own, stolen.collection_pk):
-                plan = b.plan(conn, tenant_b, collection_pk, INFO.dimension, 1, 10, None, flt)
+            for plan in (own, dataclasses.replace(own, collection_pk=stolen.collection_pk)):
                 plan.ids, plan.strategy = stolen.ids, "exact"
                 assert plan.run(conn, vectors["a1"]) == []
             # Even with tenant A's pk in the statement, RLS (bound to B here) admits none of A's rows.
@@ -540,20 +550,19 @@ class TestFiltersThroughTheColumnPlanner:
 def _uids_passing(store, collection: str, spec: dict) -> set[str]:
     """The chunks that pass a filter, by the compiled SQL alone (the reference for the column path)."""
     from bunko.filters import compile_postgres, parse_filter
-    from bunko.stores.postgres import _DOC_JOIN
 
     where, params = compile_postgres(parse_filter(spec))
+    collection_pk = store.read_collection(collection).key
     with store.session() as (conn, tenant_pk):
-        collection_pk = store._collection_row(conn, tenant_pk, collection)[0]
         return {r[0] for r in conn.execute(
-            f"SELECT c.uid FROM bunko.chunks c{_DOC_JOIN} WHERE c.tenant_id = %s AND c.collection_id = %s AND {where}",
+            "SELECT c.uid FROM bunko.chunks c LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id "
+            f"AND d.id = c.document_id WHERE c.tenant_id = %s AND c.collection_id = %s AND {where}",
             [tenant_pk, collection_pk, *params])}
 
 
 def test_selective_filters_read_only_the_passing_rows_and_rank_them_exactly(pg_url: str) -> None:
     """With an index, a selective filter is sized from the metadata columns (no scan of the
     collection) and ranked exactly over the rows that pass: the exact answer, by id."""
-    from bunko.filters import parse_filter
     from bunko.stores.base import ChunkWrite, DocumentWrite
     from bunko.types import new_id
 
@@ -581,12 +590,11 @@ def test_selective_filters_read_only_the_passing_rows_and_rank_them_exactly(pg_u
     for spec, passes in cases:
         rows = [r for r in range(3_000) if passes(*meta[r])]
         assert 0 < len(rows) <= 300, spec
-        hits = store.query("c", q, 10, filter=spec)
-        assert store.last_plan == "exact", spec
+        hits = _vq(store, "c", q, 10, filter=spec)
+        assert _LAST["plan"] == "exact", spec
         best = sorted(rows, key=lambda r: -float(vectors[r] @ q))[:10]
         assert [h.content for h in hits] == [f"t{r // 50}-{r % 50}" for r in best], spec
-        with store.session() as (conn, tenant_pk):
-            plan = store.plan(conn, tenant_pk, 1, INFO.dimension, 3_000, 10, None, parse_filter(spec))
+        plan = _plan(store, "c", 10, spec)
         assert plan.ids is not None and len(plan.ids) == len(rows), spec
     backend.close()
 
@@ -614,14 +622,14 @@ def test_metadata_columns_follow_inserts_deletes_versions_and_late_commits(pg_ur
     spec = {"colour": "red", "n": {"$in": [1, 2, 3]}}
 
     def check(expected: int) -> None:
-        found = {h.chunk_id for h in store.query("c", q, 100, filter=spec)}
-        assert store.last_plan == "exact"
+        found = {h.chunk_id for h in _vq(store, "c", q, 100, filter=spec)}
+        assert _LAST["plan"] == "exact"
         assert found == _uids_passing(store, "c", spec) and len(found) == expected
 
     check(12)
     store.write_documents("c", [document(60, "red")])  # appended
     check(15)
-    gone = [h.chunk_id for h in store.query("c", q, 100, filter=spec) if h.content.startswith("t60-")][:2]
+    gone = [h.chunk_id for h in _vq(store, "c", q, 100, filter=spec) if h.content.startswith("t60-")][:2]
     assert store.delete("c", gone) == 2  # removed: read again
     check(13)
     store.write_documents("c", [document(0, "blue")])  # a new version: its old chunks go, the new ones fail
@@ -629,27 +637,27 @@ def test_metadata_columns_follow_inserts_deletes_versions_and_late_commits(pg_ur
 
     # A writer takes ids first and commits last: a search in between must not hide its rows afterwards.
     late_uid = new_id()
+    collection_pk = store.read_collection("c").key
     with store.session() as (conn, tenant_pk):
-        collection_pk = int(store._collection_row(conn, tenant_pk, "c")[0])
         doc_pk = conn.execute("SELECT id FROM bunko.documents WHERE tenant_id = %s AND source = 'd1'",
                               (tenant_pk,)).fetchone()[0]
-    late = backend._pool.getconn()
-    try:
+    with backend.connection() as late:
         late.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
-        store._copy_chunks(late, [(late_uid, tenant_pk, collection_pk, doc_pk, None, 99, 0, 5, 1, "late",
-                                   Jsonb({"n": 2}), vectors[3_100], "", 0, "")])
+        late.execute("INSERT INTO bunko.chunks (uid, tenant_id, collection_id, document_id, chunk_index, "
+                     "start_offset, end_offset, token_count, content, metadata, embedding) "
+                     "VALUES (%s, %s, %s, %s, 99, 0, 5, 1, 'late', %s, %s)",
+                     (late_uid, tenant_pk, collection_pk, doc_pk, Jsonb({"n": 2}), vectors[3_100]))
         store.write_documents("c", [document(61, "red")])  # higher ids, committed first
         check(13)
         # One removal and the late row before the next search: the chunk count comes out where it was,
         # so only mutation_seq tells the columns to read again.
-        gone = [h.chunk_id for h in store.query("c", q, 100, filter=spec) if h.content.startswith("t61-")][:1]
+        gone = [h.chunk_id for h in _vq(store, "c", q, 100, filter=spec) if h.content.startswith("t61-")][:1]
         assert store.delete("c", gone) == 1
-        store._count(late, tenant_pk, collection_pk, 1, 0)
+        late.execute("UPDATE bunko.collections SET chunk_count = chunk_count + 1 WHERE tenant_id = %s AND id = %s",
+                     (tenant_pk, collection_pk))
         late.commit()
-    finally:
-        backend._pool.putconn(late)
     check(13)
-    assert late_uid in {h.chunk_id for h in store.query("c", q, 100, filter=spec)}
+    assert late_uid in {h.chunk_id for h in _vq(store, "c", q, 100, filter=spec)}
     store.write_documents("c", [document(62, "red")])
     check(16)
     backend.close()
@@ -664,12 +672,12 @@ def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) 
     store = backend.for_tenant("acme")
     store.ensure_collection("c", INFO)
     store.write_document("c", make_document("d", [f"t{i}" for i in range(60)], unit_vectors(60, 130)))
-    with backend._pool.connection() as conn:
+    with backend.connection() as conn:
         assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "400"
         definition = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_hnsw_1'").fetchone()[0]
     assert "ef_construction='200'" in definition and "m='16'" in definition
-    store.query("c", unit_vectors(1, 131)[0], 5)
-    assert store.last_plan == "hnsw"
+    _vq(store, "c", unit_vectors(1, 131)[0], 5)
+    assert _LAST["plan"] == "hnsw"
     backend.close()
 
 
@@ -696,7 +704,7 @@ def test_a_libpq_connection_string_opens_postgres(pg_url: str, tmp_path, monkeyp
         store = backend.for_tenant("acme")
         store.ensure_collection("c", INFO)
         store.write_documents("c", [make_document("d.txt", ["水の備蓄"], unit_vectors(1, 0))])
-        assert [h.content for h in store.keyword_search("c", "備蓄", 3)] == ["水の備蓄"]
+        assert [h.content for h in keyword_query(store, "c", "備蓄", 3)] == ["水の備蓄"]
     finally:
         backend.close()
     assert list(tmp_path.iterdir()) == []  # no SQLite file named after the string

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from bunko.errors import ConfigError, UnknownProviderError, VectorStoreError
+from bunko.search import keyword_query, vector_query
 from bunko.stores import SQLiteBackend, open_backend
 from bunko.stores.sqlite import SCHEMA_VERSION
+from bunko.testing.oracles import keyword_oracle
 from bunko.testing.store_suite import INFO, StoreConformance, make_document, unit_vectors
 
 
@@ -27,7 +29,7 @@ def _writer(path: str, worker: int, n_docs: int) -> None:
         vectors = unit_vectors(20, worker * 1000 + d)
         store.write_document("c", make_document(f"w{worker}-d{d}", [f"w{worker} d{d} c{i}" for i in range(20)],
                                                 vectors))
-        store.query("c", vectors[0], 3)
+        vector_query(store, "c", vectors[0], 3)
     backend.close()
 
 
@@ -44,7 +46,7 @@ def test_two_processes_write_and_read_one_file(db_path: Path) -> None:
     store = backend.for_tenant("acme")
     assert len(store.list_documents("c")) == 30
     assert store.count("c") == 600
-    assert len(store.query("c", unit_vectors(1, 5)[0], 100)) == 100
+    assert len(vector_query(store, "c", unit_vectors(1, 5)[0], 100)) == 100
     backend.close()
 
 
@@ -64,20 +66,20 @@ class _LockedAtFirst:
 def test_switching_a_new_file_to_wal_waits_out_a_racing_process(tmp_path: Path) -> None:
     # Two processes opening a new file at once: SQLite refuses one switch to WAL without waiting
     # (seen as a failed worker in CI, about 1 open in 300); the loser tries again.
-    from bunko.stores.sqlite import _use_wal
+    from bunko.stores.sqlite import use_wal
 
     conn = sqlite3.connect(tmp_path / "new.db", isolation_level=None)
     racing = _LockedAtFirst(conn, failures=3)
-    _use_wal(racing)  # type: ignore[arg-type]
+    use_wal(racing)  # type: ignore[arg-type]
     assert racing.failures == 0
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
     other = sqlite3.connect(tmp_path / "other.db", isolation_level=None)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
-        _use_wal(_LockedAtFirst(other, failures=1, message="disk I/O error"))  # type: ignore[arg-type]
+        use_wal(_LockedAtFirst(other, failures=1, message="disk I/O error"))  # type: ignore[arg-type]
     with pytest.raises(sqlite3.OperationalError, match="locked"):
-        _use_wal(_LockedAtFirst(other, failures=10**6), wait=0.05)  # type: ignore[arg-type]
+        use_wal(_LockedAtFirst(other, failures=10**6), wait=0.05)  # type: ignore[arg-type]
     other.close()
 
 
@@ -106,7 +108,7 @@ def test_non_finite_vectors_are_refused(backend: SQLiteBackend) -> None:
     with pytest.raises(VectorStoreError):
         store.write_document("c", make_document("a", ["x"], bad))
     with pytest.raises(VectorStoreError):
-        store.query("c", bad[0], 1)
+        vector_query(store, "c", bad[0], 1)
     assert store.count("c") == 0
 
 
@@ -147,47 +149,19 @@ def _keyword_corpus(rng: np.random.Generator, n: int) -> list[str]:
     return texts
 
 
-def _plain_fts5(backend: SQLiteBackend, store, query: str, top_k: int, *, document_ids=None, flt=None):
-    """The whole query ranked by FTS5's bm25(), as keyword search did before MaxScore."""
-    from bunko.analysis import fts5_query, get_analyzer
-    from bunko.filters import as_filter, compile_sqlite
-    from bunko.stores.sqlite import _bm25_fts5
-
-    with store.session() as (conn, tenant_pk):
-        collection_pk, analyzer = conn.execute(
-            "SELECT id, analyzer FROM collections WHERE tenant_id = ? AND name = 'c'", (tenant_pk,)).fetchone()
-        match = fts5_query(get_analyzer(analyzer).query_phrases(query))
-        join, restrict, params = "", "", []
-        if document_ids is not None:
-            restrict += " AND c.document_id IN (SELECT id FROM documents WHERE tenant_id = ? AND uid IN ({}))".format(
-                ", ".join("?" * len(document_ids)))
-            params += [tenant_pk, *document_ids]
-        if flt is not None:
-            join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-            where, where_params = compile_sqlite(as_filter(flt))
-            restrict += f" AND {where}"
-            params += where_params
-        ranked = _bm25_fts5(conn, tenant_pk, collection_pk, match, top_k, join, restrict, params)
-        uids = dict(conn.execute("SELECT id, uid FROM chunks WHERE tenant_id = ?", (tenant_pk,)).fetchall())
-    return [(uids[r], s) for r, s in ranked]
-
-
-@pytest.mark.parametrize(("budget", "round_rows", "segment"),
-                         [(1, 384, 32_768), (40, 384, 32_768), (300, 384, 3), (40, 64, 32_768), (40, 384, 1)])
-def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        budget: int, round_rows: int, segment: int) -> None:
-    """MaxScore, in numpy over the postings (no restriction) or over FTS5's ranking (filters and
-    document restrictions), returns exactly FTS5's bm25() top-k: the same chunks, bit-identical
-    scores, the same order of ties, and after deletes and inserts (from one essential phrase at
-    first to many, widening after every batch of rows; postings in segments of 1 chunk to all)."""
-    from bunko.stores import sqlite as sqlite_store
+@pytest.mark.parametrize(("budget", "segment"), [(1, 32_768), (40, 32_768), (300, 3), (40, 1)])
+def test_keyword_search_from_the_postings_equals_fts5_bm25_ranking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   budget: int, segment: int) -> None:
+    """Keyword search ranks from the postings (MaxScore in numpy) exactly as FTS5's bm25() ranks the
+    collection's FTS5 table: the same chunks, bit-identical scores, the same order of ties; with
+    filters and document restrictions (their chunks from SQL, or from the metadata columns once the
+    process holds the collection's vectors), after deletes and inserts, from one essential phrase at
+    first to many, and with postings in segments of 1 chunk to all."""
     from bunko.stores.sql import postings
 
-    monkeypatch.setattr(sqlite_store, "_ROUND_ROWS", round_rows)
     monkeypatch.setattr(postings, "SEGMENT_ROWS", segment)
     rng = np.random.default_rng(11)
     backend = SQLiteBackend(tmp_path / "kw.db")
-    backend.keyword_candidates = budget
     try:
         store = backend.for_tenant("t")
         store.ensure_collection("c", INFO, analyzer="bigram")
@@ -203,57 +177,60 @@ def test_pruned_keyword_search_equals_fts5_bm25_ranking(tmp_path: Path, monkeypa
                    "雨と雪と風のときはですます東京大阪", "の"]
         # ... and pieces of stored chunks (rare bigrams that do occur), with common endings.
         queries += [texts[int(i)][5:17].replace(" ", "") + "ですか" for i in rng.choice(len(texts), 8, replace=False)]
-        plans: list[str] = []
-        whole: list[str] = []  # the plans of searches without a restriction
+        plans: set[str] = set()
         found: list[int] = []
 
         def check(**restriction) -> None:
             for q in queries:
                 for k in (1, 3, 10, 50):
-                    got = [(h.chunk_id, h.score) for h in store.keyword_search(
-                        "c", q, k, document_ids=restriction.get("document_ids"), filter=restriction.get("flt"))]
-                    (plans if restriction else whole).append(store.last_keyword_plan)
-                    want = _plain_fts5(backend, store, q, k, **restriction)
+                    explain: dict[str, str] = {}
+                    got = [(h.chunk_id, h.score) for h in keyword_query(
+                        store, "c", q, k, document_ids=restriction.get("document_ids"), filter=restriction.get("flt"),
+                        budget=budget, explain=explain)]
+                    plans.add(explain["plan"])
+                    want = keyword_oracle(store, "c", q, k, document_ids=restriction.get("document_ids"),
+                                          filter=restriction.get("flt"))
                     assert got == want, (q, k, restriction)
                     found.append(len(got))
 
-        check()
-        check(flt={"kind": "odd"})
-        check(document_ids=[docs[3].id, docs[17].id])
-        check(document_ids=[docs[5].id], flt={"chunk_index": {"$lt": 10}})
-        # Deletes and new writes change the statistics: the remembered phrase counts must follow.
+        def every_restriction() -> None:
+            check()
+            check(flt={"kind": "odd"})
+            check(document_ids=[docs[3].id, docs[17].id])
+            check(document_ids=[docs[5].id], flt={"chunk_index": {"$lt": 10}})
+
+        every_restriction()
+        # Deletes and new writes change the statistics: the counts must follow.
         store.delete_documents([docs[0].id], "c")
         store.write_documents("c", [make_document("late.txt", _keyword_corpus(rng, 30), unit_vectors(30, 99))])
-        check()
-        # Without a restriction the postings answer; with one, small top-k over rare phrases is pruned
-        # and the rest widens until FTS5 ranks the whole query.
-        assert set(whole) == {"postings"}, whole
-        assert plans.count("pruned") >= len(plans) // 8, plans
+        every_restriction()
+        # Once the process holds the collection's vectors (a vector search), a restriction's chunks come
+        # from the metadata columns: still exactly FTS5's ranking.
+        vector_query(store, "c", unit_vectors(1, 0)[0], 1)
+        assert backend.matrices.holds(store.read_collection("c").key)
+        every_restriction()
+        assert plans == {"postings"}
         assert sum(1 for n in found if n) > len(found) * 0.8, found  # most searches find something
-        # Once the process holds the collection's vectors (a vector search), a restriction is answered
-        # from the postings over the rows the metadata columns allow, still exactly FTS5's ranking.
-        store.query("c", unit_vectors(1, 0)[0], 1)
-        plans.clear()
-        check(flt={"kind": "odd"})
-        check(document_ids=[docs[3].id, docs[17].id])
-        check(document_ids=[docs[5].id], flt={"chunk_index": {"$lt": 10}})
-        assert set(plans) == {"postings"}, plans
     finally:
         backend.close()
 
 
-def test_keyword_counts_beyond_the_postings_range_are_ranked_by_fts5(tmp_path: Path) -> None:
-    """A term count over 254 or a chunk over 65,534 tokens does not fit a posting: the search ranks with
-    FTS5 instead, and the scores are still FTS5's own (a saturated count would score 255 times)."""
+def test_keyword_counts_past_a_byte_are_exact_and_a_chunk_past_the_token_limit_is_refused(tmp_path: Path) -> None:
+    """A term 300 times in a chunk scores as FTS5 scores it (the postings hold the count whole); a chunk of
+    more than 65,535 keyword tokens is refused with a typed error before anything is written."""
     backend = SQLiteBackend(tmp_path / "big.db")
     try:
         store = backend.for_tenant("t")
         store.ensure_collection("c", INFO, analyzer="bigram")
-        texts = ["水" * 300 + "の森", "水の森と空", "森の空", "火" * 66_000 + "の雨", "雨の森", "空"]
+        texts = ["水" * 300 + "の森", "水の森と空", "森の空", "雨の森", "空"]
         store.write_documents("c", [make_document(f"d{i}.txt", [t], unit_vectors(1, i)) for i, t in enumerate(texts)])
-        for query, plan in (("水", "pruned"), ("雨", "pruned"), ("森の空", "postings")):
-            got = [(h.chunk_id, h.score) for h in store.keyword_search("c", query, 3)]
-            assert got == _plain_fts5(backend, store, query, 3) and got, query
-            assert (store.last_keyword_plan == "postings") == (plan == "postings"), (query, store.last_keyword_plan)
+        for query in ("水", "森の空", "水の森"):
+            got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", query, 3)]
+            assert got == keyword_oracle(store, "c", query, 3) and got, query
+        with pytest.raises(VectorStoreError, match="65,535"):
+            store.write_documents("c", [make_document("huge.txt", ["火" * 66_000], unit_vectors(1, 9))])
+        assert store.count("c") == len(texts)
     finally:
         backend.close()
+
+

@@ -374,6 +374,40 @@ def token_pairs(tokens: Sequence[str]) -> Iterator[tuple[int, str]]:
             yield i, f"{a} {b}"
 
 
+def phrase_term(phrase: Sequence[str]) -> str | None:
+    """The keyword statistics term of a query phrase: its token, or ``"a b"`` for two one-character
+    tokens (a CJK bigram); None for a phrase of any other shape, which the keyword index does not keep."""
+    if len(phrase) == 1:
+        return phrase[0]
+    if len(phrase) == 2 and len(phrase[0]) == 1 and len(phrase[1]) == 1:
+        return " ".join(phrase)
+    return None
+
+
+# Text an analyzer is tried on when a collection is created with it (see check_phrase_shapes).
+_SHAPE_PROBES = (
+    "東京都の防災マニュアル、2024年版。非常用の水は一人一日3リットル。",
+    "Trace-based Just-in-Time Type Specialization for Dynamic Languages; running flows.",
+    "ソウル 서울 北京 Zürich naïve café 123 abc-def",
+)
+
+
+def check_phrase_shapes(analyzer: Analyzer) -> None:
+    """Refuse an analyzer whose query phrases the keyword index cannot answer.
+
+    The index keeps tokens and pairs of adjacent one-character tokens (``phrase_term``), so a phrase of
+    one token or of two one-character tokens is all a query may ask for; the built-in analyzers make
+    nothing else. Tried on probe texts of several scripts when a collection is created, so a plug-in
+    analyzer that makes longer phrases is refused then, not at its first search.
+    """
+    for text in _SHAPE_PROBES:
+        for phrase in analyzer.query_phrases(text):
+            if phrase_term(phrase) is None:
+                raise ConfigError(
+                    f"the {getattr(analyzer, 'name', type(analyzer).__name__)!r} analyzer makes the query phrase "
+                    f"{phrase!r}; the keyword index answers phrases of one token or of two one-character tokens")
+
+
 def tsvector_literal(tokens: list[str]) -> str:
     """A ``tsvector`` input literal: each token quoted, with its position (``'水':1 'の':2 '水':3``).
 

@@ -60,7 +60,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, get_args
 
 import annotated_types
 from pydantic import (
@@ -325,14 +325,8 @@ class PostgresSettings(Section):
     # Iterative HNSW scans: None = use them when pgvector supports them (0.8+); False = never.
     iterative_scan: Annotated[bool | None, Env("BUNKO_PG_ITERATIVE_SCAN")] = None
     max_scan_tuples: Annotated[int, Env("BUNKO_PG_MAX_SCAN_TUPLES"), Field(ge=1)] = 100_000
-    # Keyword ranking: "bm25" (computed in SQL over the analyzer's tokens) or "ts_rank".
-    keyword_ranking: Annotated[Literal["bm25", "ts_rank"], Env("BUNKO_PG_KEYWORD_RANKING")] = "bm25"
-    bm25_k1: Annotated[float, Env("BUNKO_PG_BM25_K1"), Field(ge=0, le=10)] = 1.2
-    bm25_b: Annotated[float, Env("BUNKO_PG_BM25_B"), Field(ge=0, le=1)] = 0.75
     # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
     require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
-    # BM25 first scores the chunks holding the query's rarest phrases, up to about this many.
-    keyword_candidates: Annotated[int, Env("BUNKO_PG_KEYWORD_CANDIDATES"), Field(ge=1)] = 2000
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:

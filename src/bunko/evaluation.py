@@ -332,7 +332,7 @@ async def _cited_text(tenant: Tenant, collection: str, result: GenerationResult)
         ids += [source.chunk_id, *source.metadata.get("merged_chunk_ids", [])]
     if not ids:
         return ""
-    hits = await asyncio.to_thread(tenant.store.fetch_hits, collection, [(cid, 0.0) for cid in dict.fromkeys(ids)])
+    hits = await asyncio.to_thread(tenant.store.get_chunks, collection, list(dict.fromkeys(ids)))
     return "\n".join(hit.content for hit in hits)
 
 

@@ -70,16 +70,17 @@ class RAGPipeline:
         """
         request = self._request(request, top_k, options)
         try:
-            hits = await self.retriever.search(request.search_for(search_query or request.query))
+            searched = await self.retriever.run(request.search_for(search_query or request.query))
+            hits = searched.hits
             # The question's vector from the search, when it was the question that was searched.
             result = await self.generator.generate(request.query, hits, history, query_vector=self._query_vector(
-                request, search_query), following=self.following)
+                request, search_query, searched.query_vector), following=self.following)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
         result.usage.setdefault("retrieved_chunks", len(hits))
-        result.processing_time_ms += self.retriever.last_search_ms
+        result.processing_time_ms += searched.search_ms
         return result
 
     async def stream(self, request: AskRequest | str, top_k: int | None = None, *, history: Sequence[LLMMessage] = (),
@@ -88,11 +89,13 @@ class RAGPipeline:
         request = self._request(request, top_k, options)
         try:
             yield StreamEvent("search_start")
-            hits = await self.retriever.search(request.search_for(search_query or request.query))
+            searched = await self.retriever.run(request.search_for(search_query or request.query))
+            hits = searched.hits
             yield StreamEvent("search_results", {"count": len(hits)})
             yield StreamEvent("generation_start")
             async for event in self.generator.stream(request.query, hits, history, following=self.following,
-                                                     query_vector=self._query_vector(request, search_query)):
+                                                     query_vector=self._query_vector(request, search_query,
+                                                                                     searched.query_vector)):
                 if event.type == "token":
                     yield StreamEvent("token", {"content": event.content})
                 elif event.type == "citation" and event.source is not None:
@@ -100,7 +103,7 @@ class RAGPipeline:
                 elif event.result is not None:
                     result = event.result
                     result.usage.setdefault("retrieved_chunks", len(hits))
-                    result.processing_time_ms += self.retriever.last_search_ms
+                    result.processing_time_ms += searched.search_ms
                     yield StreamEvent("done", {"response": result.to_dict()})
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
@@ -126,11 +129,12 @@ class RAGPipeline:
                 return chunk.content
         return None
 
-    def _query_vector(self, request: AskRequest, search_query: str | None) -> Any:
+    @staticmethod
+    def _query_vector(request: AskRequest, search_query: str | None, vector: Any) -> Any:
         """The question's embedding from the search just run, if the question itself was searched."""
         if search_query and search_query != request.query:
             return None
-        return self.retriever.last_query_vector
+        return vector
 
     def _request(self, request: AskRequest | str, top_k: int | None, options: dict[str, Any]) -> AskRequest:
         if top_k is not None:

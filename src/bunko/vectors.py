@@ -21,7 +21,7 @@ from .errors import CollectionNotFoundError, DimensionMismatchError, VectorStore
 from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
-from .search import Retriever
+from .search import Retriever, vector_query
 from .types import SearchHit, UsageEvent, VectorRecord
 from .usage import route, store_kind
 
@@ -105,8 +105,8 @@ async def query(retriever: Retriever, request: QueryRequest) -> list[SearchHit]:
             raise DimensionMismatchError(f"the query vector has {len(target)} dimensions; collection {name!r} "
                                          f"holds {collection.dimension}-d vectors")
     hits = await asyncio.to_thread(
-        store.query, name, target, request.top_k, threshold=request.threshold, document_ids=request.document_ids,
-        include_content=request.include_content, filter=as_filter(request.filter))
+        vector_query, store, name, target, request.top_k, threshold=request.threshold,
+        document_ids=request.document_ids, include_content=request.include_content, filter=as_filter(request.filter))
     route(UsageEvent("search", store_kind(store), "vector", latency_ms=(time.perf_counter() - started) * 1000,
                      items=len(hits), metadata={"query": request.text, "mode": "vector", "collection": name}))
     return hits

@@ -99,27 +99,47 @@ def normalised(scores: Sequence[float], floor: float = 0.0) -> list[float]:
     return [floor + (1 - floor) * (v - low) / (high - low) for v in values]
 
 
+# A leg's ranking for fusion: (leg name, weight, keys best first, their scores).
+Leg = tuple[str, float, Sequence[Any], Sequence[float]]
+
+
+def fuse_keys(legs: Sequence[Leg], top_k: int, fusion: Fusion = DEFAULT_FUSION
+              ) -> list[tuple[Any, float, dict[str, dict[str, Any]]]]:
+    """Fuse ranked lists of keys into the ``top_k`` best, by ``fusion.method``: (key, fused score, each
+    leg's rank and raw score of it), best first, ties by key. Any hashable, comparable key will do
+    (chunk keys in a store, positions in a list)."""
+    scores: dict[Any, float] = {}
+    found: dict[Any, dict[str, dict[str, Any]]] = {}
+    for name, weight, keys, raw in legs:
+        parts = (normalised(list(raw), fusion.floor) if fusion.method == "score"
+                 else [1 / (fusion.k + rank) for rank in range(1, len(keys) + 1)])
+        for rank, (key, score, part) in enumerate(zip(keys, raw, parts, strict=True), start=1):
+            found.setdefault(key, {})[name] = {"rank": rank, "score": round(float(score), 6)}
+            scores[key] = scores.get(key, 0.0) + weight * part
+    order = sorted(scores, key=lambda key: (-scores[key], key))[:top_k]
+    return [(key, scores[key], found[key]) for key in order]
+
+
 def fuse(legs: Sequence[tuple[str, float, Sequence[Ranked]]], top_k: int,
          fusion: Fusion = DEFAULT_FUSION) -> list[SearchHit]:
-    """Fuse ranked lists ``(leg name, weight, hits)`` into the ``top_k`` best, by ``fusion.method``.
+    """Fuse ranked lists of hits ``(leg name, weight, hits)`` into the ``top_k`` best, by ``fusion.method``.
 
     Each fused hit records its per-leg rank and raw score in ``metadata["legs"]``; the other fields
     come from the first leg that returned it (so hits without content fuse into hits without content).
     """
-    fused: dict[str, SearchHit] = {}
-    scores: dict[str, float] = {}
-    for name, weight, hits in legs:
-        parts = (normalised([h.score for h in hits], fusion.floor) if fusion.method == "score"
-                 else [1 / (fusion.k + rank) for rank in range(1, len(hits) + 1)])
-        for rank, (hit, part) in enumerate(zip(hits, parts, strict=True), start=1):
-            if hit.chunk_id not in fused:
-                fused[hit.chunk_id] = _fresh(hit)
-            fused[hit.chunk_id].metadata["legs"][name] = {"rank": rank, "score": round(float(hit.score), 6)}
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + weight * part
-    order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:top_k]
-    for cid in order:
-        fused[cid].score = scores[cid]
-    return [fused[cid] for cid in order]
+    first: dict[str, Any] = {}
+    for _, _, hits in legs:
+        for hit in hits:
+            first.setdefault(hit.chunk_id, hit)
+    fused = fuse_keys([(name, weight, [h.chunk_id for h in hits], [h.score for h in hits])
+                       for name, weight, hits in legs], top_k, fusion)
+    out = []
+    for chunk_id, score, per_leg in fused:
+        hit = _fresh(first[chunk_id])
+        hit.metadata["legs"] = per_leg
+        hit.score = score
+        out.append(hit)
+    return out
 
 
 def _fresh(hit: Any) -> SearchHit:
@@ -135,4 +155,4 @@ def fuse_rrf(legs: Sequence[tuple[str, float, Sequence[Ranked]]], top_k: int, k:
 
 
 __all__ = ["DEFAULT_FUSION", "DEFAULT_RRF_K", "FUSION_METHODS", "HYBRID_DEPTH", "RRF_K", "SEED_FUSION",
-           "SEED_WEIGHTS", "Fusion", "fuse", "fuse_rrf", "normalised"]
+           "SEED_WEIGHTS", "Fusion", "Leg", "fuse", "fuse_keys", "fuse_rrf", "normalised"]

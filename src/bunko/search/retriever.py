@@ -1,20 +1,19 @@
 """``Retriever``: a search of one collection of a tenant-bound store, as stages over candidates (R18–R22, R28).
 
-1. The collection row is read once (embedder check, fusion settings, the write counter).
+1. The collection row is read once (embedder check, fusion settings, the write counter): the first of
+   the search's two store transactions.
 2. A cached result for the same request and write counter is returned as is (R37).
-3. The legs run concurrently, each in a worker thread: the vector leg (the question embedded
-   once, or its embedding taken from the cache) and the keyword leg. They return chunk ids and
-   scores, no text (``include_content=False``); a hybrid search runs both, a leg with weight 0
-   is not run.
-4. Fusion (:mod:`bunko.search.fusion`) ranks the candidates.
+3. The question is embedded once (or its embedding taken from the cache), outside any transaction.
+4. One read transaction runs the legs -- the vector leg and the keyword leg, each ranking chunk keys
+   with the restriction compiled once -- fuses them (:mod:`bunko.search.fusion`) and reads the text
+   and metadata of what it returns, once (:mod:`bunko.search.session`). A leg with weight 0 is not run.
 5. When near-duplicate removal, a reranker or MMR trims the list, the candidate pool (a few times
-   ``top_k``) is read whole in one query, with its vectors when MMR needs them; otherwise only
-   the final ``top_k`` are. Either way content and metadata are read once per search.
+   ``top_k``) is what step 4 reads, with its vectors when MMR needs them.
 
 Store and embedder failures become ``RetrievalError``; "not found", embedder-mismatch and
 filter errors pass through unchanged so callers can tell a missing collection from a failing
-search. The question's vector stays on the retriever (``last_query_vector``) for the extractive
-answer, which then does not embed it again.
+search. :meth:`Retriever.run` returns a :class:`SearchResult`: the hits, the time, the question's
+vector (the extractive answer then does not embed it again) and, with ``explain``, how each leg searched.
 """
 
 from __future__ import annotations
@@ -22,28 +21,43 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..embedders import BaseEmbedder
 from ..errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
-from ..filters import Filter
 from ..requests import SearchRequest
-from ..stores.base import VectorStore
+from ..stores.base import CollectionRow, Restriction, check_query_vector
+from ..stores.sql.store import check_dimension
 from ..types import Collection, SearchHit, UsageEvent
 from ..usage import route, store_kind
 from .cache import SearchCache
-from .fusion import DEFAULT_FUSION, HYBRID_DEPTH, Fusion, fuse
+from .fusion import DEFAULT_FUSION, HYBRID_DEPTH, Fusion
+from .session import Collected, Legs, SearchPort, collect
 from .stages import CANDIDATE_FACTOR, mmr, remove_near_duplicates
 
 MAX_POOL = 100  # the most candidates a stage after the search sees
+_RETRIES = 2  # reads of the row again when chunks vanished between the row's read and the legs
+
+
+@dataclass(slots=True)
+class SearchResult:
+    """One search: its hits (best first), how long it took, the question's vector (None in keyword mode
+    or from a cached result without it) and, when asked, how each leg searched."""
+
+    hits: list[SearchHit]
+    search_ms: float
+    query_vector: np.ndarray | None = None
+    cached: bool = False
+    explain: dict[str, str] = field(default_factory=dict)
 
 
 class Retriever:
     """Searches one collection with one embedder."""
 
-    def __init__(self, embedder: Any, vector_store: VectorStore, collection: str = "default", *,
+    def __init__(self, embedder: Any, vector_store: Any, collection: str = "default", *,
                  rerankers: Callable[[str], Any] | None = None, cache: SearchCache | None = None) -> None:
         """``rerankers`` turns a request's ``rerank`` spec into a reranker (default: ``get_reranker``;
         the engine passes its own, which builds each one once). ``cache`` keeps query embeddings and
@@ -53,8 +67,6 @@ class Retriever:
         self.collection = collection
         self.rerankers = rerankers
         self.cache = cache
-        self.last_search_ms = 0.0
-        self.last_query_vector: np.ndarray | None = None
 
     def _reranker(self, spec: str | None) -> Any:
         if not spec:
@@ -119,55 +131,18 @@ class Retriever:
             return fusion
         return Fusion.from_dict(fusion, base)
 
-    # -- the legs: ids and scores --------------------------------------------------------
-    async def _keyword_leg(self, query: str, depth: int, document_ids: Sequence[str] | None,
-                           flt: Filter | None) -> list[SearchHit]:
-        return await asyncio.to_thread(self.vector_store.keyword_search, self.collection, query, depth,
-                                       document_ids=document_ids, filter=flt, include_content=False)
-
-    async def _vector_leg(self, collection: Collection, query: str, depth: int, document_ids: Sequence[str] | None,
-                          threshold: float | None, flt: Filter | None) -> list[SearchHit]:
-        self.check_embedder(collection)
-        vector = await self.query_vector(query)
-        self.last_query_vector = np.asarray(vector, dtype=np.float32)
-        return await asyncio.to_thread(self.vector_store.query, self.collection, vector, depth, threshold=threshold,
-                                       document_ids=document_ids, include_content=False, filter=flt)
-
-    async def _candidates(self, collection: Collection, request: SearchRequest, pool: int) -> list[SearchHit]:
-        """The ranked candidates of the request's mode (without text), at most ``pool``."""
-        query, document_ids, flt = request.query, request.document_ids, request.restriction
-        if request.mode == "keyword":
-            return await self._keyword_leg(query, pool, document_ids, flt)
-        if request.mode == "vector":
-            return await self._vector_leg(collection, query, pool, document_ids, request.threshold, flt)
-        how = self.fusion_for(collection, request.fusion)
-        depth = min(MAX_POOL, pool * HYBRID_DEPTH)
-        # Both legs run at once, in the same tenant scope with the same restriction.
-        legs: list[Any] = [
-            self._vector_leg(collection, query, depth, document_ids, request.threshold, flt)
-            if how.vector_weight > 0 else _nothing(),
-            self._keyword_leg(query, depth, document_ids, flt) if how.keyword_weight > 0 else _nothing(),
-        ]
-        semantic, keyword = await _gather(legs)
-        return fuse([("vector", how.vector_weight, semantic), ("keyword", how.keyword_weight, keyword)], pool, how)
-
-    async def _hydrate(self, candidates: list[SearchHit], vectors: dict[str, np.ndarray] | None = None
-                       ) -> list[SearchHit]:
-        """The candidates with their text and metadata (one query); fusion's per-leg ranks are kept."""
-        hits = await asyncio.to_thread(self.vector_store.fetch_hits, self.collection,
-                                       [(c.chunk_id, c.score) for c in candidates], vectors=vectors)
-        legs = {c.chunk_id: c.metadata["legs"] for c in candidates if "legs" in c.metadata}
-        for hit in hits:
-            if hit.chunk_id in legs:
-                hit.metadata["legs"] = legs[hit.chunk_id]
-        return hits
-
     # -- the search ------------------------------------------------------------------------
     async def search(self, request: SearchRequest | str, top_k: int | None = None, *, reranker: Any = None,
                      **options: Any) -> list[SearchHit]:
-        """The best chunks for a :class:`~bunko.requests.SearchRequest`, best first.
+        """The best chunks for a :class:`~bunko.requests.SearchRequest`, best first (:meth:`run`'s hits)."""
+        return (await self.run(request, top_k, reranker=reranker, **options)).hits
 
-        ``search("query", 5, mode="keyword")`` builds the request from the query and its options;
+    async def run(self, request: SearchRequest | str, top_k: int | None = None, *, reranker: Any = None,
+                  explain: bool = False, **options: Any) -> SearchResult:
+        """Search for a :class:`~bunko.requests.SearchRequest`: its hits, best first, with the time, the
+        question's vector and (``explain``) how each leg searched.
+
+        ``run("query", 5, mode="keyword")`` builds the request from the query and its options;
         the request's ``collection`` is this retriever's. The request's ``rerank`` names the
         reranker (R22, see :mod:`bunko.rerankers`); ``reranker`` passes a reranker object instead.
 
@@ -189,46 +164,62 @@ class Retriever:
         request = SearchRequest.build(request, self.collection, **options).resolved()
         spec_reranker = reranker is None
         reranker = reranker if reranker is not None else self._reranker(request.rerank)
-        self.last_query_vector = None
-        cached = False
         started = time.perf_counter()
+        tenant = self.vector_store.tenant
+        result = SearchResult([], 0.0)
         try:
-            collection = await asyncio.to_thread(self.vector_store.get_collection, self.collection)
+            row: CollectionRow = await asyncio.to_thread(self.vector_store.read_collection, self.collection)
             key = None
             hits: list[SearchHit] | None = None
             if self.cache is not None and self.cache.enabled:
-                key = self.cache.result_key(self.vector_store.tenant, collection, request, self.embedder,
+                key = self.cache.result_key(tenant, row.collection, request, self.embedder,
                                             None if spec_reranker else reranker)
                 hits = self.cache.results(key)
-                cached = hits is not None
-                if cached and request.mode != "keyword":  # for the extractive answer, if still cached
-                    self.last_query_vector = self.cache.query_vector(self.vector_store.tenant, self.embedder,
-                                                                     request.query)
+                if hits is not None:
+                    result.cached = True
+                    if request.mode != "keyword":  # for the extractive answer, if still cached
+                        result.query_vector = self.cache.query_vector(tenant, self.embedder, request.query)
             if hits is None:
-                hits = await self._search(collection, request, reranker)
+                hits = await self._search(row, request, reranker, result)
                 if key is not None:
                     self.cache.put_results(key, hits)  # type: ignore[union-attr]
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc
-        self.last_search_ms = (time.perf_counter() - started) * 1000
+        result.hits = hits
+        result.search_ms = (time.perf_counter() - started) * 1000
         metadata: dict[str, Any] = {"query": request.query, "mode": request.mode, "collection": self.collection}
-        if cached:
+        if result.cached:
             metadata["cached"] = True
-        route(UsageEvent("search", store_kind(self.vector_store), request.mode, latency_ms=self.last_search_ms,
+        route(UsageEvent("search", store_kind(self.vector_store), request.mode, latency_ms=result.search_ms,
                          items=len(hits), metadata=metadata))
-        return hits
+        if not explain:
+            result.explain = {}
+        return result
 
-    async def _search(self, collection: Collection, request: SearchRequest, reranker: Any) -> list[SearchHit]:
+    async def _search(self, row: CollectionRow, request: SearchRequest, reranker: Any,
+                      result: SearchResult) -> list[SearchHit]:
         wanted = request.top_k
         trimmed = request.mmr_lambda is not None or request.dedupe or reranker is not None
         pool = min(MAX_POOL, wanted * CANDIDATE_FACTOR) if trimmed else wanted
-        candidates = await self._candidates(collection, request, pool)
-        if not trimmed:
-            return await self._hydrate(candidates[:wanted])
+        how = self.fusion_for(row.collection, request.fusion) if request.mode == "hybrid" else None
+        semantic = request.mode == "vector" or (how is not None and how.vector_weight > 0)
+        keyword = request.mode == "keyword" or (how is not None and how.keyword_weight > 0)
+        vector = None
+        if semantic:
+            self.check_embedder(row.collection)
+            vector = check_query_vector(await self.query_vector(request.query))
+            check_dimension(row.dimension, vector.shape[0], self.collection)
+            result.query_vector = vector
+        legs = Legs(request.query, vector, keyword, min(MAX_POOL, pool * HYBRID_DEPTH), pool,
+                    Restriction.of(request.document_ids, request.restriction), request.threshold, how)
         vectors: dict[str, np.ndarray] | None = {} if request.mmr_lambda is not None else None
-        hits = await self._hydrate(candidates, vectors)
+        collected = await asyncio.to_thread(self._collect, row, legs, vectors)
+        result.explain = collected.plans
+        hits = collected.hits
+        if not trimmed:
+            return hits[:wanted]
         if request.dedupe:
             hits = remove_near_duplicates(hits)
         if reranker is not None:
@@ -237,21 +228,17 @@ class Retriever:
             hits = mmr(hits, vectors or {}, request.mmr_lambda, wanted)
         return hits[:wanted]
 
-
-async def _nothing() -> list[SearchHit]:
-    return []
-
-
-async def _gather(legs: list[Any]) -> list[list[SearchHit]]:
-    """Run the legs at once; if one fails, cancel the other and raise the failure."""
-    tasks = [asyncio.ensure_future(leg) for leg in legs]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    def _collect(self, row: CollectionRow, legs: Legs, vectors: dict[str, np.ndarray] | None) -> Collected:
+        """The legs and the hydration in one read transaction; when chunks the legs ranked are gone by
+        the hydration (deleted after the row was read), the row is read again and the search run again."""
+        store: SearchPort = self.vector_store
+        for attempt in range(_RETRIES + 1):
+            with store.reader(row) as reader:
+                collected = collect(reader, legs, vectors=vectors)
+            if len(collected.hits) == collected.ranked or attempt == _RETRIES:
+                return collected
+            row = store.read_collection(self.collection)
+        return collected  # pragma: no cover - the loop returns
 
 
-__all__ = ["MAX_POOL", "Retriever"]
+__all__ = ["MAX_POOL", "Retriever", "SearchResult"]

@@ -10,7 +10,7 @@ backend runs on behalf of a scoped store filters by that tenant.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +20,7 @@ import numpy as np
 
 from ..analysis import get_analyzer
 from ..errors import AnalyzerMismatchError, VectorStoreError
-from ..filters import FilterLike
+from ..filters import Filter, FilterLike, as_filter
 from ..types import (
     Collection,
     ConversationTurn,
@@ -114,6 +114,136 @@ def make_hit(row: Sequence[Any], score: float, document_metadata: dict[str, Any]
     return SearchHit(chunk_id=row[1], document_id=row[2], source=row[3] or str(metadata.get("source", "")),
                      content=row[4] if include_content else "", score=float(score), chunk_index=row[5],
                      metadata=metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionRow:
+    """A collection as one read of its store's row found it: the public view, and the store's own
+    handles that its search port works from (so one search reads the row once).
+
+    ``key`` is the row's id in its store; ``mutation_seq`` changes with every removal of chunks and
+    ``high_water`` is the highest chunk key when the row was read (the in-memory caches of vectors and
+    metadata check themselves against both); ``keyword_tokens`` is the number of analyzed tokens of
+    all the collection's chunks (BM25's average length), None where the store counts them elsewhere.
+    """
+
+    key: int
+    collection: Collection
+    mutation_seq: int = 0
+    high_water: int = 0
+    keyword_tokens: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The collection's name."""
+        return self.collection.name
+
+    @property
+    def dimension(self) -> int:
+        """The dimension of the collection's vectors."""
+        return self.collection.dimension
+
+    @property
+    def analyzer(self) -> str:
+        """The keyword analyzer the collection was created with."""
+        return self.collection.analyzer
+
+    @property
+    def chunk_count(self) -> int:
+        """How many chunks the collection held when the row was read."""
+        return self.collection.chunk_count
+
+
+@dataclass(frozen=True, slots=True)
+class Restriction:
+    """Which chunks a search may return: those of ``document_ids`` (if given) that pass ``filter``."""
+
+    document_ids: tuple[str, ...] | None = None
+    filter: Filter | None = None
+
+    @classmethod
+    def of(cls, document_ids: Sequence[str] | None = None, filter: FilterLike = None) -> Restriction | None:
+        """The restriction of a search's options, None when they restrict nothing; a malformed filter
+        raises ``FilterError``."""
+        flt = as_filter(filter)
+        if document_ids is None and flt is None:
+            return None
+        return cls(None if document_ids is None else tuple(str(d) for d in document_ids), flt)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """Chunks ranked by a search leg: their keys in the store and their scores, best first."""
+
+    keys: np.ndarray  # int64
+    scores: np.ndarray  # float64
+    plan: str = ""  # how the leg searched (``exact``, ``hnsw``, ``postings``, ...): for ``explain``
+
+    @classmethod
+    def empty(cls, plan: str = "") -> Ranked:
+        """No chunk."""
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), plan)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def pairs(self) -> list[tuple[int, float]]:
+        """(key, score) pairs, best first."""
+        return list(zip(self.keys.tolist(), self.scores.tolist(), strict=True))
+
+
+# A term's postings: (chunk keys ascending int64, the term's counts, the chunks' token counts).
+Postings = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordTotals:
+    """A collection's keyword statistics, as BM25 needs them: chunks, their mean token count, and the
+    number of chunks that hold each asked-for term."""
+
+    rows: int
+    average_length: float
+    document_frequency: dict[str, int]
+
+
+@runtime_checkable
+class CollectionReader(Protocol):
+    """The search port: one read transaction over one collection of one tenant.
+
+    A search opens one with ``store.reader(row)`` for the row it read before, runs its legs, and
+    reads only the hits it returns. Legs rank chunk keys and never read text; ``hits`` reads the
+    final ones whole, in one query. Keys of other tenants or collections are never returned.
+    """
+
+    @property
+    def row(self) -> CollectionRow:
+        """The collection row this reader works on (read before it opened)."""
+        ...
+
+    def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
+                threshold: float | None = None) -> Ranked:
+        """The ``top_k`` chunks most similar (cosine) to ``vector`` inside ``restriction``, exactly or
+        by the collection's index; when k chunks pass the restriction, k come back (R21)."""
+        ...
+
+    def allowed(self, restriction: Restriction) -> np.ndarray:
+        """The keys (ascending) of the collection's chunks that pass ``restriction``."""
+        ...
+
+    def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
+        """The collection's keyword statistics, with the document frequencies of ``terms``."""
+        ...
+
+    def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
+        """The postings of ``terms`` in the collection (terms no chunk holds are left out)."""
+        ...
+
+    def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,
+             extra: Mapping[int, Mapping[str, Any]] | None = None) -> list[SearchHit]:
+        """Hits with content and metadata for ranked chunks, in order, in one query; chunks deleted
+        meanwhile are left out. ``vectors``, if a dict, receives their stored vectors by chunk id;
+        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks)."""
+        ...
 
 
 @runtime_checkable
@@ -264,48 +394,17 @@ class VectorStore(RecordStore, Protocol):
         """Chunks upserted without a document, oldest first, a page at a time."""
         ...
 
-    def query(
-        self,
-        collection: str,
-        vector: Sequence[float] | np.ndarray,
-        top_k: int = 5,
-        *,
-        threshold: float | None = None,
-        document_ids: Sequence[str] | None = None,
-        include_content: bool = True,
-        filter: FilterLike = None,
-    ) -> list[SearchHit]:
-        """Top-k by cosine similarity, best first, inside the restriction (R21).
-
-        ``document_ids`` and ``filter`` (a metadata filter, see :mod:`bunko.filters`) restrict
-        the search before ranking: when k chunks pass, k come back. A malformed filter raises
-        ``FilterError`` before the store is touched.
-        """
+    def get_chunks(self, collection: str, chunk_ids: Sequence[str]) -> list[SearchHit]:
+        """These chunks of the collection as hits (score 0), in the order asked; unknown ids are left out."""
         ...
 
-    def keyword_search(
-        self,
-        collection: str,
-        query: str,
-        top_k: int = 5,
-        *,
-        document_ids: Sequence[str] | None = None,
-        filter: FilterLike = None,
-        include_content: bool = True,
-    ) -> list[SearchHit]:
-        """Top-k by BM25 over the analyzed text, best first, inside ``document_ids`` and ``filter``.
-
-        ``include_content=False`` leaves the text out of the hits (a search's legs rank ids only).
-        """
+    # The search port (see CollectionReader; search itself is bunko.search's)
+    def read_collection(self, name: str) -> CollectionRow:
+        """The collection's row, read once for a search to work from, or ``CollectionNotFoundError``."""
         ...
 
-    def fetch_hits(self, collection: str, ranked: Sequence[tuple[str, float]], *,
-                   vectors: dict[str, np.ndarray] | None = None) -> list[SearchHit]:
-        """Hits with content and metadata for ranked (chunk id, score) pairs, in order, in one query.
-
-        Ids of other tenants or collections are left out. ``vectors``, if a dict, receives the
-        chunks' stored vectors from the same query.
-        """
+    def reader(self, row: CollectionRow) -> AbstractContextManager[CollectionReader]:
+        """The search port over a collection read before: one read transaction, for one search."""
         ...
 
 

@@ -37,6 +37,7 @@ try:  # the property test needs hypothesis (a dev dependency); without it that o
     HAVE_HYPOTHESIS = True
 except ImportError:  # pragma: no cover
     HAVE_HYPOTHESIS = False
+from ..search.session import keyword_query, vector_query
 from ..stores.base import ChunkWrite, DocumentWrite, StoreBackend
 from ..types import ConversationTurn, EmbedderInfo, UsageEvent, VectorRecord, new_id
 
@@ -236,7 +237,7 @@ class StoreConformance:
             store.count("docs")
         store.ensure_collection("docs", INFO)
         assert store.count("docs") == 0
-        assert store.query("docs", unit_vectors(1, 2)[0], 5) == []
+        assert vector_query(store, "docs", unit_vectors(1, 2)[0], 5) == []
 
     # -- upsert / query / delete (R14) ---------------------------------------------------
     def test_upsert_generates_ids_and_updates_on_conflict(self, backend: StoreBackend) -> None:
@@ -249,7 +250,7 @@ class StoreConformance:
         assert store.count("c") == 2
         store.upsert("c", [VectorRecord("beta v2", {"k": 3}, id="fixed-id", vector=vectors[2].tolist())])
         assert store.count("c") == 2
-        hit = store.query("c", vectors[2], 1)[0]
+        hit = vector_query(store, "c", vectors[2], 1)[0]
         assert (hit.chunk_id, hit.content, hit.metadata["k"]) == ("fixed-id", "beta v2", 3)
         assert hit.score == pytest.approx(1.0, abs=1e-5)
         with pytest.raises(VectorStoreError):
@@ -263,7 +264,7 @@ class StoreConformance:
         with pytest.raises(DimensionMismatchError):
             store.write_document("c", make_document("a", ["x"], unit_vectors(1, 1, dim=DIM - 1)))
         with pytest.raises(DimensionMismatchError):
-            store.query("c", [0.1] * 3, 1)
+            vector_query(store, "c", [0.1] * 3, 1)
         assert store.count("c") == 0  # nothing half-written
 
     def test_query_is_exact_and_ordered(self, backend: StoreBackend) -> None:
@@ -275,14 +276,14 @@ class StoreConformance:
             store.write_document("c", make_document(f"doc{d}", [f"text {d}-{i}" for i in range(50)], part))
         q = unit_vectors(1, 99)[0]
         expected = np.sort(vectors @ q)[::-1][:10]
-        hits = store.query("c", q, 10)
+        hits = vector_query(store, "c", q, 10)
         assert [round(h.score, 5) for h in hits] == [round(float(s), 5) for s in expected]
         assert all(a.score >= b.score for a, b in pairwise(hits))
-        assert store.query("c", q, 10, threshold=float(expected[3]) - 1e-6)[-1].score >= expected[3] - 1e-5
-        assert len(store.query("c", q, 10, threshold=float(expected[3]) - 1e-6)) == 4
-        assert store.query("c", q, 3, include_content=False)[0].content == ""
+        assert vector_query(store, "c", q, 10, threshold=float(expected[3]) - 1e-6)[-1].score >= expected[3] - 1e-5
+        assert len(vector_query(store, "c", q, 10, threshold=float(expected[3]) - 1e-6)) == 4
+        assert vector_query(store, "c", q, 3, include_content=False)[0].content == ""
         with pytest.raises(VectorStoreError):
-            store.query("c", q, 0)
+            vector_query(store, "c", q, 0)
 
     def test_restricted_search_never_comes_back_short(self, backend: StoreBackend) -> None:
         """Seed 003: a restriction to a few documents must return k hits when k exist there."""
@@ -294,12 +295,12 @@ class StoreConformance:
         far = -np.tile(q, (5, 1)) + 0.3 * unit_vectors(5, 9)  # the worst matches in the whole collection
         target = make_document("recent", [f"r{i}" for i in range(5)], far)
         store.write_document("c", target)
-        hits = store.query("c", q, 5, document_ids=[target.id])
+        hits = vector_query(store, "c", q, 5, document_ids=[target.id])
         assert len(hits) == 5
         assert {h.document_id for h in hits} == {target.id}
         assert all(a.score >= b.score for a, b in pairwise(hits))
-        assert len(store.query("c", q, 10, document_ids=[target.id])) == 5  # all there are
-        assert store.query("c", q, 5, document_ids=["no-such-document"]) == []
+        assert len(vector_query(store, "c", q, 10, document_ids=[target.id])) == 5  # all there are
+        assert vector_query(store, "c", q, 5, document_ids=["no-such-document"]) == []
 
     def test_delete_chunks_by_id(self, backend: StoreBackend) -> None:
         store = backend.for_tenant("acme")
@@ -308,7 +309,7 @@ class StoreConformance:
         ids = store.upsert("c", [VectorRecord(f"t{i}", vector=vectors[i].tolist()) for i in range(3)])
         assert store.delete("c", [ids[0], "unknown"]) == 1
         assert store.count("c") == 2
-        assert ids[0] not in {h.chunk_id for h in store.query("c", vectors[0], 3)}
+        assert ids[0] not in {h.chunk_id for h in vector_query(store, "c", vectors[0], 3)}
 
     # -- documents ------------------------------------------------------------------------
     def test_documents_replace_atomically_and_skip_unchanged(self, backend: StoreBackend) -> None:
@@ -324,7 +325,7 @@ class StoreConformance:
         assert (replaced.status, replaced.document_id, replaced.version) == ("replaced", first.id, 2)
         docs = store.list_documents("c")
         assert [(d.id, d.chunks, d.version) for d in docs] == [(first.id, 3, 2)]  # same document, new version
-        contents = {h.content for h in store.query("c", unit_vectors(1, 13)[0], 10)}
+        contents = {h.content for h in vector_query(store, "c", unit_vectors(1, 13)[0], 10)}
         assert contents == {"new one", "new two", "new three"}
         stored = store.find_by_source("c", "a.txt")
         assert stored is not None and stored.content_hash == "h2"
@@ -364,7 +365,7 @@ class StoreConformance:
         assert counts() == (1, 3)
         store.delete_documents([store.list_documents("c")[0].id])
         assert counts() == (0, 2)
-        assert len(store.query("c", unit_vectors(1, 64)[0], 10)) == 2
+        assert len(vector_query(store, "c", unit_vectors(1, 64)[0], 10)) == 2
 
     def test_get_list_and_delete_documents(self, backend: StoreBackend) -> None:
         store = backend.for_tenant("acme")
@@ -387,12 +388,12 @@ class StoreConformance:
         doc = make_document("k.txt", ["水の備蓄は1人1日3リットルが目安です。", "家具の固定は地震対策の基本です。",
                                       "Drop, cover and hold on during an earthquake."], unit_vectors(3, 16))
         store.write_document("c", doc)
-        assert store.keyword_search("c", "水の備蓄", 3)[0].content.startswith("水の備蓄")
-        assert store.keyword_search("c", "家具", 3)[0].content.startswith("家具")
-        assert store.keyword_search("c", "EARTHQUAKE", 3)[0].content.startswith("Drop")
-        assert store.keyword_search("c", "存在しない語彙", 3) == []
-        assert store.keyword_search("c", '" OR * NEAR(', 3) == []  # FTS syntax in user input is inert
-        assert store.keyword_search("c", "家具", 3, document_ids=["other"]) == []
+        assert keyword_query(store, "c", "水の備蓄", 3)[0].content.startswith("水の備蓄")
+        assert keyword_query(store, "c", "家具", 3)[0].content.startswith("家具")
+        assert keyword_query(store, "c", "EARTHQUAKE", 3)[0].content.startswith("Drop")
+        assert keyword_query(store, "c", "存在しない語彙", 3) == []
+        assert keyword_query(store, "c", '" OR * NEAR(', 3) == []  # FTS syntax in user input is inert
+        assert keyword_query(store, "c", "家具", 3, document_ids=["other"]) == []
 
     # -- metadata filters (R18) -------------------------------------------------------------
     @pytest.mark.parametrize("spec,expected", FILTER_CASES, ids=[json.dumps(c[0], ensure_ascii=False)
@@ -402,15 +403,15 @@ class StoreConformance:
         store = backend.for_tenant("acme")
         write_filter_fixture(store, "f")
         q = unit_vectors(1, 501)[0]
-        vector_hits = store.query("f", q, 100, filter=spec)
+        vector_hits = vector_query(store, "f", q, 100, filter=spec)
         assert {_label(h) for h in vector_hits} == expected
         assert all(a.score >= b.score for a, b in pairwise(vector_hits))
-        assert {_label(h) for h in store.keyword_search("f", "共通", 100, filter=spec)} == expected
+        assert {_label(h) for h in keyword_query(store, "f", "共通", 100, filter=spec)} == expected
         assert store.count("f", filter=spec) == len(expected)
         # The filter also parses to the same answer in Python, over the metadata the hits show.
         flt = parse_filter(spec)
         assert flt is not None
-        assert {_label(h) for h in store.query("f", q, 100) if flt.matches(h.metadata)} == expected
+        assert {_label(h) for h in vector_query(store, "f", q, 100) if flt.matches(h.metadata)} == expected
 
     if HAVE_HYPOTHESIS:
         @settings(max_examples=50, deadline=None,
@@ -442,8 +443,8 @@ class StoreConformance:
                 flt = parse_filter(spec)
                 assert flt is not None
                 expected = {label for label, chunk_meta, doc_meta in rows if flt.matches(chunk_meta, doc_meta)}
-                assert {_label(h) for h in store.query(collection, q, 100, filter=flt)} == expected, spec
-                assert {_label(h) for h in store.keyword_search(collection, "共通", 100, filter=flt)} == expected, spec
+                assert {_label(h) for h in vector_query(store, collection, q, 100, filter=flt)} == expected, spec
+                assert {_label(h) for h in keyword_query(store, collection, "共通", 100, filter=flt)} == expected, spec
                 assert store.count(collection, filter=flt) == len(expected), spec
             store.delete_collection(collection)
 
@@ -452,12 +453,12 @@ class StoreConformance:
         vectors = write_filter_fixture(store, "f")
         a = store.find_by_source("f", "a.pdf")
         assert a is not None
-        hits = store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"page_number": {"$gte": 2}})
+        hits = vector_query(store, "f", vectors["a2"], 10, document_ids=[a.id], filter={"page_number": {"$gte": 2}})
         assert [_label(h) for h in hits] == ["a2", "a3"]
-        assert store.query("f", vectors["a2"], 10, document_ids=[a.id], filter={"kind": "text"}) == []
-        assert [_label(h) for h in store.query("f", vectors["d1"], 10, threshold=0.99, filter={"kind": "html"})] == [
-            "d1"]
-        assert {_label(h) for h in store.keyword_search("f", "共通", 10, document_ids=[a.id],
+        assert vector_query(store, "f", vectors["a2"], 10, document_ids=[a.id], filter={"kind": "text"}) == []
+        assert [_label(h) for h in vector_query(store, "f", vectors["d1"], 10, threshold=0.99,
+                                                filter={"kind": "html"})] == ["d1"]
+        assert {_label(h) for h in keyword_query(store, "f", "共通", 10, document_ids=[a.id],
                                                         filter={"section": "備蓄"})} == {"a1", "a2"}
         assert store.count("f", filter={}) == store.count("f") == len(ALL_FILTER_CHUNKS)
 
@@ -471,18 +472,18 @@ class StoreConformance:
         far = -np.tile(q, (6, 1)) + 0.3 * unit_vectors(6, 9)
         store.write_document("c", make_document("rare", [f"r{i}" for i in range(6)], far,
                                                 metadata={"source": "rare", "year": 2024}))
-        hits = store.query("c", q, 5, filter={"year": {"$gte": 2024}})
+        hits = vector_query(store, "c", q, 5, filter={"year": {"$gte": 2024}})
         assert len(hits) == 5 and all(h.content.startswith("r") for h in hits)
         assert all(a.score >= b.score for a, b in pairwise(hits))
-        assert len(store.query("c", q, 10, filter={"year": 2024})) == 6
+        assert len(vector_query(store, "c", q, 10, filter={"year": 2024})) == 6
 
     @pytest.mark.parametrize("spec,message", BAD_FILTERS, ids=[str(i) for i in range(len(BAD_FILTERS))])
     def test_malformed_filters_are_refused_with_every_problem(self, backend: StoreBackend, spec: Any,
                                                               message: str) -> None:
         store = backend.for_tenant("acme")
         write_filter_fixture(store, "f")
-        for call in (lambda: store.query("f", unit_vectors(1, 1)[0], 5, filter=spec),
-                     lambda: store.keyword_search("f", "共通", 5, filter=spec),
+        for call in (lambda: vector_query(store, "f", unit_vectors(1, 1)[0], 5, filter=spec),
+                     lambda: keyword_query(store, "f", "共通", 5, filter=spec),
                      lambda: store.count("f", filter=spec)):
             with pytest.raises(FilterError) as caught:
                 call()
@@ -498,14 +499,14 @@ class StoreConformance:
         b.write_document("shared", make_document("b-own.txt", ["B の文書 共通"], unit_vectors(1, 77),
                                                  metadata={"source": "b-own.txt", "kind": "text", "year": 1999}))
         for spec, _ in FILTER_CASES:
-            for hit in b.query("shared", vectors["a1"], 100, filter=spec) + b.keyword_search(
+            for hit in vector_query(b, "shared", vectors["a1"], 100, filter=spec) + keyword_query(b,
                     "shared", "共通 a1 common", 100, filter=spec):
                 assert hit.content == "B の文書 共通", spec
-        assert b.query("shared", vectors["a1"], 10, filter={"kind": "pdf"}) == []
-        assert b.keyword_search("shared", "共通", 10, filter={"author.name": "Sato"}) == []
+        assert vector_query(b, "shared", vectors["a1"], 10, filter={"kind": "pdf"}) == []
+        assert keyword_query(b, "shared", "共通", 10, filter={"author.name": "Sato"}) == []
         assert b.count("shared", filter={"kind": {"$in": ["pdf", "markdown", "html"]}}) == 0
         assert b.count("shared", filter={"year": 1999}) == 1
-        assert {_label(h) for h in a.query("shared", vectors["a1"], 100, filter={"kind": "pdf"})} == {
+        assert {_label(h) for h in vector_query(a, "shared", vectors["a1"], 100, filter={"kind": "pdf"})} == {
             "a1", "a2", "a3", "e1", "r1"}
 
     @pytest.mark.parametrize(("analyzer", "query", "first"), [
@@ -524,12 +525,12 @@ class StoreConformance:
         texts = ["水の備蓄は1人1日3リットルが目安です。", "家具の固定は地震対策の基本です。",
                  "付属の説明書を読んでください。", "Drop, cover and hold on during an earthquake."]
         store.write_document("c", make_document("k.txt", texts, unit_vectors(4, 16)))
-        hits = store.keyword_search("c", query, 4)
+        hits = keyword_query(store, "c", query, 4)
         assert hits and hits[0].content.startswith(first)
-        assert store.keyword_search("c", "EARTHQUAKE", 4)[0].content.startswith("Drop")
-        assert store.keyword_search("c", "存在しない語彙", 4) == []
+        assert keyword_query(store, "c", "EARTHQUAKE", 4)[0].content.startswith("Drop")
+        assert keyword_query(store, "c", "存在しない語彙", 4) == []
         if analyzer == "whitespace":  # no segmentation: a word inside a run is not found
-            assert store.keyword_search("c", "家具", 4) == []
+            assert keyword_query(store, "c", "家具", 4) == []
 
     def test_the_analyzer_is_fixed_when_the_collection_is_created(self, backend: StoreBackend) -> None:
         store = backend.for_tenant("acme")
@@ -550,11 +551,11 @@ class StoreConformance:
         texts = ["水の備蓄 \"quoted\" it's a & b | c ! d : e * (f) NEAR g \\ h", "家具の固定"]
         store.write_document("c", make_document("s.txt", texts, unit_vectors(2, 17)))
         for query in ['"', "'", "&", "|", "!", ":", "*", "(", ")", "\\", "-", '" * (', "'':*", "!(&|)"]:
-            assert store.keyword_search("c", query, 3) == [], query
-            hits = store.keyword_search("c", f"備蓄{query}", 3)  # next to a real word: still found
+            assert keyword_query(store, "c", query, 3) == [], query
+            hits = keyword_query(store, "c", f"備蓄{query}", 3)  # next to a real word: still found
             assert hits and hits[0].content.startswith("水の備蓄"), query
         for query in ["it's", "NEAR(", '"quoted"', "a & b", "(f)", "NEAR g", "d:*", "!h"]:  # operators are words
-            assert store.keyword_search("c", query, 3)[0].content.startswith("水の備蓄"), query
+            assert keyword_query(store, "c", query, 3)[0].content.startswith("水の備蓄"), query
 
     def test_keyword_ranking_is_bm25(self, backend: StoreBackend) -> None:
         """Rarer terms weigh more, repeated terms count, and shorter chunks win ties (both stores)."""
@@ -564,13 +565,13 @@ class StoreConformance:
                  "common rare plus many more words that make this chunk much longer than the others",
                  *(f"filler text number {i}" for i in range(7))]
         store.write_document("c", make_document("r.txt", texts, unit_vectors(len(texts), 18)))
-        ranked = [h.content for h in store.keyword_search("c", "common rare", 10)]
+        ranked = [h.content for h in keyword_query(store, "c", "common rare", 10)]
         assert len(ranked) == 5
         assert ranked[0] == "common rare rare"
         assert ranked[1] == "common rare"
         assert ranked[2].startswith("common rare plus")
         assert set(ranked[3:]) == {"common words here", "common words there"}
-        scores = [h.score for h in store.keyword_search("c", "common rare", 10)]
+        scores = [h.score for h in keyword_query(store, "c", "common rare", 10)]
         assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1] > 0
 
     # -- tenant isolation (R15) -----------------------------------------------------------
@@ -583,13 +584,13 @@ class StoreConformance:
         doc_b = make_document("public.txt", ["B の情報", "B info"], vectors[2:])
         a.write_document("shared", doc_a)
         b.write_document("shared", doc_b)
-        chunk_ids_a = [h.chunk_id for h in a.query("shared", vectors[0], 10)]
+        chunk_ids_a = [h.chunk_id for h in vector_query(a, "shared", vectors[0], 10)]
         assert len(chunk_ids_a) == 2
 
         # read
-        assert {h.document_id for h in b.query("shared", vectors[0], 10)} == {doc_b.id}
-        assert b.query("shared", vectors[0], 10, document_ids=[doc_a.id]) == []
-        assert all("A" not in h.content for h in b.keyword_search("shared", "A の機密情報 secret", 10))
+        assert {h.document_id for h in vector_query(b, "shared", vectors[0], 10)} == {doc_b.id}
+        assert vector_query(b, "shared", vectors[0], 10, document_ids=[doc_a.id]) == []
+        assert all("A" not in h.content for h in keyword_query(b, "shared", "A の機密情報 secret", 10))
         # list
         assert [d.id for d in b.list_documents("shared")] == [doc_b.id]
         assert b.find_by_source("shared", "secret.txt") is None
@@ -598,14 +599,14 @@ class StoreConformance:
         assert b.get_collection("shared").document_count == 1
         # change: an upsert with A's chunk id lands in B only
         b.upsert("shared", [VectorRecord("B overwrites?", id=chunk_ids_a[0], vector=vectors[3].tolist())])
-        assert {h.content for h in a.query("shared", vectors[0], 10)} == {"A の機密情報", "A secret"}
+        assert {h.content for h in vector_query(a, "shared", vectors[0], 10)} == {"A の機密情報", "A secret"}
         with pytest.raises(DocumentNotFoundError):
             b.upsert("shared", [VectorRecord("attach", document_id=doc_a.id, vector=vectors[3].tolist())])
         # delete
         assert b.delete_documents([doc_a.id]) == 0
         assert b.delete("shared", chunk_ids_a) == 1  # only B's own record that reused the id
         assert a.get_document(doc_a.id).chunks == 2
-        assert len(a.query("shared", vectors[0], 10)) == 2
+        assert len(vector_query(a, "shared", vectors[0], 10)) == 2
         b.delete_collection("shared")
         assert a.get_collection("shared").document_count == 1
 
@@ -616,10 +617,10 @@ class StoreConformance:
         vectors = unit_vectors(3, 40)
         a.write_document("shared", make_document("a.txt", ["one", "two"], vectors[:2]))
         b.write_document("shared", make_document("b.txt", ["three"], vectors[2:]))
-        ids_a = [h.chunk_id for h in a.query("shared", vectors[0], 10)]
+        ids_a = [h.chunk_id for h in vector_query(a, "shared", vectors[0], 10)]
         got = a.chunk_vectors("shared", [*ids_a, "no-such-chunk"])
         assert set(got) == set(ids_a)
-        stored = {h.chunk_id: h.content for h in a.query("shared", vectors[0], 10)}
+        stored = {h.chunk_id: h.content for h in vector_query(a, "shared", vectors[0], 10)}
         for chunk_id, vector in got.items():
             expected = vectors[0] if stored[chunk_id] == "one" else vectors[1]
             assert np.allclose(vector, expected, atol=1e-6)
@@ -633,7 +634,7 @@ class StoreConformance:
         stranger = backend.for_tenant("stranger")
         assert stranger.list_collections() == []
         with pytest.raises(CollectionNotFoundError):
-            stranger.query("docs", unit_vectors(1, 31)[0], 5)
+            vector_query(stranger, "docs", unit_vectors(1, 31)[0], 5)
         with pytest.raises(CollectionNotFoundError):
             stranger.list_documents("docs")
         assert stranger.delete_documents(["anything"]) == 0
@@ -652,12 +653,12 @@ class StoreConformance:
         vectors = unit_vectors(3, 40)
         doc = make_document("a", ["x", "y"], vectors[:2])
         one.write_document("c", doc)
-        assert len(two.query("c", vectors[0], 5)) == 2  # loads the matrix into two's cache
+        assert len(vector_query(two, "c", vectors[0], 5)) == 2  # loads the matrix into two's cache
         extra = make_document("b", ["z"], vectors[2:])
         one.write_document("c", extra)
-        assert len(two.query("c", vectors[0], 5)) == 3  # appended rows are picked up
+        assert len(vector_query(two, "c", vectors[0], 5)) == 3  # appended rows are picked up
         one.delete_documents([doc.id])
-        hits = two.query("c", vectors[0], 5)
+        hits = vector_query(two, "c", vectors[0], 5)
         assert [h.content for h in hits] == ["z"]  # deletes invalidate the cache
 
     # -- usage records, search logs and conversations ------------------------------------

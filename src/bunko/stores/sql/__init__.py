@@ -2,13 +2,14 @@
 
 from .dialect import Dialect, iso_text, json_value
 from .plan import PlannedWrite, StoredDocument, plan_writes
+from .reader import DOCUMENT_JOIN, CompiledRestriction, SQLReader
 from .service import SQLServiceRecords
 from .store import (
-    DOCUMENT_JOIN,
     MAX_TOP_K,
     ChunkRow,
     SQLBackend,
     SQLStore,
+    StoreCounters,
     check_dimension,
     check_name,
     check_top_k,
@@ -20,11 +21,14 @@ __all__ = [
     "DOCUMENT_JOIN",
     "MAX_TOP_K",
     "ChunkRow",
+    "CompiledRestriction",
     "Dialect",
     "PlannedWrite",
     "SQLBackend",
+    "SQLReader",
     "SQLServiceRecords",
     "SQLStore",
+    "StoreCounters",
     "StoredDocument",
     "check_dimension",
     "check_name",

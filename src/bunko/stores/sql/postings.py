@@ -1,15 +1,15 @@
-"""Keyword postings in segments, and BM25 top-k scored over them in numpy: both stores' keyword path.
+"""Keyword postings in segments: the store side of keyword search, written once for both stores.
 
 ``keyword_postings`` is an inverted index of each collection in segments, as an LSM tree keeps
 them: a write adds one segment (its key ``segment`` is the smallest chunk rowid it holds), with one
 row per statistics term of its chunks (see ``term_counts``), plus a row for the term ``ALL`` that
-lists every chunk of the segment. A row's blob is a sequence of 7-byte entries (``ENTRY``): the
+lists every chunk of the segment. A row's blob is a sequence of 8-byte entries (``ENTRY``): the
 chunk rowid's offset from the segment key, the term's count in the chunk and the chunk's token
-count (the last two saturate at their maximum, which sends the search back to the store's own
-ranking), in rowid order. The rows of a segment are adjacent in the table (the key leads the
-term), so a write touches few pages. Segments merge in tiers: once the newest ``FANOUT`` or more
-segments are of the last one's size class or below (classes grow by ``FANOUT``), or two or more of
-them would fill a segment of ``SEGMENT_ROWS`` chunks (the largest), they become one: a few
+count, in rowid order. A chunk holds at most ``MAX_TOKENS`` tokens (a write of a longer one is
+refused), so no count is ever cut short. The rows of a segment are adjacent in the table (the key
+leads the term), so a write touches few pages. Segments merge in tiers: once the newest ``FANOUT``
+or more segments are of the last one's size class or below (classes grow by ``FANOUT``), or two or
+more of them would fill a segment of ``SEGMENT_ROWS`` chunks (the largest), they become one: a few
 segments per class, each posting rewritten about once per class. A delete lists the chunks under
 the term ``DEAD`` of their segment (searches skip them) until the segment merges or half its
 chunks are gone, when it is rewritten without them.
@@ -19,14 +19,17 @@ transactions may draw chunk ids from the sequence in turns before the collection
 orders them, so a segment may hold ids below a newer one's key: merges and reads sort where the
 segments overlap, and a delete finds each chunk in its segment's ``ALL`` row.
 
-A search reads the postings of its phrases in one statement and ranks exactly (``bm25_top``):
-FTS5's ``bm25()`` to the bit, which both stores' keyword scores are.
+A search reads the postings of its terms (``PostingsTable.read``) and ranks them above the stores
+(:mod:`bunko.search.keyword`).
+
+This is format 2 of the postings. Migrations fill the table with this module (SQLite migration 11,
+PostgreSQL migration 15), so it stays as it is: a change of format is a new module beside this one
+and a migration that rebuilds the postings with it.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -34,31 +37,22 @@ from typing import Any
 import numpy as np
 
 from ...analysis import token_pairs
+from ...errors import VectorStoreError
 from .dialect import Dialect
 
+FORMAT = 2
 FANOUT = 8
 SEGMENT_ROWS = 32_768
-TF_MAX = 255
-LENGTH_MAX = 65535
+MAX_TOKENS = 65535  # the most keyword tokens one chunk may hold (its count fits an entry)
 _OFFSET_MAX = 2**32 - 1
-ENTRY = np.dtype([("offset", "<u4"), ("tf", "u1"), ("size", "<u2")])  # 7 bytes, packed
+ENTRY = np.dtype([("offset", "<u4"), ("tf", "<u2"), ("size", "<u2")])  # 8 bytes
 ALL = ""  # the term of a segment's row listing all its chunks
 DEAD = " "  # the term of a segment's row listing its deleted chunks (no token holds a space)
 
-# FTS5's bm25() (fts5_aux.c, default weights): k1 = 1.2, b = 0.75; a phrase's idf is
-# ln((N - n + 0.5) / (n + 0.5)) over N rows, n of which hold the phrase, or 1e-6 when that is not
-# positive; a row scores sum over the phrases, in query order, of
-# idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
-K1 = 1.2
-B = 0.75
-# MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
-KEYWORD_CANDIDATES = 20_000
-
 # A chunk's postings input: (rowid, its statistics terms with their counts, its token count).
 Counted = tuple[int, Mapping[str, int], int]
-# A term's postings: (rowids ascending, term counts uint8, token counts uint16).
+# A term's postings: (rowids ascending int64, term counts uint16, token counts uint16).
 Column = tuple[np.ndarray, np.ndarray, np.ndarray]
-_EMPTY: Column = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.uint16))
 
 
 def term_counts(tokens: Sequence[str]) -> Counter[str]:
@@ -69,31 +63,32 @@ def term_counts(tokens: Sequence[str]) -> Counter[str]:
     return counts
 
 
-def phrase_term(phrase: Sequence[str]) -> str | None:
-    """The statistics term of a query phrase, or None for a phrase of another shape."""
-    if len(phrase) == 1:
-        return phrase[0]
-    if len(phrase) == 2 and len(phrase[0]) == 1 and len(phrase[1]) == 1:
-        return " ".join(phrase)
-    return None
+def counted(rows: Iterable[tuple[int, str]]) -> list[Counted]:
+    """Chunks given as (rowid, analyzed text: the analyzer's tokens joined by spaces) as the postings
+    take them: (rowid, term counts, token count)."""
+    return [(rowid, term_counts(tokens), len(tokens))
+            for rowid, text in rows for tokens in ([] if not text else text.split(" "),)]
 
 
-def bm25_idf(total_rows: int, n: int) -> float:
-    """A phrase's idf as FTS5's ``bm25()`` computes it."""
-    value = math.log((total_rows - n + 0.5) / (n + 0.5))
-    return value if value > 0.0 else 1e-6
+def check_tokens(count: int) -> int:
+    """A chunk's keyword token count, or ``VectorStoreError`` past ``MAX_TOKENS``."""
+    if count > MAX_TOKENS:
+        raise VectorStoreError(f"a chunk holds {count:,} keyword tokens; the keyword index takes at most "
+                               f"{MAX_TOKENS:,} per chunk: split the text into smaller chunks")
+    return count
 
 
 def pack(first: int, ids: np.ndarray, tf: np.ndarray, sizes: np.ndarray) -> bytes:
+    """Entries for chunk rowids (ascending, from ``first``), their term counts and token counts."""
     entries = np.empty(len(ids), dtype=ENTRY)
     entries["offset"] = ids - first
-    entries["tf"] = np.minimum(tf, TF_MAX)
-    entries["size"] = np.minimum(sizes, LENGTH_MAX)
+    entries["tf"] = tf
+    entries["size"] = sizes
     return entries.tobytes()
 
 
 def unpack(first: int, blob: bytes) -> Column:
-    """A row's (rowids int64, term counts uint8, token counts uint16)."""
+    """A row's (rowids int64, term counts uint16, token counts uint16)."""
     entries = np.frombuffer(blob, dtype=ENTRY)
     return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
 
@@ -110,6 +105,7 @@ def _segment(rows: list[Counted]) -> tuple[list[tuple[str, bytes]], dict[str, in
     tf = np.fromiter((n for _, counts, _ in rows for n in counts.values()), dtype=np.int64, count=total)
     chunks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     sizes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+    check_tokens(int(sizes.max()))  # the stores refuse such chunks before their write; the entries could not hold them
     order = np.argsort(terms, kind="stable")  # by term, each term's chunks in rowid order
     blob = pack(key, np.repeat(chunks, widths)[order], tf[order], np.repeat(sizes, widths)[order])
     counts = np.bincount(terms, minlength=len(index)).tolist()
@@ -304,88 +300,3 @@ class PostingsTable:
                 ids, tf, sizes = ids[live], tf[live], sizes[live]
             out[term] = ids, tf, sizes
         return out
-
-    def rank(self, conn: Any, scope: tuple[int, int], terms: Sequence[str], counts: Sequence[int],
-             idf: Sequence[float], average: float, top_k: int, budget: int, *, k1: float = K1, b: float = B,
-             allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """``bm25_top`` over the postings of the query's phrase terms, given each one's document count
-        in the collection (0: none) and idf; with ``allowed`` (ascending rowids), over those chunks only
-        (scored with the collection's statistics, as an unrestricted search scores them)."""
-        found = self.read(conn, scope, sorted({t for t, n in zip(terms, counts, strict=True) if n}))
-        columns = [found.get(t, _EMPTY) if n else _EMPTY for t, n in zip(terms, counts, strict=True)]
-        if allowed is not None:
-            columns = [(c[0][keep], c[1][keep], c[2][keep])
-                       for c in columns for keep in (np.isin(c[0], allowed, assume_unique=True),)]
-        return bm25_top(columns, list(idf), average, top_k, budget, k1=k1, b=b)
-
-
-def bm25_top(columns: list[Column], idf: list[float], average: float, top_k: int, budget: int, *,
-             k1: float = K1, b: float = B) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The exact BM25 top-k over phrases' postings (in query order, each with its idf): (rowids,
-    scores, token counts) best first, ties by rowid; None when a saturated count makes the postings
-    inexact (the store ranks instead).
-
-    MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
-    whose postings add up to the budget, are scored for every row that holds one; their k-th best
-    share is a floor for the final k-th score, and a row's final score is at most its share plus
-    the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become
-    essential. Then only the rows whose share plus ``rest`` reaches the floor are scored on every
-    phrase, exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
-    """
-    known = [j for j in range(len(columns)) if len(columns[j][0])]
-    if not known:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
-    for j in known:
-        if (columns[j][1] == TF_MAX).any() or (columns[j][2] == LENGTH_MAX).any():
-            return None
-    counts = [len(c[0]) for c in columns]
-    order = sorted(known, key=lambda j: (-idf[j], j))
-    bound = [idf[j] * (k1 + 1.0) for j in order]
-
-    def contribution(j: int, tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
-        f = tf.astype(np.float64)
-        return idf[j] * ((f * (k1 + 1.0)) / (f + norm))
-
-    split, total = 0, 0
-    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
-        total += counts[order[split]]
-        split += 1
-    slack = 1.0 + 1e-9  # float rounding of sums taken in another order
-    while True:
-        rest = sum(bound[split:])
-        essential = order[:split]
-        ids = np.concatenate([columns[j][0] for j in essential])
-        rows, where = np.unique(ids, return_inverse=True)
-        sizes = np.empty(len(rows), dtype=np.int64)
-        sizes[where] = np.concatenate([columns[j][2] for j in essential])
-        norm = k1 * (1 - b + b * sizes.astype(np.float64) / average)
-        share = np.zeros(len(rows), dtype=np.float64)
-        at = 0
-        for j in essential:
-            found, tf, _ = columns[j]
-            place = where[at:at + len(found)]
-            share[place] += contribution(j, tf, norm[place])
-            at += len(found)
-        if split == len(order):
-            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
-            break
-        if len(rows) >= top_k:
-            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
-            if rest * slack < floor:
-                keep = (share + rest) * slack >= floor
-                break
-        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
-        split += 1
-        total = sum(counts[j] for j in order[:split])
-        while split < len(order) and total + counts[order[split]] <= budget:
-            total += counts[order[split]]
-            split += 1
-    rows, norm, sizes = rows[keep], norm[keep], sizes[keep]
-    score = np.zeros(len(rows), dtype=np.float64)
-    for j in known:  # query order, as bm25() adds them
-        found, tf, _ = columns[j]
-        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
-        hit = found[place] == rows
-        score[hit] += contribution(j, tf[place[hit]], norm[hit])
-    best = np.lexsort((rows, -score))[:top_k]
-    return rows[best], score[best], sizes[best]

@@ -30,7 +30,7 @@ from .store import SQLBackend, SQLStore
 
 _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, status, chunk_count, processing_time_ms, "
                 "error_code, error, metadata, lease_until, created_at, updated_at, attempts, max_attempts, worker")
-_KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
+KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
 _ABANDONED = "JOB_ABANDONED"
 
 
@@ -126,7 +126,7 @@ class SQLServiceRecords:
         key = new_api_key()
         with self.backend.transaction(None, None, write=True) as conn:
             row = self._run(conn, "INSERT INTO api_keys (key_hash, prefix, tenant, user_id, admin) "
-                                  f"VALUES (?, ?, ?, ?, ?) RETURNING {_KEY_COLUMNS}",
+                                  f"VALUES (?, ?, ?, ?, ?) RETURNING {KEY_COLUMNS}",
                             (hash_key(key), key[:8], tenant, user_id, bool(admin))).fetchone()
         return key, self._key(row)
 
@@ -134,7 +134,7 @@ class SQLServiceRecords:
         """The record of a valid, unrevoked key, or None."""
         digest = hash_key(api_key)
         with self.backend.transaction(None, None, write=False) as conn:
-            row = self._run(conn, f"SELECT {_KEY_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?",
+            row = self._run(conn, f"SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?",
                             (digest,)).fetchone()
         if row is None or row[6] is not None or not hmac.compare_digest(row[7], digest):
             return None
@@ -149,7 +149,7 @@ class SQLServiceRecords:
     def list_api_keys(self, tenant: str) -> list[APIKey]:
         """The keys of a tenant (without the keys themselves)."""
         with self.backend.transaction(None, None, write=False) as conn:
-            rows = self._run(conn, f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE tenant = ? ORDER BY id",
+            rows = self._run(conn, f"SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant = ? ORDER BY id",
                              (tenant,)).fetchall()
         return [self._key(r) for r in rows]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import crashpoints
-from ...analysis import Analyzer, get_analyzer
+from ...analysis import Analyzer, check_phrase_shapes, get_analyzer
 from ...errors import (
     AnalyzerMismatchError,
     CollectionNotFoundError,
@@ -51,21 +52,24 @@ from ...types import (
 )
 from ..base import (
     ChunkWrite,
+    CollectionRow,
     DocumentWrite,
+    Ranked,
     StoredChunk,
     add_usage,
     check_analyzer,
     check_conversation_id,
     check_turns,
-    make_hit,
     utc,
 )
 from .dialect import Dialect
 from .plan import PlannedWrite, StoredDocument, plan_writes
+from .reader import DOCUMENT_JOIN, SQLReader
 
 if TYPE_CHECKING:
     from ..service import ServiceRecords
     from .memory import SQLMemories
+    from .postings import PostingsTable
 
 MAX_TOP_K = 1000
 _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
@@ -73,10 +77,6 @@ _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
 # A chunk to insert: (uid, document row id, version row id, chunk_index, start, end, token_count,
 # content, metadata). Vectors and the analyzed keyword payloads travel beside, in the same order.
 ChunkRow = tuple[str, int | None, int | None, int, int, int, int, str, dict[str, Any]]
-
-# Metadata filters read the chunk as c and its document as d.
-DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
-
 
 def check_name(kind: str, name: str) -> str:
     """A tenant or collection name as given, or ``VectorStoreError``."""
@@ -124,12 +124,35 @@ def checked_vectors(collection: str, dim: int, document: DocumentWrite) -> np.nd
     return vectors
 
 
+class StoreCounters:
+    """What a backend's stores did, counted for tests and benchmarks: transactions by kind and reads of a
+    collection's row (``bunko.testing.hooks.counting`` reads them around one operation)."""
+
+    __slots__ = ("_lock", "counts")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str) -> None:
+        """Count one more ``name``."""
+        with self._lock:
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far."""
+        with self._lock:
+            return dict(self.counts)
+
+
 class SQLBackend(ABC):
     """A SQL database that hands out tenant-bound :class:`SQLStore` s and serves the server's records."""
 
     scheme: str
     url: str
     dialect: Dialect
+    postings: PostingsTable
+    counters: StoreCounters
 
     @abstractmethod
     def transaction(self, tenant: str | None, tenant_pk: int | None, *,
@@ -161,16 +184,15 @@ class SQLBackend(ABC):
 class SQLStore:
     """The store contract over a SQL database, bound to one tenant. Backends subclass it."""
 
-    # Columns of a collection row; a backend may select more after these (see _collection_extra).
+    # Columns of a collection row, in CollectionRow's order; a backend adds what it keeps of its own as
+    # two more expressions: the collection's keyword token count and its highest chunk key (or NULL).
     _COLLECTION_COLUMNS = ("id, name, description, embedding_provider, embedding_model, dimension, created_at, "
-                           "document_count, chunk_count, config, analyzer")
-    _collection_extra = ""
+                           "document_count, chunk_count, config, analyzer, write_seq, mutation_seq")
+    _collection_extra = ", NULL, NULL"
     # How a document row reports its chunk count.
     _document_chunks = "d.chunk_count"
-    # Whether hit hydration also names the collection. Planners differ: SQLite's then looks the rows
-    # up by its (tenant, collection, id) index and otherwise scans the tenant's; PostgreSQL's would
-    # scan the collection instead of using the primary key.
-    _hydrate_by_collection = False
+    # The search port of this backend (see bunko.stores.sql.reader).
+    _reader = SQLReader
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
@@ -187,6 +209,16 @@ class SQLStore:
     def kind(self) -> str:
         """The kind of database behind this store (its backend's URL scheme)."""
         return self._backend.scheme
+
+    @property
+    def dialect(self) -> Dialect:
+        """The SQL dialect of this store's database."""
+        return self._d
+
+    @property
+    def postings_table(self) -> PostingsTable:
+        """The keyword postings of this store's database (see :mod:`bunko.stores.sql.postings`)."""
+        return self._backend.postings
 
     def served_by(self, backend: SQLBackend) -> bool:
         """Whether this store reads and writes through ``backend``.
@@ -207,6 +239,7 @@ class SQLStore:
         """
         known = self._tenant_id
         pk = known
+        self._backend.counters.add("write_transactions" if write or create else "read_transactions")
         with self._backend.transaction(self._tenant, known, write=write or create) as conn:
             if pk is None:
                 pk = self._find_tenant(conn, create)
@@ -232,21 +265,40 @@ class SQLStore:
             row = self.run(conn, "SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
         return None if row is None else int(row[0])
 
-    def _collection_row(self, conn: Any, tenant_pk: int | None, name: str) -> Any:
+    def _collection_row(self, conn: Any, tenant_pk: int | None, name: str) -> CollectionRow:
         """A collection's row in this tenant, or ``CollectionNotFoundError``."""
         row = None
         if tenant_pk is not None:
+            self._backend.counters.add("collection_reads")
             row = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM collections "
                                  "WHERE tenant_id = ? AND name = ?", (tenant_pk, name)).fetchone()
         if row is None:
             raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
-        return row
+        return self._named(row)
 
-    def _collection(self, row: Any, write_seq: int = 0) -> Collection:
-        return Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
-                          dimension=int(row[5]), created_at=self._d.time_out(row[6]), document_count=int(row[7]),
-                          chunk_count=int(row[8]), config=self._d.json_out(row[9]), analyzer=row[10],
-                          write_seq=int(write_seq))
+    def _named(self, row: Sequence[Any]) -> CollectionRow:
+        """A selected row of ``_COLLECTION_COLUMNS`` and the backend's two extras, by name."""
+        collection = Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
+                                dimension=int(row[5]), created_at=self._d.time_out(row[6]),
+                                document_count=int(row[7]), chunk_count=int(row[8]), config=self._d.json_out(row[9]),
+                                analyzer=row[10], write_seq=int(row[11]))
+        return CollectionRow(int(row[0]), collection, mutation_seq=int(row[12]),
+                             keyword_tokens=None if row[13] is None else int(row[13]),
+                             high_water=0 if row[14] is None else int(row[14]))
+
+    def read_collection(self, name: str) -> CollectionRow:
+        """The collection's row, read once for a search to work from (``reader``), or
+        ``CollectionNotFoundError``."""
+        with self.session() as (conn, tenant_pk):
+            return self._collection_row(conn, tenant_pk, name)
+
+    @contextmanager
+    def reader(self, row: CollectionRow) -> Iterator[SQLReader]:
+        """The search port over a collection read before: one read transaction, for one search."""
+        with self.session() as (conn, tenant_pk):
+            if tenant_pk is None:  # the tenant has no data (any more): a reader over nothing
+                tenant_pk = -1
+            yield self._reader(self, conn, tenant_pk, row)
 
     def _wrote(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
         """Bump the collection's write counter (in the writing transaction)."""
@@ -260,7 +312,7 @@ class SQLStore:
 
     def _analyzer(self, collection: str) -> Analyzer:
         """The analyzer a collection records (fixed at creation)."""
-        return get_analyzer(self.get_collection(collection).analyzer)
+        return get_analyzer(self.read_collection(collection).analyzer)
 
     # -- what a backend supplies ----------------------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> Any:
@@ -312,7 +364,9 @@ class SQLStore:
                           config: dict[str, Any] | None = None, *, analyzer: str | None = None) -> Collection:
         """Return the collection, creating it for this embedder and analyzer if missing; refuse others."""
         check_name("collection", name)
-        analyzer_name = get_analyzer(analyzer).name  # an unknown name fails before anything is written
+        chosen = get_analyzer(analyzer)  # an unknown name fails before anything is written
+        check_phrase_shapes(chosen)
+        analyzer_name = chosen.name
         extra = self._collection_settings()
         columns = "".join(f", {c}" for c in extra)
         marks = ", ?" * len(extra)
@@ -325,7 +379,7 @@ class SQLStore:
                            "ON CONFLICT (tenant_id, name) DO NOTHING",
                      (tenant_pk, name, description, embedder.provider, embedder.model, embedder.dimension,
                       analyzer_name, self._d.json_in(config or {}), secrets.randbits(40), *extra.values()))
-            collection = self._collection(self._collection_row(conn, tenant_pk, name))
+            collection = self._collection_row(conn, tenant_pk, name).collection
         if collection.embedder != embedder:
             raise EmbedderMismatchError(
                 f"collection {name!r} was built with {collection.embedding_provider}:{collection.embedding_model} "
@@ -337,28 +391,21 @@ class SQLStore:
 
     def get_collection(self, name: str) -> Collection:
         """The collection (with its write counter), or ``CollectionNotFoundError``."""
-        with self.session() as (conn, tenant_pk):
-            row = None
-            if tenant_pk is not None:
-                row = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS}, write_seq FROM collections "
-                                     "WHERE tenant_id = ? AND name = ?", (tenant_pk, name)).fetchone()
-            if row is None:
-                raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
-            return self._collection(row, row[11])
+        return self.read_collection(name).collection
 
     def list_collections(self) -> list[Collection]:
         """This tenant's collections, by name."""
         with self.session() as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
-            rows = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS} FROM collections WHERE tenant_id = ? "
-                                  "ORDER BY name", (tenant_pk,)).fetchall()
-        return [self._collection(r) for r in rows]
+            rows = self.run(conn, f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM collections "
+                                  "WHERE tenant_id = ? ORDER BY name", (tenant_pk,)).fetchall()
+        return [self._named(r).collection for r in rows]
 
     def delete_collection(self, name: str) -> None:
         """Delete a collection with all its documents, chunks and vectors."""
         with self.session(write=True) as (conn, tenant_pk):
-            collection_pk = int(self._collection_row(conn, tenant_pk, name)[0])
+            collection_pk = self._collection_row(conn, tenant_pk, name).key
             assert tenant_pk is not None
             self._drop_collection(conn, tenant_pk, collection_pk)
             self.run(conn, "DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
@@ -386,8 +433,8 @@ class SQLStore:
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None
             crashpoints.reach("store.write.begin")
-            same_analyzer(row[10], analyzer, collection)
-            collection_pk, dim = int(row[0]), int(row[5])
+            same_analyzer(row.analyzer, analyzer, collection)
+            collection_pk, dim = row.key, row.dimension
             vectors = [checked_vectors(collection, dim, document) for document in documents]
             listed, params = d.any("source", [doc.source for doc in documents])
             existing = {
@@ -457,7 +504,7 @@ class SQLStore:
         """The document stored under ``source``, or None (also when the collection is missing)."""
         with self.session() as (conn, tenant_pk):
             try:
-                collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+                collection_pk = self._collection_row(conn, tenant_pk, collection).key
             except CollectionNotFoundError:
                 return None
             found = self.run(conn, self._document_select() + " AND d.collection_id = ? AND d.source = ?",
@@ -467,7 +514,7 @@ class SQLStore:
     def list_documents(self, collection: str, limit: int | None = None, offset: int = 0) -> list[DocumentInfo]:
         """Documents of a collection, oldest first."""
         with self.session() as (conn, tenant_pk):
-            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
             rows = self.run(conn, self._document_select() + " AND d.collection_id = ? ORDER BY d.id LIMIT ? OFFSET ?",
                             (tenant_pk, collection_pk, self._d.limit(limit), int(offset))).fetchall()
         return [self._document(r) for r in rows]
@@ -480,7 +527,7 @@ class SQLStore:
                 query, params = self._document_select() + " AND d.uid = ?", [tenant_pk, document_id]
                 if collection is not None:
                     query += " AND d.collection_id = ?"
-                    params.append(self._collection_row(conn, tenant_pk, collection)[0])
+                    params.append(self._collection_row(conn, tenant_pk, collection).key)
                 found = self.run(conn, query, params).fetchone()
         if found is None:
             raise DocumentNotFoundError(f"document {document_id!r} does not exist in tenant {self._tenant!r}")
@@ -500,7 +547,7 @@ class SQLStore:
                 [tenant_pk, *listed_params]
             if collection is not None:
                 query += " AND collection_id = ?"
-                params.append(self._collection_row(conn, tenant_pk, collection)[0])
+                params.append(self._collection_row(conn, tenant_pk, collection).key)
             rows = self.run(conn, query + d.for_update, params).fetchall()
             by_collection: dict[int, list[int]] = {}
             for doc_pk, collection_pk in rows:
@@ -530,9 +577,9 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None
-            same_analyzer(row[10], analyzer, collection)
-            collection_pk = int(row[0])
-            check_dimension(int(row[5]), vectors.shape[1] if vectors.ndim == 2 else -1, collection)
+            same_analyzer(row.analyzer, analyzer, collection)
+            collection_pk = row.key
+            check_dimension(row.dimension, vectors.shape[1] if vectors.ndim == 2 else -1, collection)
             if not np.all(np.isfinite(vectors)):
                 raise VectorStoreError("vectors contain NaN or infinite values")
             doc_pks: dict[str, int] = {}
@@ -558,7 +605,7 @@ class SQLStore:
         if not ids:
             return 0
         with self.session(write=True) as (conn, tenant_pk):
-            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
             assert tenant_pk is not None
             removed = self._delete_chunks(conn, tenant_pk, collection_pk, uids=[str(i) for i in ids])
             if removed:
@@ -571,7 +618,7 @@ class SQLStore:
             return {}
         d = self._d
         with self.session() as (conn, tenant_pk):
-            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
             listed, params = d.any("uid", [str(i) for i in chunk_ids])
             rows = self.run(conn, f"SELECT uid, embedding FROM chunks WHERE tenant_id = ? AND collection_id = ? "
                                   f"AND {listed}", (tenant_pk, collection_pk, *params)).fetchall()
@@ -579,7 +626,14 @@ class SQLStore:
 
     def get_chunks(self, collection: str, chunk_ids: Sequence[str]) -> list[SearchHit]:
         """These chunks of this tenant's collection as hits (score 0), in the order asked; unknown ids are left out."""
-        return self.fetch_hits(collection, [(i, 0.0) for i in dict.fromkeys(str(i) for i in chunk_ids)])
+        wanted = list(dict.fromkeys(str(i) for i in chunk_ids))
+        if not wanted:
+            return []
+        row = self.read_collection(collection)
+        with self.reader(row) as reader:
+            keys = reader.keys_of(wanted)
+            found = np.asarray([keys[i] for i in wanted if i in keys], dtype=np.int64)
+            return reader.hits(Ranked(found, np.zeros(len(found))))
 
     def count(self, collection: str, *, filter: FilterLike = None) -> int:
         """Number of chunks in a collection (that pass ``filter``, if given)."""
@@ -588,10 +642,10 @@ class SQLStore:
         with self.session() as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             if flt is None:
-                return int(row[8])
+                return row.chunk_count
             return int(self.run(conn, f"SELECT count(*) FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? "
                                       f"AND c.collection_id = ? AND {where}",
-                                (tenant_pk, row[0], *params)).fetchone()[0])
+                                (tenant_pk, row.key, *params)).fetchone()[0])
 
     # -- reading chunks back (exports) -----------------------------------------------------------
     _EXPORT_COLUMNS = ("c.uid, c.chunk_index, c.start_offset, c.end_offset, c.token_count, c.content, c.metadata, "
@@ -609,7 +663,7 @@ class SQLStore:
             return {}
         d = self._d
         with self.session() as (conn, tenant_pk):
-            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
             listed, params = d.any("d.uid", ids)
             rows = self.run(conn, f"SELECT d.uid, {self._EXPORT_COLUMNS} FROM chunks c JOIN documents d "
                                   "ON d.tenant_id = c.tenant_id AND d.id = c.document_id "
@@ -624,39 +678,11 @@ class SQLStore:
     def loose_chunks(self, collection: str, limit: int, offset: int = 0) -> list[StoredChunk]:
         """Chunks upserted without a document, oldest first, a page at a time."""
         with self.session() as (conn, tenant_pk):
-            collection_pk = self._collection_row(conn, tenant_pk, collection)[0]
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
             rows = self.run(conn, f"SELECT {self._EXPORT_COLUMNS} FROM chunks c WHERE c.tenant_id = ? "
                                   "AND c.collection_id = ? AND c.document_id IS NULL ORDER BY c.id LIMIT ? OFFSET ?",
                             (tenant_pk, collection_pk, int(limit), int(offset))).fetchall()
         return [self._stored_chunk(row, None) for row in rows]
-
-    # -- search results -------------------------------------------------------------------------
-    def _hits(self, conn: Any, tenant_pk: int, collection_pk: int, ranked: Sequence[tuple[int, float]],
-              include_content: bool = True) -> list[SearchHit]:
-        """Search hits for ranked (chunk row id, score) pairs of a collection, in that order; rows gone
-        meanwhile are left out."""
-        if not ranked:
-            return []
-        d = self._d
-        listed, params = d.any("c.id", [int(pk) for pk, _ in ranked])
-        scope, scope_params = "c.tenant_id = ?", [tenant_pk]
-        if self._hydrate_by_collection:
-            scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", [tenant_pk, collection_pk]
-        rows = self.run(
-            conn,
-            "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
-            "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count "
-            f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}",
-            (*scope_params, *params),
-        ).fetchall()
-        by_id = {r[0]: r for r in rows}
-        hits = []
-        for pk, score in ranked:
-            r = by_id.get(int(pk))
-            if r is not None:
-                hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]),
-                                     include_content))
-        return hits
 
     # -- agent memories (bunko.memory) ------------------------------------------------------------
     def memories(self) -> SQLMemories:
@@ -664,39 +690,6 @@ class SQLStore:
         from .memory import SQLMemories
 
         return SQLMemories(self)
-
-    def fetch_hits(self, collection: str, ranked: Sequence[tuple[str, float]], *,
-                   vectors: dict[str, np.ndarray] | None = None) -> list[SearchHit]:
-        """Search hits (content and metadata) for ranked (chunk id, score) pairs, in that order, in one query.
-
-        The last stage of a search: the legs rank chunk ids, and only the final ones are read whole.
-        Ids of other tenants or collections, and chunks deleted meanwhile, are left out. With
-        ``vectors`` (a dict), the chunks' stored vectors are read in the same query and put there.
-        """
-        if not ranked:
-            return []
-        d = self._d
-        with self.session() as (conn, tenant_pk):
-            collection_pk = int(self._collection_row(conn, tenant_pk, collection)[0])
-            listed, params = d.any("c.uid", [str(uid) for uid, _ in ranked])
-            rows = self.run(
-                conn,
-                "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, "
-                "c.metadata, d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count"
-                f"{', c.embedding' if vectors is not None else ''} "
-                f"FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}",
-                (tenant_pk, collection_pk, *params),
-            ).fetchall()
-        by_uid = {r[1]: r for r in rows}
-        hits = []
-        for uid, score in ranked:
-            r = by_uid.get(str(uid))
-            if r is None:
-                continue
-            hits.append(make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]), True))
-            if vectors is not None:
-                vectors[r[1]] = d.vector_out(r[12])
-        return hits
 
     # -- usage records, search logs and conversations ------------------------------------------
     def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:

@@ -3,7 +3,10 @@
 Each migration is a name and a list of steps (SQL statements, or functions of the connection for
 what SQL cannot say) run in one transaction by ``bunko db migrate`` (or automatically on first use
 when the connecting role may).
-Applied versions are recorded in ``bunko.schema_migrations``.
+Applied versions are recorded in ``bunko.schema_migrations``. A function step holds what it runs: it
+uses this module and versioned modules that never change (the postings of format 2,
+:mod:`bunko.stores.sql.postings`), never the store's live code, so a later change to the store cannot
+change what an old migration does.
 
 Isolation is enforced twice (R15): every statement bunko sends filters by
 ``tenant_id``, and Row-Level Security on every tenant table admits only rows whose
@@ -14,8 +17,16 @@ with no BYPASSRLS, so a query that forgets its predicate sees nothing.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ...analysis import get_analyzer, token_pairs
+from ..sql.postings import Counted
+from .dialect import POSTGRES, PostingsCopy
+
+logger = logging.getLogger(__name__)
 
 # A step of a migration: a SQL statement, or a function of the connection for steps SQL cannot say.
 Statement = str | Callable[[Any], None]
@@ -551,16 +562,10 @@ _M013_MUTATION_SEQ = [
     "ALTER TABLE bunko.collections ADD COLUMN mutation_seq bigint NOT NULL DEFAULT 0",
 ]
 
-def _fill_keyword_postings(conn: Any) -> None:
-    from .postgres import fill_keyword_postings
-
-    fill_keyword_postings(conn)
-
-
 # Keyword postings per collection in segments (see stores/sql/postings.py): a search reads its phrases'
 # postings in one index lookup each and ranks in numpy, as SQLite does, instead of reading every
 # candidate chunk's tsvectors. The entries are read whole on every search: stored out of line,
-# uncompressed. Filled from every chunk's ``fts`` and ``fts_pairs`` (fill_keyword_postings).
+# uncompressed. Filled by m015.
 _M014_KEYWORD_POSTINGS: list[Statement] = [
     """CREATE TABLE bunko.keyword_postings (
         tenant_id bigint NOT NULL,
@@ -573,8 +578,60 @@ _M014_KEYWORD_POSTINGS: list[Statement] = [
     )""",
     "ALTER TABLE bunko.keyword_postings ALTER COLUMN entries SET STORAGE EXTERNAL",
     *_rls("keyword_postings"),
-    _fill_keyword_postings,
 ]
+
+# tsvector positions stop at 16383, and a lexeme keeps at most 256 of them.
+_TS_POSITIONS = 16383
+_TS_LEXEME_POSITIONS = 256
+
+
+def fill_postings_format_2(conn: Any) -> None:
+    """Migration m015: every collection's postings in format 2 (8-byte entries, counts never cut short),
+    rebuilt from each chunk's ``fts`` and ``fts_pairs`` as the owner, each collection under its own
+    tenant (which the table's policy checks); a database at m014 held them in format 1.
+
+    A chunk whose tsvector may have cut a count short (a lexeme at its 256 positions, or tokens past the
+    last position) is analyzed again from its text, with its collection's analyzer."""
+    path = conn.execute("SELECT current_setting('search_path')").fetchone()[0]
+    conn.execute("SELECT set_config('search_path', 'bunko, ' || %s, true)", (path,))  # the core's table names
+    postings = PostingsCopy(POSTGRES)
+    postings.prepare(conn)
+    conn.execute("DELETE FROM bunko.keyword_postings")
+    # The owner reads every chunk (its own policy on chunks, m012); the rest under each chunk's tenant.
+    scopes = conn.execute("SELECT DISTINCT tenant_id, collection_id FROM bunko.chunks").fetchall()
+    for tenant_pk, collection_pk in scopes:
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
+        analyzer_name = conn.execute("SELECT analyzer FROM bunko.collections WHERE tenant_id = %s AND id = %s",
+                                     (tenant_pk, collection_pk)).fetchone()[0]
+        analyzer = None
+        with conn.cursor(name="bunko_fill_postings") as cur:
+            cur.execute(
+                "SELECT c.id, c.fts_length, ARRAY(SELECT u.lexeme FROM unnest(c.fts) u), "
+                "ARRAY(SELECT cardinality(u.positions) FROM unnest(c.fts) u), "
+                "ARRAY(SELECT u.lexeme FROM unnest(c.fts_pairs) u), "
+                "ARRAY(SELECT cardinality(u.positions) FROM unnest(c.fts_pairs) u), c.content "
+                "FROM bunko.chunks c WHERE c.tenant_id = %s AND c.collection_id = %s ORDER BY c.id",
+                (tenant_pk, collection_pk))
+            done = 0
+            while batch := cur.fetchmany(8192):
+                rows: list[Counted] = []
+                for key, length, lexemes, counts, pairs, pair_counts, content in batch:
+                    found = {**dict(zip(lexemes, counts, strict=True)), **dict(zip(pairs, pair_counts, strict=True))}
+                    if int(length) > _TS_POSITIONS or any(n >= _TS_LEXEME_POSITIONS for n in found.values()):
+                        analyzer = analyzer or get_analyzer(analyzer_name)
+                        tokens = analyzer.index_tokens(content)
+                        exact = Counter(tokens)
+                        exact.update(term for _, term in token_pairs(tokens[:_TS_POSITIONS + 1]))
+                        found = dict(exact)
+                    rows.append((int(key), found, int(length)))
+                postings.add(conn, (int(tenant_pk), int(collection_pk)), rows)
+                done += len(rows)
+                if done % (8192 * 16) < len(rows):
+                    logger.info("keyword postings of collection %s: %d chunks so far", collection_pk, done)
+    conn.execute("SELECT set_config('bunko.tenant_id', '', true), set_config('search_path', %s, true)", (path,))
+
+
+_M015_POSTINGS_FORMAT_2: list[Statement] = [fill_postings_format_2]
 
 
 MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
@@ -592,6 +649,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m012_keyword_pairs", _M012_FTS_PAIRS),
     ("m013_collection_mutation_seq", _M013_MUTATION_SEQ),
     ("m014_keyword_postings", _M014_KEYWORD_POSTINGS),
+    ("m015_keyword_postings_format_2", _M015_POSTINGS_FORMAT_2),
 ]
 
 BOOTSTRAP = [

@@ -14,12 +14,12 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, VectorStoreError
-from .service import APIKey, check_user_id, hash_key, new_api_key
-from .sql.service import _KEY_COLUMNS, SQLServiceRecords
+from ...errors import ConfigError, VectorStoreError
+from ..service import APIKey, check_user_id, hash_key, new_api_key
+from ..sql.service import KEY_COLUMNS, SQLServiceRecords
 
 if TYPE_CHECKING:
-    from .postgres import PostgresBackend
+    from .backend import PostgresBackend
 
 
 class PostgresServiceRecords(SQLServiceRecords):
@@ -36,7 +36,7 @@ class PostgresServiceRecords(SQLServiceRecords):
         key = new_api_key()
         with self.backend.owner_transaction("create API keys") as conn:
             row = conn.execute("INSERT INTO bunko.api_keys (key_hash, prefix, tenant, user_id, admin) "
-                               f"VALUES (%s, %s, %s, %s, %s) RETURNING {_KEY_COLUMNS}",
+                               f"VALUES (%s, %s, %s, %s, %s) RETURNING {KEY_COLUMNS}",
                                (hash_key(key), key[:8], tenant, user_id, bool(admin))).fetchone()
         return key, self._key(row)
 
@@ -44,7 +44,7 @@ class PostgresServiceRecords(SQLServiceRecords):
         """The record of a valid, unrevoked key, or None (one row, by hash, through the definer function)."""
         digest = hash_key(api_key)
         with self.backend.transaction(None, None, write=False) as conn:
-            row = conn.execute(f"SELECT {_KEY_COLUMNS}, key_hash FROM bunko.authenticate_key(%s)", (digest,)).fetchone()
+            row = conn.execute(f"SELECT {KEY_COLUMNS}, key_hash FROM bunko.authenticate_key(%s)", (digest,)).fetchone()
         if row is None or row[6] is not None or not hmac.compare_digest(row[7], digest):
             return None
         return self._key(row)
@@ -58,7 +58,7 @@ class PostgresServiceRecords(SQLServiceRecords):
     def list_api_keys(self, tenant: str) -> list[APIKey]:
         """The keys of a tenant, without the keys themselves (needs the owner login)."""
         with self.backend.owner_transaction("list API keys") as conn:
-            rows: list[Any] = conn.execute(f"SELECT {_KEY_COLUMNS} FROM bunko.api_keys WHERE tenant = %s "
+            rows: list[Any] = conn.execute(f"SELECT {KEY_COLUMNS} FROM bunko.api_keys WHERE tenant = %s "
                                            "ORDER BY id", (tenant,)).fetchall()
         return [self._key(r) for r in rows]
 

@@ -1,0 +1,133 @@
+"""One search, one read of its collection: the legs and the hydration of the result in one store transaction.
+
+A search of a collection costs its store two transactions and one read of the collection's row:
+
+1. the row is read (``store.read_collection``): the embedder check, the cache key and the legs all
+   work from it;
+2. after the question is embedded (outside any transaction), one read transaction
+   (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
+   (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
+   once -- fuses them, and reads the text and metadata of the chunks it returns, once.
+
+:func:`collect` is the second step; :func:`vector_query` and :func:`keyword_query` are a leg and its
+hits on their own (R14's query by vector, the keyword leg alone), with ``explain`` telling how the leg
+searched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..filters import FilterLike
+from ..stores.base import CollectionReader, CollectionRow, Ranked, Restriction, check_query_vector
+from ..stores.sql.store import check_dimension, check_top_k
+from ..types import SearchHit
+from .fusion import Fusion, fuse_keys
+from .keyword import keyword_leg
+
+
+class SearchPort(Protocol):
+    """What a search needs of a tenant-bound store: its collection rows and a reader over one."""
+
+    def read_collection(self, name: str) -> CollectionRow:
+        """The collection's row, or ``CollectionNotFoundError``."""
+        ...
+
+    def reader(self, row: CollectionRow) -> Any:
+        """A context manager giving a :class:`~bunko.stores.base.CollectionReader` over ``row``."""
+        ...
+
+
+@dataclass(slots=True)
+class Legs:
+    """What one search asks of its legs: the question (and its vector), the restriction, how deep each
+    leg looks, the vector threshold, and how the legs fuse (None: one leg alone)."""
+
+    query: str
+    vector: np.ndarray | None
+    keyword: bool
+    depth: int
+    top_k: int
+    restriction: Restriction | None = None
+    threshold: float | None = None
+    fusion: Fusion | None = None
+
+
+@dataclass(slots=True)
+class Collected:
+    """The hits of one search's legs, and how each leg searched (``explain``)."""
+
+    hits: list[SearchHit]
+    plans: dict[str, str] = field(default_factory=dict)
+    ranked: int = 0  # how many chunks the legs returned for hydration (more than hits: rows gone meanwhile)
+
+
+def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None) -> Collected:
+    """Run the legs inside one reader, fuse them and read the ``legs.top_k`` best whole."""
+    ranked: list[tuple[str, Ranked]] = []
+    if legs.vector is not None:
+        ranked.append(("vector", reader.nearest(legs.vector, legs.depth if legs.fusion else legs.top_k,
+                                                legs.restriction, threshold=legs.threshold)))
+    if legs.keyword:
+        ranked.append(("keyword", keyword_leg(reader, legs.query, legs.depth if legs.fusion else legs.top_k,
+                                              legs.restriction)))
+    plans = {name: leg.plan for name, leg in ranked}
+    if legs.fusion is None:
+        leg = ranked[0][1] if ranked else Ranked.empty()
+        order = Ranked(leg.keys[:legs.top_k], leg.scores[:legs.top_k])
+        return Collected(reader.hits(order, vectors=vectors), plans, len(order))
+    weights = {"vector": legs.fusion.vector_weight, "keyword": legs.fusion.keyword_weight}
+    fused = fuse_keys([(name, weights[name], leg.keys.tolist(), leg.scores.tolist()) for name, leg in ranked],
+                      legs.top_k, legs.fusion)
+    order = Ranked(np.asarray([k for k, _, _ in fused], dtype=np.int64),
+                   np.asarray([s for _, s, _ in fused], dtype=np.float64))
+    hits = reader.hits(order, vectors=vectors, extra={int(k): {"legs": found} for k, _, found in fused})
+    return Collected(hits, plans, len(order))
+
+
+def _explained(explain: dict[str, Any] | None, plan: str) -> None:
+    if explain is not None:
+        explain["plan"] = plan
+
+
+def vector_query(store: SearchPort, collection: str, vector: Sequence[float] | np.ndarray, top_k: int = 5, *,
+                 threshold: float | None = None, document_ids: Sequence[str] | None = None,
+                 include_content: bool = True, filter: FilterLike = None,
+                 explain: dict[str, Any] | None = None) -> list[SearchHit]:
+    """Top-k by cosine similarity, best first, inside ``document_ids`` and ``filter`` (R14, R21).
+
+    The restriction applies before ranking: when k chunks pass, k come back. A malformed filter raises
+    ``FilterError`` before the store is touched; a vector of another dimension than the collection's,
+    ``DimensionMismatchError``. ``explain``, if a dict, receives ``{"plan": ...}``: how the store searched.
+    """
+    top_k = check_top_k(top_k)
+    q = check_query_vector(vector)
+    restriction = Restriction.of(document_ids, filter)
+    row = store.read_collection(collection)
+    check_dimension(row.dimension, q.shape[0], collection)
+    with store.reader(row) as reader:
+        ranked = reader.nearest(q, top_k, restriction, threshold=threshold)
+        _explained(explain, ranked.plan)
+        return list(reader.hits(ranked, include_content=include_content))
+
+
+def keyword_query(store: SearchPort, collection: str, query: str, top_k: int = 5, *,
+                  document_ids: Sequence[str] | None = None, filter: FilterLike = None, include_content: bool = True,
+                  explain: dict[str, Any] | None = None, budget: int | None = None) -> list[SearchHit]:
+    """Top-k by BM25 over the collection's postings, best first, inside ``document_ids`` and ``filter``
+    (see :mod:`bunko.search.keyword`); ``budget`` is the ranker's MaxScore budget (tests make it small)."""
+    top_k = check_top_k(top_k)
+    restriction = Restriction.of(document_ids, filter)
+    row = store.read_collection(collection)
+    with store.reader(row) as reader:
+        options: Mapping[str, Any] = {} if budget is None else {"budget": budget}
+        ranked = keyword_leg(reader, query, top_k, restriction, **options)
+        _explained(explain, ranked.plan)
+        return list(reader.hits(ranked, include_content=include_content))
+
+
+__all__ = ["Collected", "Legs", "SearchPort", "collect", "keyword_query", "vector_query"]

@@ -1,0 +1,300 @@
+"""The PostgreSQL database: a connection pool whose connections work as the application role, with the
+tenant of each transaction set for row-level security; schema checks, and HNSW builds that do not block.
+
+Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` (or ``--db``) at
+``postgresql://...``. Isolation (R15): every statement filters by ``tenant_id``, and row-level security
+checks the per-transaction setting ``bunko.tenant_id`` on every tenant table. The pool runs as
+``bunko_app`` (``SET ROLE`` when the login role is a superuser or may bypass RLS), so even a query that
+forgot its predicate returns nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ...config import PostgresSettings, redact_url
+from ...errors import ConfigError, PgvectorVersionError, VectorStoreError
+from ..sql import SQLBackend, StoreCounters, check_name
+from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
+from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy
+from .migrations import APP_ROLE, MIGRATIONS
+from .schema import applied_version, check_pgvector_version, migrate_database, version_tuple
+from .service import PostgresServiceRecords
+from .store import PostgresVectorStore
+
+if HAVE_POSTGRES:
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+
+class PostgresBackend(SQLBackend):
+    """A PostgreSQL database that hands out tenant-bound stores."""
+
+    scheme = "postgresql"
+    dialect = POSTGRES
+
+    def __init__(self, url: str, *, settings: PostgresSettings | None = None, migrate: bool = True) -> None:
+        if not HAVE_POSTGRES:
+            raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
+        self.url = url
+        self.settings = settings or PostgresSettings.from_env()
+        conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
+        self._conninfo = conninfo
+        if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
+            migrate_database(conninfo)
+        self._check_schema()
+        self.login_risks = self._login_risks()
+        if self.login_risks:
+            self._refuse_or_warn()
+        self._pool = ConnectionPool(
+            conninfo, min_size=self.settings.pool_min, max_size=self.settings.pool_max,
+            configure=self._configure, open=False, name="bunko",
+            # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
+            # one restriction size) would stick to the connection; custom plans fit each query.
+            kwargs={"prepare_threshold": None},
+            # A connection the server dropped (restart, idle timeout) is replaced on checkout.
+            check=ConnectionPool.check_connection,
+        )
+        try:
+            self._pool.open(wait=True, timeout=30)
+        except Exception as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self.pgvector_version = self._scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        try:
+            check_pgvector_version(self.pgvector_version or "0")
+        except PgvectorVersionError:
+            self._pool.close()
+            raise
+        # Whether filtered searches may use HNSW iterative index scans (pgvector 0.8+, not switched off).
+        self.iterative = (
+            self.settings.iterative_scan is not False and version_tuple(self.pgvector_version) >= (0, 8)
+        )
+        self.index_lock = threading.Lock()
+        self.indexed: set[int] = set()  # collections whose HNSW index is known to exist
+        # Filtered search: metadata columns of the most recently filtered collections (see MetadataColumns).
+        self._columns: OrderedDict[int, MetadataColumns] = OrderedDict()
+        self._columns_lock = threading.Lock()
+        self.postings = PostingsCopy(POSTGRES)
+        self.counters = StoreCounters()
+
+    def metadata_columns(self, collection_pk: int) -> MetadataColumns:
+        """The in-memory metadata columns of a collection (created empty; the least recently used go)."""
+        with self._columns_lock:
+            columns = self._columns.get(collection_pk)
+            if columns is None:
+                columns = self._columns[collection_pk] = MetadataColumns()
+            self._columns.move_to_end(collection_pk)
+            held = sum(len(c.ids) for c in self._columns.values())
+            while len(self._columns) > 1 and (len(self._columns) > COLUMN_COLLECTIONS or held > COLUMN_ROWS):
+                _, gone = self._columns.popitem(last=False)
+                held -= len(gone.ids)
+            return columns
+
+    def forget_columns(self, collection_pk: int) -> None:
+        """Drop a collection's metadata columns (it was deleted)."""
+        with self._columns_lock:
+            self._columns.pop(collection_pk, None)
+
+    # -- connections ---------------------------------------------------------------------
+    def _configure(self, conn: Any) -> None:
+        """Per pooled connection: vector types, and drop to the application role if needed."""
+        register_vector(conn)
+        # The search breadth every HNSW scan starts from; a scan that needs more sets it locally.
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self.settings.ef_search),))
+        if self.login_risks:  # the login could bypass RLS: drop to the application role (see _login_risks)
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(APP_ROLE)))
+        # COPY cannot write into a table with row-level security, so bulk rows go through this
+        # session-private staging table and then one INSERT ... SELECT that RLS checks.
+        # The SQL core writes unqualified table names: bunko's schema first, then the role's own path
+        # (where the pgvector types were installed).
+        conn.execute("SELECT set_config('search_path', 'bunko, ' || current_setting('search_path'), false)")
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
+            "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
+            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text, fts_length int4, "
+            "fts_pairs_text text) "
+            "ON COMMIT DELETE ROWS"
+        )
+        PostingsCopy.prepare(conn)
+        conn.commit()
+
+    def _check_schema(self) -> None:
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+                version = applied_version(conn)
+        except psycopg.errors.UndefinedTable as exc:
+            raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`") from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        if version < len(MIGRATIONS):
+            raise VectorStoreError(
+                f"the database schema is at version {version}, this bunko needs {len(MIGRATIONS)}: "
+                "run `bunko db migrate`"
+            )
+
+    def _schema_is_current(self) -> bool:
+        """Whether every migration is applied (read with the login role; False when unknown)."""
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+                version = applied_version(conn)
+        except psycopg.Error:
+            return False
+        return bool(version >= len(MIGRATIONS))
+
+    def _login_risks(self) -> list[str]:
+        """Why the login role could get around row-level security (empty for a proper application login).
+
+        A superuser, a role with BYPASSRLS, and the owner of the bunko tables (or a member of the
+        owner role: it may ``ALTER TABLE ... NO FORCE ROW LEVEL SECURITY``) are all risks: the pool
+        drops to ``bunko_app`` with ``SET ROLE``, but a statement could undo that with ``RESET ROLE``.
+        """
+        with psycopg.connect(self._conninfo, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT r.rolname, r.rolsuper, r.rolbypassrls, pg_has_role(current_user, c.relowner, 'MEMBER') "
+                "FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = 'bunko.chunks'::regclass"
+            ).fetchone()
+        if row is None:  # pragma: no cover - the schema check has found bunko.chunks
+            raise VectorStoreError("the database has no bunko schema yet: run `bunko db migrate`")
+        name, superuser, bypass, owner = row
+        risks = []
+        if superuser:
+            risks.append(f"{name} is a superuser")
+        elif bypass:
+            risks.append(f"{name} has BYPASSRLS")
+        if owner and not superuser:
+            risks.append(f"{name} owns the bunko tables")
+        return risks
+
+    def _refuse_or_warn(self) -> None:
+        """Refuse a risky login when ``[postgres] require_app_login`` is set; otherwise say so loudly, once."""
+        problem = (f"bunko logs in to PostgreSQL as a role that can get around row-level security "
+                   f"({'; '.join(self.login_risks)}). Its connections drop to {APP_ROLE} with "
+                   "SET ROLE, which a statement could undo with RESET ROLE. Run the server with a separate "
+                   f"application login (CREATE ROLE bunko_api LOGIN PASSWORD '...' IN ROLE {APP_ROLE}) "
+                   "and keep the owner login for `bunko db migrate` and `bunko admin` (docs/ARCHITECTURE.md, "
+                   '"PostgreSQL logins").')
+        if self.settings.require_app_login:
+            raise VectorStoreError(problem + " Refused: BUNKO_PG_REQUIRE_APP_LOGIN is set.")
+        logger.warning("SECURITY WARNING: %s Set BUNKO_PG_REQUIRE_APP_LOGIN=true to refuse such logins.", problem)
+
+    @contextmanager
+    def owner_transaction(self, what: str) -> Iterator[Any]:
+        """A transaction on a connection of the login role itself (not dropped to ``bunko_app``).
+
+        For the statements only the owner of the bunko schema may run (API keys); an application
+        login gets a ``VectorStoreError`` that says which login to use.
+        """
+        try:
+            with psycopg.connect(self._conninfo, connect_timeout=10) as conn, conn.transaction():
+                yield conn
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise VectorStoreError(
+                f"this PostgreSQL login may not {what}: use the owner login (the one that ran `bunko db migrate`) "
+                "for `bunko admin`; the server's application login cannot read or change API keys"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def service_records(self) -> Any:
+        """The server's records, with API keys behind the definer functions (see :mod:`.service`)."""
+        return PostgresServiceRecords(self)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled connection outside the tenant scopes, for tests and tools (``bunko.testing``)."""
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _scalar(self, query: str) -> Any:
+        with self._pool.connection() as conn:
+            return conn.execute(query).fetchone()[0]
+
+    @contextmanager
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True) -> Iterator[Any]:
+        """A pooled connection in a transaction with the tenant settings RLS checks.
+
+        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows).
+        """
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute(
+                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true)",
+                    (tenant or "", "" if tenant_pk is None else str(tenant_pk)),
+                )
+                yield conn
+        except psycopg.errors.UndefinedFile as exc:
+            raise VectorStoreError(f"PostgreSQL is missing a file or extension: {exc}") from exc
+        except psycopg.errors.TransactionRollback as exc:  # a deadlock or a serialization failure
+            raise VectorStoreError(f"PostgreSQL rolled the transaction back; nothing was changed, try again: "
+                                   f"{exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise VectorStoreError(f"lost the connection to PostgreSQL: {exc}") from exc
+        except psycopg.errors.DataException as exc:
+            raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:
+        """``CREATE INDEX CONCURRENTLY`` a collection's HNSW index as the login role; None if it may not.
+
+        The caller has checked that the collection is the tenant's. Runs outside any transaction
+        (as CONCURRENTLY must); an invalid index left by a failed build is dropped and built again.
+        """
+        name = f"chunks_hnsw_{int(collection_pk)}"
+        cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
+                     else (f"halfvec({dim})", "halfvec_cosine_ops"))
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                owner = conn.execute("SELECT pg_has_role(current_user, tableowner, 'USAGE') FROM pg_tables "
+                                     "WHERE schemaname = 'bunko' AND tablename = 'chunks'").fetchone()
+                if owner is None or not owner[0]:
+                    return None
+                valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                                     (f"bunko.{name}",)).fetchone()
+                if valid is not None and valid[0]:
+                    return name
+                if valid is not None:
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(name)))
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false), "
+                             "set_config('max_parallel_maintenance_workers', %s, false)",
+                             (self.settings.maintenance_work_mem, str(self.settings.parallel_workers)))
+                conn.execute(sql.SQL(
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING hnsw ((embedding::" + cast
+                    + ") " + ops + ") WITH (m = {}, ef_construction = {}) WHERE collection_id = {}"
+                ).format(sql.Identifier(name), sql.Literal(int(m)), sql.Literal(int(ef_construction)),
+                         sql.Literal(int(collection_pk))))
+        except psycopg.Error as exc:
+            raise VectorStoreError(f"could not build the HNSW index {name}: {exc}") from exc
+        return name
+
+    def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
+        """Set the tenant row id that RLS checks, for the rest of the transaction."""
+        conn.execute("SELECT set_config('bunko.tenant_id', %s, true)", (str(tenant_pk),))
+
+    def for_tenant(self, tenant: str) -> PostgresVectorStore:
+        """A store bound to ``tenant``; the only way to reach data."""
+        return PostgresVectorStore(self, check_name("tenant", tenant))
+
+    def close(self) -> None:
+        """Close the pool."""
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({redact_url(self.url)!r})"
+
+
+def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:
+    """Open a ``postgresql://`` URL as a backend (migrating the schema if needed)."""
+    return PostgresBackend(url, settings=settings)

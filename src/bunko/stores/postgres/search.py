@@ -1,0 +1,241 @@
+"""The search port of the PostgreSQL store: the vector search planner, and the allowed chunks of a
+restriction from in-memory metadata columns.
+
+Restricted search (R21): the planner sizes the restriction (from its documents' chunk counts, or by
+evaluating the filter over the metadata columns, or by counting in SQL up to the exact-scan limit) and
+picks an exact scan (few rows, or no index), an HNSW iterative index scan (pgvector 0.8+, verified
+with ``SHOW``), or an over-fetch-and-retry loop, so that when k matching chunks exist, k come back in
+the right order. Keyword search ranks from the postings above the store (:mod:`bunko.search.keyword`),
+with the collection's counters as statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...config import PostgresSettings
+from ..base import Ranked, Restriction
+from ..sql import SQLReader
+from .columns import DOCUMENT_JOIN
+
+if TYPE_CHECKING:
+    from .store import PostgresVectorStore
+
+
+def vector_type(dim: int) -> str:
+    """The type a collection's vectors are indexed and compared as: ``vector(d)``, ``halfvec(d)`` above 2,000."""
+    return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
+
+
+@dataclass(slots=True)
+class Plan:
+    """A chosen way to run one vector search."""
+
+    strategy: str  # "empty", "exact", "hnsw", "hnsw-iterative" or "hnsw-overfetch"
+    tenant_pk: int
+    collection_pk: int
+    dim: int
+    top_k: int
+    doc_pks: list[int] | None
+    matching: int  # exact, or (for a broad filter) a lower bound above settings.exact_max_rows
+    total: int
+    settings: PostgresSettings
+    where: tuple[str, list[Any]] | None = None  # a compiled metadata filter over c (chunks) and d (documents)
+    # The ids of the chunks that pass the restriction, when known (from the metadata columns): the
+    # exact scan then reads those rows by primary key instead of testing every row of the collection.
+    ids: np.ndarray | None = None
+
+    def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        if self.strategy == "empty":
+            return []
+        if self.strategy == "exact":
+            return self._exact(conn, q)
+        want = min(self.top_k, self.matching)
+        if self.strategy == "hnsw":
+            found = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+        elif self.strategy == "hnsw-iterative":
+            found = self._iterative(conn, q)
+        else:
+            found = self._overfetch(conn, q)
+        if len(found) < want:  # never come back short: the exact scan is the last word
+            self.strategy += "+exact"
+            return self._exact(conn, q)
+        return found
+
+    def _restriction(self) -> tuple[str, str, list[Any]]:
+        """(join, conditions, parameters) restricting ``c`` to the documents and the filter."""
+        join, restrict, params = "", "", []
+        if self.ids is not None:
+            # The filter and the documents are applied again below, to these rows only.
+            restrict, params = " AND c.id = ANY(%s)", [self.ids.tolist()]
+        if self.doc_pks is not None:
+            restrict += " AND c.document_id = ANY(%s)"
+            params.append(self.doc_pks)
+        if self.where is not None:
+            join = DOCUMENT_JOIN
+            restrict += f" AND {self.where[0]}"
+            params += self.where[1]
+        return join, restrict, params
+
+    def _exact(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        # The ORDER BY expression differs from the index expression, so the planner cannot use HNSW here.
+        join, restrict, params = self._restriction()
+        rows = conn.execute(
+            "SELECT c.id, c.embedding <=> %s::vector AS distance FROM bunko.chunks c" + join +
+            " WHERE c.tenant_id = %s AND c.collection_id = %s" + restrict + " ORDER BY distance, c.id LIMIT %s",
+            [q, self.tenant_pk, self.collection_pk, *params, self.top_k],
+        ).fetchall()
+        return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+
+    def _index_sql(self) -> str:
+        cast = vector_type(self.dim)
+        join, restrict, _ = self._restriction()
+        # collection_id is inlined as an integer literal so the partial index's predicate matches.
+        return (
+            f"SELECT c.id, 1 - ((c.embedding::{cast}) <=> %s::{cast}) AS score FROM bunko.chunks c{join} "
+            f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)}" + restrict +
+            f" ORDER BY (c.embedding::{cast}) <=> %s::{cast} LIMIT %s"
+        )
+
+    def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
+        if ef_search != self.settings.ef_search:  # the session default is settings.ef_search (see _configure)
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
+        _, _, params = self._restriction()
+        rows = conn.execute(self._index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
+        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(self.settings.max_scan_tuples),))
+        # An invalid or unsupported value silently leaves iterative scans off: read it back.
+        if conn.execute("SHOW hnsw.iterative_scan").fetchone()[0] != "strict_order":
+            self.strategy = "hnsw-overfetch"
+            return self._overfetch(conn, q)
+        return self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+
+    def _overfetch(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        """Ask the index for more candidates than k, filter, and widen until k match."""
+        selectivity = max(self.matching / max(self.total, 1), 1e-6)
+        fetch = int(min(self.total, max(self.top_k * 4, self.top_k / selectivity * 2)))
+        if fetch > 1000:  # ef_search tops out at 1000: the index cannot reach this deep
+            self.strategy = "hnsw-overfetch+exact"
+            return self._exact(conn, q)
+        cast = vector_type(self.dim)
+        join, restrict, params = self._restriction()
+        while True:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
+            rows = conn.execute(
+                f"SELECT c.id, candidates.score FROM (SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
+                f"FROM bunko.chunks WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)} "
+                f"ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s) candidates "
+                f"JOIN bunko.chunks c ON c.id = candidates.id{join} WHERE c.tenant_id = %s{restrict} "
+                "ORDER BY candidates.score DESC, c.id LIMIT %s",
+                [q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k],
+            ).fetchall()
+            if len(rows) >= min(self.top_k, self.matching) or fetch >= min(self.total, 1000):
+                return [(int(r[0]), float(r[1])) for r in rows]
+            fetch = min(self.total, fetch * 4)
+
+
+class PostgresReader(SQLReader):
+    """One search's read transaction over a collection of the PostgreSQL store."""
+
+    _store: PostgresVectorStore
+
+    def _has_index(self) -> bool:
+        # Only "it is valid" is cached: an index goes away only with its collection, and then the
+        # collection lookup before this fails first. One round trip less per search. An index
+        # still being built concurrently exists but is not valid: searches scan exactly meanwhile.
+        backend, key = self._store.backend, self._row.key
+        if key in backend.indexed:
+            return True
+        found = bool(self._conn.execute(
+            "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)), false)",
+            (f"bunko.chunks_hnsw_{key}",)).fetchone()[0])
+        if found:
+            backend.indexed.add(key)
+        return found
+
+    def _passing(self, restriction: Restriction) -> np.ndarray | None:
+        """The ids (ascending) of the chunks that pass a filtered restriction, from the metadata columns in
+        memory; None when they do not line up with the collection row."""
+        assert restriction.filter is not None
+        row = self._row
+        columns = self._store.backend.metadata_columns(row.key)
+        passing = columns.passing(self._conn, self.scope, (row.mutation_seq, row.chunk_count), restriction.filter,
+                                  self.compile(restriction).document_pks)
+        return None if passing is None else np.sort(passing)
+
+    def allowed(self, restriction: Restriction) -> np.ndarray:
+        """The keys of the chunks that pass ``restriction``: from the metadata columns when they line up
+        with the collection row, else from SQL."""
+        if restriction.filter is not None:
+            passing = self._passing(restriction)
+            if passing is not None:
+                return passing
+        return self.allowed_in_sql(restriction)
+
+    def plan(self, top_k: int, restriction: Restriction | None) -> Plan:
+        """Choose how to search: exact scan, HNSW (iterative or over-fetch), from the restriction's size.
+
+        A ``document_ids`` restriction is sized from the documents' chunk counts. A filter is sized
+        by the chunks that pass it, from the metadata columns, or by counting them in SQL, stopping one
+        past the exact-scan limit: a selective filter is known exactly and takes the exact path; a
+        broad one is known to leave more than that, which is all the index strategies need (they fall
+        back to the exact scan whenever they come back with fewer than min(k, matching) hits).
+        """
+        settings = self._store.backend.settings
+        row, tenant_pk = self._row, self._tenant_pk
+        compiled = self.compile(restriction) if restriction is not None else None
+        doc_pks = compiled.document_pks if compiled is not None else None
+        where = compiled.where if compiled is not None else None
+        total = row.chunk_count
+        matching = total
+        if doc_pks is not None:
+            matching = sum(r[0] for r in self._conn.execute(
+                "SELECT chunk_count FROM bunko.documents WHERE tenant_id = %s AND id = ANY(%s)",
+                (tenant_pk, doc_pks))) if doc_pks else 0
+        has_index = total >= settings.hnsw_min_rows and self._has_index()
+        restricted = doc_pks is not None or where is not None
+        passing: np.ndarray | None = None
+        if where is not None and restriction is not None and has_index and matching > 0:
+            # Without an index the exact scan applies the filter itself; no need to count first.
+            # With one, the filter is evaluated over the collection's metadata columns in memory:
+            # the chunks that pass, exactly, in about a millisecond instead of a scan of every row.
+            passing = self._passing(restriction)
+            if passing is not None:
+                matching = len(passing)
+        if where is not None and has_index and matching > 0 and passing is None:
+            # The columns did not line up with the row (see MetadataColumns): count in SQL.
+            bound = max(settings.exact_max_rows, top_k) + 1
+            docs = " AND c.document_id = ANY(%s)" if doc_pks is not None else ""
+            matching = int(self._conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM bunko.chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = %s "
+                f"AND c.collection_id = %s{docs} AND {where[0]} LIMIT %s) AS passing",
+                [tenant_pk, row.key, *([doc_pks] if doc_pks is not None else []), *where[1], bound],
+            ).fetchone()[0])
+        if matching == 0:
+            strategy = "empty"
+        elif not has_index or (restricted and matching <= settings.exact_max_rows):
+            strategy = "exact"
+        elif not restricted:
+            strategy = "hnsw"
+        elif self._store.backend.iterative:
+            strategy = "hnsw-iterative"
+        else:
+            strategy = "hnsw-overfetch"
+        return Plan(strategy, tenant_pk, row.key, row.dimension, top_k, doc_pks, matching, total, settings, where,
+                    passing if strategy == "exact" else None)
+
+    def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
+                threshold: float | None = None) -> Ranked:
+        """Top-k by cosine similarity, best first, inside ``restriction`` (R21): the planner's choice."""
+        plan = self.plan(top_k, restriction)
+        ranked = plan.run(self._conn, vector)
+        if threshold is not None:
+            ranked = [(key, score) for key, score in ranked if score >= threshold]
+        return Ranked(np.asarray([k for k, _ in ranked], dtype=np.int64),
+                      np.asarray([s for _, s in ranked], dtype=np.float64), plan.strategy)

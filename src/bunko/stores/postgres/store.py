@@ -1,0 +1,275 @@
+"""The PostgreSQL store bound to one tenant: chunk writes with their keyword columns, document versions,
+and the upkeep of each collection's HNSW index.
+
+* Vectors: a ``vector`` column (dimension fixed per collection and checked on every write and query)
+  and, once a collection is large enough, a partial HNSW cosine index per collection on
+  ``embedding::vector(d)`` (``halfvec(d)`` above 2,000 dimensions), built after bulk loads.
+* Writes: documents are written in batches with binary ``COPY``, one transaction per batch; a new
+  version of a document replaces its chunks inside that transaction.
+* Keywords: each chunk's analyzed tokens as tsvectors (``fts``, and ``fts_pairs`` for its pairs of
+  one-character tokens), its token count, the collection's ``keyword_df`` and postings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ... import crashpoints
+from ...analysis import Analyzer, pairs_literal, token_pairs, tsvector_literal
+from ...errors import CollectionNotFoundError, VectorStoreError
+from ..base import DocumentWrite
+from ..sql import ChunkRow, PlannedWrite, SQLStore
+from ..sql.postings import check_tokens
+from .migrations import KEYWORD_TERMS
+from .search import PostgresReader
+
+if TYPE_CHECKING:
+    from .backend import PostgresBackend
+
+try:
+    from psycopg.types.json import Jsonb
+except ImportError:  # pragma: no cover - the "postgres" extra is missing; the backend refuses to open
+    pass
+
+logger = logging.getLogger(__name__)
+
+
+# tsvector positions stop at 16383; pairs of tokens are counted while both positions are distinct.
+_TS_POSITIONS = 16383
+_PAIR_POSITIONS = _TS_POSITIONS - 1
+
+
+def _pairs(tokens: list[str]) -> dict[str, list[int]]:
+    """Each pair "a b" of adjacent one-character tokens, with the positions of its first token."""
+    pairs: dict[str, list[int]] = {}
+    for i, term in token_pairs(tokens[:_PAIR_POSITIONS + 1]):
+        pairs.setdefault(term, []).append(i + 1)  # tsvector positions start at 1
+    return pairs
+
+
+def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
+    """The keyword columns of a chunk: its tsvector literal, its token count, its statistics terms (its
+    tokens and its pairs) with their counts as the tsvectors hold them, and the tsvector literal of its
+    pairs (``fts_pairs``)."""
+    tokens = analyzer.index_tokens(content)
+    check_tokens(len(tokens))
+    pairs = _pairs(tokens)
+    counts = Counter(tokens)
+    counts.update({term: len(positions) for term, positions in pairs.items()})
+    return tsvector_literal(tokens), len(tokens), counts, pairs_literal(pairs)
+
+
+class PostgresVectorStore(SQLStore):
+    """The PostgreSQL store bound to one tenant. Build it with ``PostgresBackend.for_tenant``.
+
+    The SQL core does collections, documents, records and hydration; this class adds the binary
+    COPY of chunks with their keyword columns, document versions, the HNSW index's upkeep, and its
+    search port (:mod:`bunko.stores.postgres.search`).
+    """
+
+    _backend: PostgresBackend
+    _collection_extra = ", keyword_tokens, NULL"
+    _reader = PostgresReader
+
+    def __init__(self, backend: PostgresBackend, tenant: str) -> None:
+        super().__init__(backend, tenant)
+        self._bulk = False
+
+    @property
+    def backend(self) -> PostgresBackend:
+        """The database this store works in."""
+        return self._backend
+
+    # -- what the core asks of a backend ---------------------------------------------------
+    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
+        return _keyword_columns(analyzer, content)
+
+    def _collection_settings(self) -> dict[str, Any]:
+        settings = self._backend.settings
+        return {"hnsw_m": settings.hnsw_m, "hnsw_ef_construction": settings.hnsw_ef_construction}
+
+    @staticmethod
+    def _count(conn: Any, tenant_pk: int, collection_pk: int, chunks: int, tokens: int) -> None:
+        conn.execute(
+            "UPDATE bunko.collections SET chunk_count = chunk_count + %s, keyword_tokens = keyword_tokens + %s, "
+            "mutation_seq = mutation_seq + %s WHERE tenant_id = %s AND id = %s",
+            (chunks, tokens, 1 if chunks < 0 else 0, tenant_pk, collection_pk),
+        )
+
+    def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
+                       vectors: np.ndarray, keywords: list[Any]) -> None:
+        ids = self._copy_chunks(conn, [
+            (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
+             vectors[i], keywords[i][0], keywords[i][1], keywords[i][3])
+            for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
+        ])
+        # The collection row's lock (taken here) orders writers before their postings and statistics.
+        self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
+        at = {row[0]: i for i, row in enumerate(rows)}
+        counts = self._backend.postings.add(conn, (tenant_pk, collection_pk), [  # each term's number of new chunks
+            (chunk_pk, keywords[at[uid]][2], keywords[at[uid]][1]) for chunk_pk, uid in ids])
+        if counts:
+            terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
+            conn.execute(
+                "INSERT INTO bunko.keyword_df (tenant_id, collection_id, term, df) SELECT %s, %s, t, n "
+                "FROM unnest(%s::text[], %s::int8[]) AS x(t, n) ORDER BY t "
+                "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = keyword_df.df + excluded.df",
+                (tenant_pk, collection_pk, terms, [counts[t] for t in terms]),
+            )
+
+    def _delete_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, *,
+                       document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
+        params: tuple[Any, ...]
+        if document_pks is not None:
+            where, params = "tenant_id = %s AND document_id = ANY(%s)", (tenant_pk, list(document_pks))
+        else:
+            where, params = ("tenant_id = %s AND collection_id = %s AND uid = ANY(%s)",
+                             (tenant_pk, collection_pk, list(uids or [])))
+        removed, tokens, terms, counts, ids = conn.execute(
+            f"WITH gone AS (DELETE FROM bunko.chunks WHERE {where} RETURNING id, fts, fts_length), "
+            "terms AS (SELECT t.term, count(*) AS n FROM gone g, LATERAL ("
+            + KEYWORD_TERMS.format(fts="g.fts") + ") t GROUP BY t.term) "
+            "SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(fts_length), 0) FROM gone), "
+            "ARRAY(SELECT term FROM terms ORDER BY term), ARRAY(SELECT n FROM terms ORDER BY term), "
+            "ARRAY(SELECT id FROM gone)",
+            params,
+        ).fetchone()
+        if removed:
+            # Every writer locks the collection row before any keyword_df row, and those rows in term
+            # order (as _insert_chunks does): concurrent deletes and loads into one collection never
+            # deadlock.
+            self._count(conn, tenant_pk, collection_pk, -int(removed), -int(tokens))
+            self._backend.postings.remove(conn, (tenant_pk, collection_pk), (int(i) for i in ids))
+            if terms:
+                conn.execute("SELECT 1 FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s "
+                             "AND term = ANY(%s) ORDER BY term FOR UPDATE", (tenant_pk, collection_pk, list(terms)))
+                conn.execute(
+                    "UPDATE bunko.keyword_df k SET df = k.df - x.n FROM unnest(%s::text[], %s::int8[]) AS x(t, n) "
+                    "WHERE k.tenant_id = %s AND k.collection_id = %s AND k.term = x.t",
+                    (list(terms), [int(n) for n in counts], tenant_pk, collection_pk),
+                )
+        return int(removed)
+
+    def _record_versions(self, conn: Any, tenant_pk: int,
+                         written: list[tuple[int, PlannedWrite, DocumentWrite]]) -> list[int | None]:
+        """One ``document_versions`` row per written document, and the documents point at it."""
+        if not written:
+            return []
+        rows = conn.execute(
+            "INSERT INTO bunko.document_versions (tenant_id, document_id, version, content_hash, metadata, "
+            "chunk_count) SELECT %s, d, v, h, m, n "
+            "FROM unnest(%s::int8[], %s::int4[], %s::text[], %s::jsonb[], %s::int4[]) AS t(d, v, h, m, n) "
+            "RETURNING document_id, id",
+            (tenant_pk, [pk for pk, _, _ in written], [p.version for _, p, _ in written],
+             [d.content_hash for _, _, d in written], [Jsonb(d.metadata) for _, _, d in written],
+             [p.chunk_count for _, p, _ in written]),
+        ).fetchall()
+        by_document = {int(d): int(v) for d, v in rows}
+        conn.execute(
+            "UPDATE bunko.documents d SET current_version_id = t.v FROM unnest(%s::int8[], %s::int8[]) "
+            "AS t(d, v) WHERE d.tenant_id = %s AND d.id = t.d",
+            ([pk for pk, _, _ in written], [by_document[pk] for pk, _, _ in written], tenant_pk),
+        )
+        return [by_document[pk] for pk, _, _ in written]
+
+    def _drop_collection(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
+        conn.execute("SELECT bunko.drop_hnsw_index(%s)", (collection_pk,))
+
+    def _forget_collection(self, collection_pk: int) -> None:
+        self._backend.indexed.discard(collection_pk)
+        self._backend.forget_columns(collection_pk)
+
+    def _after_write(self, collection_pk: int, chunk_count: int) -> None:
+        self._maybe_build_index(collection_pk, chunk_count)
+
+    _CHUNK_COLUMNS = ("uid, tenant_id, collection_id, document_id, version_id, chunk_index, start_offset, end_offset, "
+                      "token_count, content, metadata, embedding")
+
+    @classmethod
+    def _copy_chunks(cls, conn: Any, rows: list[tuple]) -> list[tuple[int, str]]:
+        """COPY rows (the chunk columns plus the analyzed keyword text) in binary, then one checked INSERT;
+        returns the new rows' (id, uid)."""
+        if not rows:
+            return []
+        columns = cls._CHUNK_COLUMNS
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY bunko_chunk_stage ({columns}, fts_text, fts_length, fts_pairs_text) FROM STDIN "
+                          "(FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int8", "int8", "int8", "int8", "int4", "int4", "int4", "int4", "text",
+                                "jsonb", "vector", "text", "int4", "text"])
+                for r in rows:
+                    copy.write_row(r)
+            # The analyzer's tokens arrive as a tsvector literal: the cast only parses it, no text-search
+            # parser or dictionary runs, so the lexemes are exactly the tokens the queries ask for.
+            cur.execute(f"INSERT INTO bunko.chunks ({columns}, fts, fts_length, fts_pairs) SELECT {columns}, "
+                        "fts_text::tsvector, fts_length, fts_pairs_text::tsvector FROM bunko_chunk_stage "
+                        "RETURNING id, uid")
+            ids = [(int(r[0]), str(r[1])) for r in cur.fetchall()]
+            cur.execute("TRUNCATE bunko_chunk_stage")
+        return ids
+
+    def _maybe_build_index(self, collection_pk: int, chunk_count: int) -> None:
+        """Build the collection's HNSW index once it is big enough -- unless a bulk load is on.
+
+        Inserting through an HNSW index is several times slower than building it once after
+        the load, so ``bulk_load()`` defers the build to its end. The data is committed
+        already, so a failing build is logged, not raised into the write.
+        """
+        if self._bulk or chunk_count < self._backend.settings.hnsw_min_rows:
+            return
+        try:
+            self.build_index(collection_pk=collection_pk)
+        except VectorStoreError as exc:
+            logger.warning("could not build the HNSW index of collection %s: %s", collection_pk, exc)
+
+    @contextmanager
+    def bulk_load(self, collection: str) -> Iterator[None]:
+        """Defer index builds while many documents are written; build and ANALYZE at the end."""
+        self._bulk = True
+        try:
+            yield
+        finally:
+            self._bulk = False
+            try:
+                with self.session() as (conn, tenant_pk):
+                    row = self._collection_row(conn, tenant_pk, collection)
+                    collection_pk, total = row.key, row.chunk_count
+            except CollectionNotFoundError:
+                return
+            self._maybe_build_index(collection_pk, total)
+            with self.session() as (conn, _):
+                conn.execute("SELECT bunko.analyze_tables()")
+
+    def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
+        """Build (if missing) the HNSW index of a collection; returns its name.
+
+        When the login role owns the schema the index is built with ``CREATE INDEX CONCURRENTLY``
+        on a connection of its own: searches and writes (of every tenant) go on meanwhile, the
+        searches with the exact plan until the index is valid. Otherwise the schema's
+        ``build_hnsw_index`` function builds it in one transaction (writes wait, reads do not).
+        """
+        settings = self._backend.settings
+        with self._backend.index_lock:
+            with self.session() as (conn, tenant_pk):
+                if collection_pk is None:
+                    collection_pk = self._collection_row(conn, tenant_pk, collection or "").key
+                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction FROM bunko.collections "
+                                   "WHERE tenant_id = %s AND id = %s", (tenant_pk, collection_pk)).fetchone()
+                if row is None:
+                    return None
+            crashpoints.reach("store.hnsw.build")
+            name = self._backend.build_index_concurrently(int(collection_pk), *(int(v) for v in row))
+            with self.session() as (conn, _):
+                if name is None:
+                    return conn.execute(
+                        "SELECT bunko.build_hnsw_index(%s, %s, %s)",
+                        (collection_pk, settings.maintenance_work_mem, settings.parallel_workers),
+                    ).fetchone()[0]
+                conn.execute("SELECT bunko.analyze_tables()")  # or the planner keeps estimating an empty table
+            return name

@@ -1,0 +1,176 @@
+"""The search port of the SQL core: one read transaction over one collection, for one search.
+
+:class:`SQLReader` is what every SQL backend shares of :class:`~bunko.stores.base.CollectionReader`:
+a restriction compiled once per search (its documents' row ids looked up once, its filter compiled
+once), the allowed chunks in SQL, the keyword statistics and postings, and the hydration of the final
+hits in one query. A backend subclasses it for its vector search and for faster ways to the allowed
+chunks (in-memory columns), and keeps the SQL path as the exact answer they fall back to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...types import SearchHit
+from ..base import CollectionRow, KeywordTotals, Postings, Ranked, Restriction, make_hit
+
+if TYPE_CHECKING:
+    from .store import SQLStore
+
+# Metadata filters read the chunk as c and its document as d.
+DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
+
+
+class CompiledRestriction:
+    """A restriction as one search uses it: its documents' row ids and its filter's SQL, found once."""
+
+    __slots__ = ("conditions", "document_pks", "params", "restriction", "where")
+
+    def __init__(self, restriction: Restriction, document_pks: list[int] | None,
+                 where: tuple[str, list[Any]] | None, documents: tuple[str, list[Any]] | None) -> None:
+        self.restriction = restriction
+        self.document_pks = document_pks
+        self.where = where
+        # The whole restriction as conditions over c (and d) to AND in, with their parameters.
+        self.conditions, self.params = "", []
+        if documents is not None:
+            self.conditions += f" AND {documents[0]}" if document_pks else " AND 1 = 0"
+            self.params += documents[1] if document_pks else []
+        if where is not None:
+            self.conditions += f" AND {where[0]}"
+            self.params += where[1]
+
+
+class SQLReader:
+    """One collection of one tenant, read inside one transaction of its store."""
+
+    # Whether hit hydration also names the collection. Planners differ: SQLite's then looks the rows
+    # up by its (tenant, collection, id) index and otherwise scans the tenant's; PostgreSQL's would
+    # scan the collection instead of using the primary key.
+    hydrate_by_collection = False
+
+    def __init__(self, store: SQLStore, conn: Any, tenant_pk: int, row: CollectionRow) -> None:
+        self._store = store
+        self._conn = conn
+        self._tenant_pk = tenant_pk
+        self._row = row
+        self._d = store.dialect
+        self._compiled: dict[int, CompiledRestriction] = {}
+
+    @property
+    def row(self) -> CollectionRow:
+        """The collection this reader works on, as read before the reader opened."""
+        return self._row
+
+    @property
+    def scope(self) -> tuple[int, int]:
+        """(tenant row id, collection row id): the key prefix of the collection's rows."""
+        return self._tenant_pk, self._row.key
+
+    def run(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        """Execute a core statement (``?`` placeholders, unqualified tables) in this transaction."""
+        return self._conn.execute(self._d.sql(statement), params)
+
+    # -- restrictions ----------------------------------------------------------------------------
+    def compile(self, restriction: Restriction) -> CompiledRestriction:
+        """The restriction's documents and filter, looked up and compiled once per search."""
+        found = self._compiled.get(id(restriction))
+        if found is not None and found.restriction is restriction:
+            return found
+        pks = None
+        if restriction.document_ids is not None:
+            listed, values = self._d.any("uid", list(restriction.document_ids))
+            pks = [int(r[0]) for r in self.run(
+                f"SELECT id FROM documents WHERE tenant_id = ? AND collection_id = ? AND {listed}",
+                (*self.scope, *values))]
+        where = self._d.compile_filter(restriction.filter) if restriction.filter is not None else None
+        documents = self._d.any("c.document_id", pks) if pks is not None else None
+        compiled = self._compiled[id(restriction)] = CompiledRestriction(restriction, pks, where, documents)
+        return compiled
+
+    def allowed_in_sql(self, restriction: Restriction) -> np.ndarray:
+        """The keys (ascending) of the collection's chunks that pass ``restriction``, found in SQL."""
+        compiled = self.compile(restriction)
+        join = DOCUMENT_JOIN if compiled.where is not None else ""
+        return np.fromiter((r[0] for r in self.run(
+            f"SELECT c.id FROM chunks c{join} WHERE c.tenant_id = ? AND c.collection_id = ?{compiled.conditions} "
+            "ORDER BY c.id", (*self.scope, *compiled.params))), dtype=np.int64)
+
+    def allowed(self, restriction: Restriction) -> np.ndarray:
+        """The keys (ascending) of the collection's chunks that pass ``restriction``."""
+        return self.allowed_in_sql(restriction)
+
+    # -- keyword statistics and postings -------------------------------------------------------------
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many of the collection's chunks hold each term (terms none hold are left out)."""
+        if not terms:
+            return {}
+        listed, values = self._d.any("term", sorted(set(terms)))
+        return {t: int(n) for t, n in self.run(
+            f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND {listed}",
+            (*self.scope, *values)) if int(n) > 0}
+
+    def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
+        """The collection's chunk count and mean token count, with the document frequencies of ``terms``."""
+        rows, tokens = self._row.chunk_count, self._row.keyword_tokens or 0
+        return KeywordTotals(rows, max(tokens, 1) / max(rows, 1), self.document_frequencies(terms))
+
+    def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
+        """The postings of ``terms`` in the collection, without deleted chunks, in one statement."""
+        return self._store.postings_table.read(self._conn, self.scope, terms)
+
+    # -- hits --------------------------------------------------------------------------------------
+    def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,
+             extra: Mapping[int, Mapping[str, Any]] | None = None) -> list[SearchHit]:
+        """Hits with content and metadata for ranked chunks, in order, in one query; chunks deleted
+        meanwhile are left out. ``vectors``, if a dict, receives their stored vectors by chunk id;
+        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks)."""
+        if not len(ranked):
+            return []
+        d = self._d
+        listed, params = d.any("c.id", ranked.keys.tolist())
+        scope, scope_params = "c.tenant_id = ?", [self._tenant_pk]
+        if self.hydrate_by_collection:
+            scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", list(self.scope)
+        rows = self.run(
+            "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
+            "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count"
+            f"{', c.embedding' if vectors is not None else ''} "
+            f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}",
+            (*scope_params, *params),
+        ).fetchall()
+        by_key = {int(r[0]): r for r in rows}
+        out = []
+        for key, score in ranked.pairs():
+            r = by_key.get(key)
+            if r is None:
+                continue
+            hit = make_hit(r, float(score), {} if r[7] is None else d.json_out(r[7]), d.json_out(r[6]),
+                           include_content)
+            if extra is not None and key in extra:
+                hit.metadata.update(extra[key])
+            out.append(hit)
+            if vectors is not None:
+                vectors[r[1]] = d.vector_out(r[12])
+        return out
+
+    def keys_of(self, chunk_ids: Sequence[str]) -> dict[str, int]:
+        """The keys of these chunks of the collection, by chunk id (unknown ids are left out)."""
+        if not chunk_ids:
+            return {}
+        listed, values = self._d.any("uid", [str(i) for i in chunk_ids])
+        return {str(uid): int(key) for key, uid in self.run(
+            f"SELECT id, uid FROM chunks WHERE tenant_id = ? AND collection_id = ? AND {listed}",
+            (*self.scope, *values))}
+
+    # -- vectors: what each backend supplies ------------------------------------------------------------
+    def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
+                threshold: float | None = None) -> Ranked:
+        """The ``top_k`` chunks most similar to ``vector`` (unit length) inside ``restriction``."""
+        raise NotImplementedError
+
+
+__all__ = ["DOCUMENT_JOIN", "CompiledRestriction", "SQLReader"]

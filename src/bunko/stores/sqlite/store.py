@@ -1,0 +1,266 @@
+"""The embedded store bound to one tenant, and its search port.
+
+Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (content, metadata, float32
+vector blob), plus per collection an FTS5 table ``chunks_fts_<collection rowid>`` holding each
+chunk's analyzed text, ``keyword_df`` (how many chunks hold each statistics term) and
+``keyword_postings`` (:mod:`bunko.stores.sql.postings`). Every row below ``tenants`` carries
+``tenant_id`` and every statement filters by it.
+
+Vector search is exact, over the collection's normalised matrix held in memory (see
+:mod:`bunko.stores.sqlite.matrix`); a restriction masks the matrix before ranking, from in-memory
+metadata columns, or from SQL when those do not line up (a concurrent write). Keyword search ranks
+from the postings above the store (:mod:`bunko.search.keyword`); FTS5's totals are its statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...analysis import Analyzer, fts5_document
+from ..base import KeywordTotals, Ranked, Restriction
+from ..sql import ChunkRow, SQLReader, SQLStore
+from ..sql.columns import Column, Misaligned, filter_mask
+from ..sql.postings import check_tokens, counted, term_counts
+from .matrix import Matrix, Snapshot, top_indices
+from .schema import create_fts, fts5_totals, fts_table, has_fts
+
+if TYPE_CHECKING:
+    from .backend import SQLiteBackend
+
+# Rows read per step when (re)loading a collection's vectors into memory.
+_LOAD_BATCH = 4096
+
+
+def _upsert_df(conn: sqlite3.Connection, scope: tuple[int, int], counts: dict[str, int]) -> None:
+    if counts:
+        conn.executemany(
+            "INSERT INTO keyword_df (tenant_id, collection_id, term, df) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = df + excluded.df",
+            [(*scope, term, n) for term, n in sorted(counts.items())])
+
+
+class SQLiteReader(SQLReader):
+    """One search's read transaction over a collection of the embedded store."""
+
+    hydrate_by_collection = True
+    _store: SQLiteVectorStore
+
+    @property
+    def _cache(self) -> Any:
+        return self._store.backend.matrices
+
+    def _matrix(self) -> Snapshot:
+        """The collection's vectors as of the row this reader works from, refreshed only as far as they changed.
+
+        Inserts only add rows above the cached highest key, so they are appended. Updates and deletes
+        bump ``mutation_seq``; then the cache keeps the rows that are still live (one index-only scan of
+        keys) and appends the new ones, instead of reading every vector again.
+        """
+        row, cache = self._row, self._cache
+        seq, high = row.mutation_seq, row.high_water
+        with cache.lock:
+            matrix = cache.matrices.get(row.key)
+            if matrix is not None and matrix.dim != row.dimension:
+                matrix = None
+            if matrix is not None and matrix.mutation_seq == seq and matrix.high_water == high:
+                return matrix.snapshot()
+            if matrix is None:
+                matrix = Matrix(row.dimension, capacity=row.chunk_count)
+            elif matrix.mutation_seq != seq:
+                live = np.fromiter((r[0] for r in self.run(
+                    "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id <= ?",
+                    (*self.scope, matrix.high_water))), dtype=np.int64)
+                matrix.keep_only(live)
+            cursor = self.run(
+                "SELECT id, coalesce(document_id, -1), embedding FROM chunks "
+                "WHERE tenant_id = ? AND collection_id = ? AND id > ? AND id <= ? ORDER BY id",
+                (*self.scope, matrix.high_water, high))
+            while rows := cursor.fetchmany(_LOAD_BATCH):
+                matrix.append(rows)
+            matrix.mutation_seq, matrix.high_water = seq, high
+            cache.matrices[row.key] = matrix
+            return matrix.snapshot()
+
+    def _column(self, field: tuple[str, ...], state: tuple[int, int]) -> Column:
+        """A metadata field of the collection's chunks as a factorised column, read only as far as it changed."""
+        cache, key = self._cache, (self._row.key, field)
+        with cache.lock:
+            column = cache.columns.get(key)
+            if column is not None and (column.mutation_seq, column.high_water) == state:
+                return column
+            if column is None or column.mutation_seq != state[0] or column.high_water > state[1]:
+                column = Column()
+            path = "$" + "".join(f'."{segment}"' for segment in field)
+            rows = self.run(
+                "SELECT c.metadata -> ?, d.metadata -> ? FROM chunks c LEFT JOIN documents d "
+                "ON d.id = c.document_id AND d.tenant_id = c.tenant_id WHERE c.tenant_id = ? AND c.collection_id = ? "
+                "AND c.id > ? AND c.id <= ? ORDER BY c.id",
+                (path, path, *self.scope, column.high_water, state[1])).fetchall()
+            column.append([mine if mine is not None else theirs for mine, theirs in rows])
+            column.mutation_seq, column.high_water = state
+            cache.columns[key] = column
+            return column
+
+    def _mask(self, matrix: Snapshot, restriction: Restriction) -> np.ndarray:
+        """Which rows of ``matrix`` pass ``restriction``.
+
+        A filter is evaluated over in-memory columns of the fields it reads: each leaf once per
+        distinct value of its field (with the Python evaluator, so the semantics are the filter
+        language's own), mapped to the rows by their codes. When a column does not line up with the
+        matrix (a concurrent write), the chunks that pass come from SQL instead.
+        """
+        compiled = self.compile(restriction)
+        mask = np.ones(len(matrix.rowids), dtype=bool)
+        if compiled.document_pks is not None:
+            mask &= np.isin(matrix.doc_rowids, np.asarray(compiled.document_pks, dtype=np.int64))
+        if restriction.filter is not None:
+            try:
+                mask &= filter_mask(restriction.filter, len(matrix.rowids),
+                                    lambda field: self._column(field, matrix.state))
+            except Misaligned:
+                mask &= np.isin(matrix.rowids, self.allowed_in_sql(Restriction(None, restriction.filter)))
+        return mask
+
+    def allowed(self, restriction: Restriction) -> np.ndarray:
+        """The keys of the chunks that pass ``restriction``: from the matrix and its columns when this
+        process holds the collection, else from SQL (loading every vector would cost more)."""
+        if not self._cache.holds(self._row.key):
+            return self.allowed_in_sql(restriction)
+        matrix = self._matrix()
+        return matrix.rowids[self._mask(matrix, restriction)]
+
+    def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
+                threshold: float | None = None) -> Ranked:
+        """Exact top-k by cosine similarity over the matrix; a restriction masks it before ranking, so k
+        come back whenever k chunks pass."""
+        matrix = self._matrix()
+        norm = float(np.linalg.norm(vector))
+        q = vector / norm if norm > 0 else vector
+        if restriction is not None:
+            positions: np.ndarray | None = np.flatnonzero(self._mask(matrix, restriction))
+            scores = matrix.vectors[positions] @ q
+        else:
+            positions = None
+            scores = matrix.vectors @ q
+        order = top_indices(scores, top_k)
+        if threshold is not None:
+            order = order[scores[order] >= threshold]
+        picked = order if positions is None else positions[order]
+        return Ranked(matrix.rowids[picked], scores[order].astype(np.float64), "exact")
+
+    def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
+        """FTS5's totals of the collection (the rows and tokens ``bm25()`` reads), with the terms' counts."""
+        rows, tokens = fts5_totals(self._conn, self._row.key)
+        return KeywordTotals(rows, tokens / rows if rows else 1.0, self.document_frequencies(terms))
+
+
+class SQLiteVectorStore(SQLStore):
+    """The embedded store bound to one tenant. Build it with ``SQLiteBackend.for_tenant``.
+
+    The SQL core does collections, documents, records and hydration; this class adds the keyword
+    index of its writes (FTS5 text, statistics, postings) and its search port.
+    """
+
+    _backend: SQLiteBackend
+    # Upserted records may join a document, so a document's chunks are counted, not read from its row.
+    _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
+                        "AND c.document_id = d.id)")
+    # The collection's highest chunk key, read with its row (the matrix cache checks itself against it).
+    _collection_extra = (", NULL, (SELECT coalesce(max(k.id), 0) FROM chunks k WHERE k.tenant_id = "
+                         "collections.tenant_id AND k.collection_id = collections.id)")
+    _reader = SQLiteReader
+
+    @property
+    def backend(self) -> SQLiteBackend:
+        """The database this store works in (its caches are shared by every tenant's store of it)."""
+        return self._backend
+
+    # -- what the core asks of a backend -------------------------------------------------
+    def _keywords(self, analyzer: Analyzer, content: str) -> str:
+        tokens = analyzer.index_tokens(content)
+        check_tokens(len(tokens))
+        return fts5_document(tokens)
+
+    @staticmethod
+    def _count(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, chunks: int, *, mutated: bool) -> None:
+        """Keep the chunk counter exact; ``mutated`` marks that rows were removed (for the matrix cache)."""
+        conn.execute(
+            "UPDATE collections SET chunk_count = chunk_count + ?, mutation_seq = mutation_seq + ? "
+            "WHERE tenant_id = ? AND id = ?",
+            (chunks, 1 if mutated else 0, tenant_pk, collection_pk),
+        )
+
+    def _insert_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
+                       vectors: np.ndarray, keywords: list[Any]) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        dumps = json.dumps
+        params = [
+            (uid, tenant_pk, collection_pk, doc_pk, index, start, end, tokens, content,
+             dumps(meta, ensure_ascii=False, default=str) if meta else "{}", vectors[i].tobytes())
+            for i, (uid, doc_pk, _version, index, start, end, tokens, content, meta) in enumerate(rows)
+        ]
+        first = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO chunks (uid, tenant_id, collection_id, document_id, chunk_index, start_offset, "
+            "end_offset, token_count, content, metadata, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            params,
+        )
+        # AUTOINCREMENT under the write lock: the new rows are exactly the ids after ``first``, in order.
+        new_ids = [r[0] for r in conn.execute(
+            "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id > ? ORDER BY id",
+            (tenant_pk, collection_pk, first),
+        )]
+        create_fts(conn, collection_pk)
+        texts = list(zip(new_ids, keywords, strict=True))
+        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)", texts)
+        found = self._backend.postings.add(conn, (tenant_pk, collection_pk), counted(texts))
+        _upsert_df(conn, (tenant_pk, collection_pk), found)
+        self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
+
+    def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
+                       document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
+        d = self._d
+        if document_pks is not None:  # document row ids are unique: the chunks_document index answers
+            listed, values = d.any("document_id", document_pks)
+            where, params = f"tenant_id = ? AND {listed}", (tenant_pk, *values)
+        else:
+            listed, values = d.any("uid", uids or [])
+            where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
+        if has_fts(conn, collection_pk):
+            fts = fts_table(collection_pk)
+            gone = conn.execute(f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})",
+                                params).fetchall()
+            self._forget_keywords(conn, (tenant_pk, collection_pk), gone)
+            conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
+        removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
+        if removed:
+            self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
+        return removed
+
+    def _forget_keywords(self, conn: sqlite3.Connection, scope: tuple[int, int],
+                         gone: Sequence[tuple[int, str]]) -> None:
+        """Take chunks, given as (rowid, analyzed text), out of ``keyword_df`` and the postings."""
+        if not gone:
+            return
+        counts: Counter[str] = Counter()
+        for _, text in gone:
+            counts.update(term_counts(text.split(" ") if text else []).keys())
+        _upsert_df(conn, scope, {term: -n for term, n in counts.items()})
+        self._backend.postings.remove(conn, scope, (rowid for rowid, _ in gone))
+
+    def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
+        scope = (tenant_pk, collection_pk)
+        conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
+        conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
+        conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ?", scope)
+        conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
+        conn.execute("DELETE FROM documents WHERE tenant_id = ? AND collection_id = ?", scope)
+
+    def _forget_collection(self, collection_pk: int) -> None:
+        self._backend.matrices.drop(collection_pk)
