@@ -147,7 +147,7 @@ def test_secrets_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
         ("BUNKO_MAX_UPLOAD_MB", "big", "BUNKO_MAX_UPLOAD_MB = 'big': expected a whole number"),
         ("BUNKO_TEMPERATURE", "3", "BUNKO_TEMPERATURE = '3': must be from 0 to 2"),
         ("BUNKO_ANONYMIZE_SEARCH_LOGS", "maybe", "BUNKO_ANONYMIZE_SEARCH_LOGS = 'maybe': expected true or false"),
-        ("BUNKO_PG_KEYWORD_RANKING", "tf-idf", "BUNKO_PG_KEYWORD_RANKING = 'tf-idf': input should be 'bm25' or"),
+        ("BUNKO_PG_EF_SEARCH", "2000", "BUNKO_PG_EF_SEARCH = '2000': must be from 1 to 1000"),
         ("BUNKO_PG_ITERATIVE_SCAN", "sometimes", "BUNKO_PG_ITERATIVE_SCAN = 'sometimes': expected true or false"),
     ],
 )
