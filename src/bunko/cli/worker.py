@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .cli import handle_errors, stderr
+from .common import handle_errors, resolve_settings, stderr
 
 
 @click.command("worker")
@@ -32,12 +32,10 @@ def worker(ctx: click.Context, max_jobs: int | None, log_level: str, **overrides
     on one PostgreSQL; they must see the API's spool folder. A job whose worker dies is claimed
     again, up to [server] job_attempts times, then failed with the reason.
     """
-    from .config import Settings
-    from .worker import run_worker
+    from ..worker import run_worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    obj = ctx.find_root().obj
     given = {k: v for k, v in overrides.items() if v is not None}
-    settings = Settings.resolve(obj.get("db"), home=obj.get("home"), config=obj.get("config"), **given)
+    settings = resolve_settings(ctx, **given)
     processed = run_worker(settings, max_jobs=max_jobs)
     stderr.print(f"bunko worker stopped after {processed} job{'s' * (processed != 1)}")

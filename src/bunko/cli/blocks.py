@@ -8,36 +8,15 @@ one tenant and prints ``{"workflow", "steps", "output"}``; a failing step exits 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from ..config import DEFAULT_TENANT
-from .errors import BlockError, BlockInputError
-
-F = TypeVar("F", bound=Callable[..., Any])
-EXIT_ERROR = 1
-
-
-def _guarded(func: F) -> F:
-    """``bunko.cli.handle_errors`` around ``func`` (imported when called: bunko.cli imports this module)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ..cli import handle_errors
-
-        return handle_errors(func)(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+from ..blocks.errors import BlockError, BlockInputError
+from .common import EXIT_ERROR, emit_json, get_engine, handle_errors, json_option, tenant_option
 
 
 @click.group("blocks")
@@ -46,15 +25,15 @@ def blocks_command() -> None:
 
 
 @blocks_command.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print every block with its config schema as JSON.")
-@_guarded
+@json_option("Print every block with its config schema as JSON.")
+@handle_errors
 def blocks_list(as_json: bool) -> None:
     """Every block: name, category, description and config fields (with --json the whole config schema)."""
-    from .registry import describe_blocks
+    from ..blocks.registry import describe_blocks
 
     entries = describe_blocks()
     if as_json:
-        _emit({"blocks": entries})
+        emit_json({"blocks": entries})
         return
     width = max(len(e["name"]) for e in entries)
     for entry in entries:
@@ -105,18 +84,16 @@ def _print_output(output: dict[str, Any]) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--input", "input_json", default=None, metavar="JSON",
               help="The workflow input: a JSON object, or @FILE holding one (default: {}).")
-@click.option("--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
-              help="Tenant the workflow runs in; every block works in this tenant only (env BUNKO_TENANT).")
-@click.option("--json", "as_json", is_flag=True, help="Print {workflow, steps, output} as JSON.")
+@tenant_option("Tenant the workflow runs in; every block works in this tenant only (env BUNKO_TENANT).")
+@json_option("Print {workflow, steps, output} as JSON.")
 @click.pass_context
-@_guarded
+@handle_errors
 def workflow_run(ctx: click.Context, file: str, input_json: str | None, tenant: str, as_json: bool) -> None:
     """Run the workflow in FILE (JSON or YAML) in one tenant."""
-    from ..cli import _engine
-    from .ctx import aclose_clients
+    from ..blocks.ctx import aclose_clients
 
     data = _input(input_json)
-    engine = _engine(ctx)
+    engine = get_engine(ctx)
     scope = engine.tenant(tenant)
 
     async def run() -> Any:
@@ -130,23 +107,14 @@ def workflow_run(ctx: click.Context, file: str, input_json: str | None, tenant: 
         result = asyncio.run(run())
     except BlockError as exc:
         if as_json:
-            _emit({"error": exc.to_dict(), "steps": exc.steps})
+            emit_json({"error": exc.to_dict(), "steps": exc.steps})
         else:
             where = f"step {exc.step} ({exc.block}): " if exc.step else ""
             click.echo(f"error: [{exc.code}] {where}{exc.message}", err=True)
         sys.exit(EXIT_ERROR)
     if as_json:
-        _emit(result.to_dict())
+        emit_json(result.to_dict())
         return
     for step in result.steps:
         click.echo(f"{step['id']} ({step['block']}): {step['status']} in {step['duration_ms']:.1f} ms", err=True)
     _print_output(result.output)
-
-
-def attach(group: click.Group) -> None:
-    """Add ``blocks`` and ``workflow`` to the ``bunko`` command group."""
-    group.add_command(blocks_command)
-    group.add_command(workflow_command)
-
-
-__all__ = ["attach", "blocks_command", "workflow_command"]

@@ -1,4 +1,4 @@
-"""``bunko export``, ``bunko import`` and ``bunko copy``: move a tenant between stores."""
+"""``bunko export``, ``bunko import`` and ``bunko copy``: move a tenant between stores (:mod:`bunko.portability`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ..cli import _emit_json, _engine, _reporter, handle_errors, json_option, quiet_option, stdout, tenant_option
+from ..portability import KINDS, Summary, copy_tenant, export_tenant, import_tenant, read_manifest
 from ..progress import Reporter
 from ..stores import open_backend
-from . import KINDS, Summary, copy_tenant, export_tenant, import_tenant, read_manifest
+from .common import emit_json, get_engine, handle_errors, json_option, quiet_option, reporter, stdout, tenant_option
 
 
 def _progress(bar: Reporter, verb: str, total: int | None = None) -> Callable[[str, int], None]:
@@ -29,7 +29,7 @@ def _progress(bar: Reporter, verb: str, total: int | None = None) -> Callable[[s
 
 def _report(summary: Summary, verb: str, as_json: bool) -> None:
     if as_json:
-        _emit_json(summary.to_dict())
+        emit_json(summary.to_dict())
         return
     c = summary.counts
     stdout.print(f"{verb} tenant '{escape(summary.tenant)}': {c['collections']} collections, {c['documents']} "
@@ -42,13 +42,13 @@ def _report(summary: Summary, verb: str, as_json: bool) -> None:
 
 
 @click.command("export")
-@tenant_option
+@tenant_option()
 @click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
               help="A new (or empty) folder to write the export to.")
 @click.option("--collection", "-c", "collections", multiple=True,
               help="Export only this collection (repeatable; default: all of the tenant's collections).")
-@quiet_option
-@json_option
+@quiet_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def export_command(ctx: click.Context, tenant: str, output: Path, collections: tuple[str, ...], quiet: bool,
@@ -58,8 +58,8 @@ def export_command(ctx: click.Context, tenant: str, output: Path, collections: t
     The folder holds JSON Lines files and a manifest with a SHA-256 per file; `bunko import`
     reads it into any store without re-embedding (format: docs/EXPORT.md).
     """
-    store = _engine(ctx).backend.for_tenant(tenant)
-    with _reporter(ctx, quiet) as bar:
+    store = get_engine(ctx).backend.for_tenant(tenant)
+    with reporter(ctx, quiet) as bar:
         summary = export_tenant(store, output, collections=list(collections) or None,
                                 progress=_progress(bar, "export"))
     _report(summary, "exported", as_json)
@@ -69,8 +69,8 @@ def export_command(ctx: click.Context, tenant: str, output: Path, collections: t
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--tenant", "-t", default=None,
               help="Tenant to import into (default: the tenant the export was made from).")
-@quiet_option
-@json_option
+@quiet_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bool, as_json: bool) -> None:
@@ -80,23 +80,23 @@ def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bo
     is read back and compared with the export's digest.
     """
     manifest = read_manifest(path)
-    store = _engine(ctx).backend.for_tenant(tenant or str(manifest["tenant"]))
+    store = get_engine(ctx).backend.for_tenant(tenant or str(manifest["tenant"]))
     counts = manifest.get("counts") or {}
     total = sum(int(counts.get(kind, 0)) for kind in KINDS)
-    with _reporter(ctx, quiet) as bar:
+    with reporter(ctx, quiet) as bar:
         summary = import_tenant(store, path, progress=_progress(bar, "import", total))
     _report(summary, "imported into", as_json)
 
 
 @click.command("copy")
-@tenant_option
+@tenant_option()
 @click.option("--to", "target_url", required=True, metavar="URL",
               help="The store to copy to, e.g. postgresql://user@host/db.")
 @click.option("--to-tenant", default=None, help="Tenant to copy into (default: the same name).")
 @click.option("--collection", "-c", "collections", multiple=True,
               help="Copy only this collection (repeatable; default: all).")
-@quiet_option
-@json_option
+@quiet_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: str | None,
@@ -106,15 +106,12 @@ def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: st
     For example, move from the embedded store to PostgreSQL:
     bunko --db sqlite:///bunko.db copy --tenant acme --to postgresql://bunko@db/bunko
     """
-    engine = _engine(ctx)
+    engine = get_engine(ctx)
     target = open_backend(target_url, engine.settings)
     try:
-        with _reporter(ctx, quiet) as bar:
+        with reporter(ctx, quiet) as bar:
             summary: Any = copy_tenant(engine.backend.for_tenant(tenant), target.for_tenant(to_tenant or tenant),
                                        collections=list(collections) or None, progress=_progress(bar, "copy"))
     finally:
         target.close()
     _report(summary, "copied into", as_json)
-
-
-COMMANDS: tuple[click.Command, ...] = (export_command, import_command, copy_command)

@@ -1,7 +1,4 @@
-"""``bunko memory add|search|list|delete`` and ``bunko mcp``: agent memory and the MCP server from the shell.
-
-Attached to the ``bunko`` group by :func:`attach` (one line in :mod:`bunko.cli`).
-"""
+"""``bunko memory add|search|list|delete``: agent memory from the shell."""
 
 from __future__ import annotations
 
@@ -10,17 +7,17 @@ from typing import Any
 
 import click
 
-from .cli import _emit_json, _engine, handle_errors, stdout
-from .config import DEFAULT_TENANT
-from .memory import DEFAULT_MEMORY_STORE, DEFAULT_MEMORY_TYPE, MEMORY_TYPES, SEARCH_MODES
-
-# The options every command shares, as bunko.cli words them (declared here: this module is imported by
-# bunko.cli itself, so its option objects are not typed yet when this module is checked).
-tenant_option = click.option("--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
-                             help="Tenant whose data to use (env BUNKO_TENANT).")
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-embedder_option = click.option("--embedder", metavar="PROVIDER[:MODEL]", default=None,
-                               help="Embedder (env BUNKO_EMBEDDER); a memory store keeps the one it was built with.")
+from ..memory import DEFAULT_MEMORY_STORE, DEFAULT_MEMORY_TYPE, MEMORY_TYPES, SEARCH_MODES
+from .common import (
+    MEMORY_EMBEDDER_HELP,
+    embedder_option,
+    emit_json,
+    get_engine,
+    handle_errors,
+    json_option,
+    stdout,
+    tenant_option,
+)
 
 store_option = click.option("--store", "store", default=DEFAULT_MEMORY_STORE, show_default=True,
                             help="Memory store of the tenant (a tenant may keep several).")
@@ -42,9 +39,9 @@ def memory() -> None:
 @click.option("--metadata", "metadata_json", default=None, metavar="JSON", help="Free metadata as a JSON object.")
 @click.option("--timestamp", default=None, metavar="ISO", help="When it was said (default: now).")
 @store_option
-@tenant_option
-@embedder_option
-@json_option
+@tenant_option()
+@embedder_option(MEMORY_EMBEDDER_HELP)
+@json_option()
 @click.pass_context
 @handle_errors
 def memory_add(ctx: click.Context, text: str, user_id: str, session_id: str | None, memory_type: str,
@@ -52,11 +49,11 @@ def memory_add(ctx: click.Context, text: str, user_id: str, session_id: str | No
                embedder: str | None, as_json: bool) -> None:
     """Add one memory of a user."""
     metadata = _metadata(metadata_json)
-    memory_ = _engine(ctx, embedder=embedder).tenant(tenant).memory.store(store)
+    memory_ = get_engine(ctx, embedder=embedder).tenant(tenant).memory.store(store)
     [memory_id] = memory_.add([{"content": text, "memory_type": memory_type, "subject": subject,
                                 "metadata": metadata, "timestamp": timestamp}], user_id=user_id, session_id=session_id)
     if as_json:
-        _emit_json({"memory_id": memory_id, "user_id": user_id, "session_id": session_id, "store": store})
+        emit_json({"memory_id": memory_id, "user_id": user_id, "session_id": session_id, "store": store})
     else:
         stdout.print(memory_id)
 
@@ -82,18 +79,18 @@ def _metadata(text: str | None) -> dict[str, Any]:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Time budget in seconds (default [memory] timeout, 2).")
 @store_option
-@tenant_option
-@embedder_option
-@json_option
+@tenant_option()
+@embedder_option(MEMORY_EMBEDDER_HELP)
+@json_option()
 @click.pass_context
 @handle_errors
 def memory_search(ctx: click.Context, query: str, user_id: str, top_k: int, mode: str, timeout: float | None,
                   store: str, tenant: str, embedder: str | None, as_json: bool) -> None:
     """A user's memories for QUERY, best first (--json prints the memories with their scores and metadata)."""
-    memory_ = _engine(ctx, embedder=embedder).tenant(tenant).memory.store(store)
+    memory_ = get_engine(ctx, embedder=embedder).tenant(tenant).memory.store(store)
     result = memory_.search_memory(query, user_id, top_k, mode=mode, timeout=timeout)
     if as_json:
-        _emit_json(result)
+        emit_json(result)
         return
     if result["fallback"]:
         stdout.print("(the semantic search failed; answered by keyword search)")
@@ -111,16 +108,16 @@ def memory_search(ctx: click.Context, query: str, user_id: str, top_k: int, mode
 @click.option("--session", "-s", "session_id", default=None, help="Only this session.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @store_option
-@tenant_option
-@json_option
+@tenant_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def memory_list(ctx: click.Context, user_id: str, session_id: str | None, limit: int, store: str, tenant: str,
                 as_json: bool) -> None:
     """A user's memories, oldest first."""
-    items = _engine(ctx).tenant(tenant).memory.store(store).list(user_id, session_id=session_id, limit=limit)
+    items = get_engine(ctx).tenant(tenant).memory.store(store).list(user_id, session_id=session_id, limit=limit)
     if as_json:
-        _emit_json({"memories": items})
+        emit_json({"memories": items})
         return
     for item in items:
         meta = item["metadata"]
@@ -133,51 +130,18 @@ def memory_list(ctx: click.Context, user_id: str, session_id: str | None, limit:
 @click.option("--session", "-s", "session_id", default=None, help="Only this session's memories.")
 @click.option("--id", "memory_ids", multiple=True, help="Only these memories (repeatable).")
 @store_option
-@tenant_option
-@json_option
+@tenant_option()
+@json_option()
 @click.pass_context
 @handle_errors
 def memory_delete(ctx: click.Context, user_id: str, session_id: str | None, memory_ids: tuple[str, ...], store: str,
                   tenant: str, as_json: bool) -> None:
     """Delete a user's memories: all of them in every store, or a session's, or some by id."""
-    memory_ = _engine(ctx).tenant(tenant).memory.store(store)
+    memory_ = get_engine(ctx).tenant(tenant).memory.store(store)
     everything = session_id is None and not memory_ids
     deleted = memory_.delete(user_id, session_id=session_id, memory_ids=list(memory_ids) or None,
                              all_stores=everything)
     if as_json:
-        _emit_json({"deleted": deleted})
+        emit_json({"deleted": deleted})
     else:
         stdout.print(f"deleted {deleted} memories")
-
-
-@click.command("mcp")
-@click.option("--tenant", "-t", default=None, envvar="BUNKO_TENANT",
-              help="Tenant the tools work in (stdio; default 'default'). Over --http the API key names it.")
-@click.option("--user", "-u", "user_id", default=None, envvar="BUNKO_USER",
-              help="The user whose memories the memory tools use (stdio). Over --http the API key names it.")
-@click.option("--http", "http", default=None, metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio; callers send an API key.")
-@embedder_option
-@click.pass_context
-@handle_errors
-def mcp(ctx: click.Context, tenant: str | None, user_id: str | None, http: str | None, embedder: str | None) -> None:
-    """Run an MCP server (stdio by default) with the tools search, ask, search_memory and add_memory."""
-    from .integrations.mcp_server import serve_http, serve_stdio
-
-    engine = _engine(ctx, embedder=embedder)
-    if http is None:
-        serve_stdio(engine, tenant=tenant, user_id=user_id)
-        return
-    if tenant or user_id:
-        raise click.UsageError("over --http the tenant and user come from each caller's API key; "
-                               "drop --tenant and --user")
-    host, _, port = http.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter("use HOST:PORT, e.g. 127.0.0.1:8765", param_hint="--http")
-    serve_http(engine, host=host, port=int(port))
-
-
-def attach(group: click.Group) -> None:
-    """Add ``memory`` and ``mcp`` to the ``bunko`` command group."""
-    group.add_command(memory)
-    group.add_command(mcp)

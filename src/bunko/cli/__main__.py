@@ -1,0 +1,5 @@
+"""``python -m bunko.cli`` runs the CLI, as ``python -m bunko`` does."""
+
+from . import main
+
+main()

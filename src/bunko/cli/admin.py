@@ -1,0 +1,153 @@
+"""``bunko admin``: tenants (create, list, delete) and the API keys of the HTTP API, for operators.
+
+These commands work on the store's service records, not through a tenant: on PostgreSQL they need the
+owner login (the one that ran ``bunko db migrate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from .common import (
+    confirm,
+    emit_json,
+    fail,
+    handle_errors,
+    json_option,
+    open_records,
+    resolve_settings,
+    stderr,
+    stdout,
+    yes_option,
+)
+
+
+@click.group()
+def admin() -> None:
+    """Operator commands: tenants (create, list, delete) and API keys of the HTTP API."""
+
+
+@admin.group("tenants")
+def admin_tenants() -> None:
+    """Create, list and delete tenants."""
+
+
+@admin.group("keys")
+def admin_keys() -> None:
+    """Create, list and revoke API keys (stored hashed; a new key is shown once)."""
+
+
+@admin_tenants.command("create")
+@click.argument("name")
+@json_option()
+@click.pass_context
+@handle_errors
+def admin_tenants_create(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Register tenant NAME (nothing happens if it exists)."""
+    created = open_records(ctx).create_tenant(name)
+    if as_json:
+        emit_json({"tenant": name, "created": created})
+    else:
+        stderr.print(f"tenant '{escape(name)}' {'created' if created else 'already exists'}")
+
+
+@admin_keys.command("create")
+@click.option("--tenant", "-t", required=True, help="The tenant the key works in.")
+@click.option("--user", "user_id", default=None,
+              help="The user the key acts for (uploads made with it belong to this user).")
+@click.option("--admin", "is_admin", is_flag=True, help="A tenant admin key: may erase any user's or all data.")
+@json_option()
+@click.pass_context
+@handle_errors
+def admin_keys_create(ctx: click.Context, tenant: str, user_id: str | None, is_admin: bool, as_json: bool) -> None:
+    """Create an API key; it is printed once and only its hash is stored."""
+    key, record = open_records(ctx).create_api_key(tenant, user_id, admin=is_admin)
+    if as_json:
+        emit_json({"api_key": key, "tenant": tenant, "user": user_id, "admin": is_admin, "id": record.id})
+    else:
+        click.echo(key)
+        stderr.print(f"key {record.id} for tenant '{escape(tenant)}'"
+                     + (f", user '{escape(user_id)}'" if user_id else "") + (" (admin)" if is_admin else "")
+                     + ": store it now, it is not shown again")
+
+
+@admin_keys.command("list")
+@click.option("--tenant", "-t", required=True, help="The tenant whose keys to list.")
+@json_option()
+@click.pass_context
+@handle_errors
+def admin_keys_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
+    """List a tenant's keys (id, prefix, user, admin, revoked), never the keys themselves."""
+    keys = open_records(ctx).list_api_keys(tenant)
+    if as_json:
+        emit_json({"keys": [k.to_dict() for k in keys]})
+        return
+    for k in keys:
+        stdout.print(f"{k.id:>5}  {k.prefix}…  user={k.user_id or '-'}  admin={'yes' if k.admin else 'no'}  "
+                     f"{'revoked' if k.revoked else 'active'}  {k.created_at}")
+
+
+@admin_keys.command("revoke")
+@click.argument("key_id", type=int)
+@json_option()
+@click.pass_context
+@handle_errors
+def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
+    """Revoke key KEY_ID; requests with it are refused from then on."""
+    if not open_records(ctx).revoke_api_key(key_id):
+        fail("NotFound", f"no active key with id {key_id}", as_json)
+    if as_json:
+        emit_json({"id": key_id, "revoked": True})
+    else:
+        stderr.print(f"key {key_id} revoked")
+
+
+@admin_tenants.command("list")
+@json_option()
+@click.pass_context
+@handle_errors
+def tenants_list(ctx: click.Context, as_json: bool) -> None:
+    """List every tenant with its collections, documents and active API keys (on PostgreSQL: the owner login)."""
+    tenants = open_records(ctx).list_tenants()
+    if as_json:
+        emit_json({"tenants": [t.to_dict() for t in tenants]})
+        return
+    if not tenants:
+        stderr.print("no tenants yet")
+    for t in tenants:
+        stdout.print(f"{escape(t.name)}  {t.collections} collections, {t.documents} documents, "
+                     f"{t.api_keys} active keys  [dim]created {t.created_at}[/]")
+
+
+@admin_tenants.command("delete")
+@click.argument("name")
+@yes_option()
+@json_option()
+@click.pass_context
+@handle_errors
+def tenants_delete(ctx: click.Context, name: str, yes: bool, as_json: bool) -> None:
+    """Delete tenant NAME: every collection, document, job, log, usage record, conversation, memory and
+    API key it has, and the tenant itself (asks first; --yes to skip). Spooled uploads go too."""
+    records = open_records(ctx)
+    if not records.tenant_exists(name):
+        fail("NotFoundError", f"tenant {name!r} does not exist", as_json)
+    confirm(f"Delete tenant '{name}' and all of its data and API keys?", yes, as_json)
+    erasure = records.delete_tenant(name)
+    _remove_spooled(ctx, name)
+    counts: dict[str, Any] = {f.name: getattr(erasure, f.name) for f in fields(erasure) if f.name != "job_ids"}
+    if as_json:
+        emit_json({"deleted": True, "tenant": name, "removed": counts})
+    else:
+        stderr.print(f"deleted tenant '{escape(name)}': "
+                     + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
+
+
+def _remove_spooled(ctx: click.Context, tenant: str) -> None:
+    """The tenant's uploads waiting in the spool folder (files only: their jobs went with the data)."""
+    from ..worker import remove_tenant_files, spool_root
+
+    remove_tenant_files(spool_root(resolve_settings(ctx)), tenant)

@@ -1,0 +1,130 @@
+"""``bunko ingest``: files, folders and URLs into a collection, with progress on stderr."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from ..ingest import IngestError
+from ..types import IngestResult
+from .common import (
+    EXIT_ERROR,
+    collection_option,
+    embedder_option,
+    emit_json,
+    get_engine,
+    handle_errors,
+    json_option,
+    quiet_option,
+    reporter,
+    stderr,
+    stdout,
+    tenant_option,
+)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@collection_option()
+@tenant_option()
+@click.option("--splitter", type=click.Choice(["recursive", "token"]), default=None,
+              help="Chunking for a new collection: recursive (chunks of up to 512 characters, split at paragraphs "
+                   "and sentences) or token (up to 1000 tokens). "
+                   "An existing collection keeps its own.")
+@click.option("--analyzer", default=None, metavar="NAME",
+              help="Keyword analyzer for a new collection: combined_en (the default with the ja extra), "
+                   "bigram_en (the default without it), combined, bigram, sudachi or whitespace; the _en "
+                   "ones also stem English words. An existing collection keeps its own.")
+@click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
+@click.option("--content-path", default=None, metavar="PATH",
+              help="JSON files: dotted path of the text field (e.g. data.body).")
+@embedder_option()
+@quiet_option()
+@json_option()
+@click.pass_context
+@handle_errors
+def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
+           analyzer: str | None, password: str | None, content_path: str | None, embedder: str | None,
+           quiet: bool, as_json: bool) -> None:
+    """Ingest files, folders and http(s) URLs into a collection.
+
+    Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
+    Re-ingesting an unchanged file embeds nothing; a changed file becomes a new version of
+    the same document. One bad file never stops the rest; the exit status is 1 if any failed,
+    and `bunko documents list --failed` lists them (with why) until they go in.
+
+    Progress goes to stderr: a bar on a terminal, a line every 10 seconds otherwise (--quiet: none).
+    """
+    from ..loaders import LoadOptions
+
+    load_options = LoadOptions(password=password, content_path=content_path)
+    scope = get_engine(ctx, embedder=embedder).tenant(tenant)
+    with reporter(ctx, quiet) as bar:
+        bar.note("Loading the embedder")
+        warm_up = getattr(scope.engine.embedder, "warm_up", None)
+        if warm_up is not None:  # load the model before the bar starts counting files
+            warm_up()
+        bar.start("ingest", unit="files")
+
+        counted: set[str] = set()
+
+        def progress(event: str, path: str, result: Any) -> None:
+            if event == "total":
+                bar.set_total(result)
+            elif event == "start":
+                bar.describe(os.path.basename(path))
+            elif path not in counted:  # a file can fail after it was loaded (embedding, writing)
+                counted.add(path)
+                bar.advance(failed=event == "error")
+            else:
+                bar.update(bar.done, failed=bar.failed + 1)
+
+        report = asyncio.run(scope.aingest(paths, collection, progress=progress, splitter=splitter,
+                                           analyzer=analyzer, options=load_options))
+
+    ok = report.documents
+    statuses = {s: sum(1 for d in ok if d.status == s) for s in ("created", "replaced", "unchanged")}
+    data = {
+        "documents": len(ok),
+        "chunks": sum(d.chunks for d in ok),
+        "errors": [e.to_dict() for e in report.errors],
+        **statuses,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
+        "results": [d.to_dict() for d in ok],
+        "tenant": tenant,
+        "collection": collection,
+        "elapsed_ms": round(report.elapsed_ms, 1),
+    }
+    if as_json:
+        emit_json(data)
+    else:
+        _print_ingest(ok, report.errors, report.skipped, tenant, collection, report.elapsed_ms, statuses)
+    if report.errors:
+        sys.exit(EXIT_ERROR)
+
+
+def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: list[Any], tenant: str,
+                  collection: str, elapsed_ms: float, statuses: dict[str, int]) -> None:
+    # The per-document word is the summary's word for it, so the lines and the counts agree.
+    words = {"created": "new", "replaced": "updated", "unchanged": "unchanged"}
+    for result in ok:
+        note = f", version {result.version}" if result.status == "replaced" else ""
+        name = result.source if "://" in result.source else os.path.basename(result.source)
+        stdout.print(f"{words.get(result.status, result.status):<9} {escape(name)}  "
+                     f"({result.chunks} chunks{note})  id={result.document_id}")
+    for s in skipped:
+        stderr.print(f"[yellow]skipped[/]   {escape(s.path)}: {escape(s.reason)}")
+    for e in errors:
+        message = e.message if e.path in e.message else f"{e.path}: {e.message}"
+        stderr.print(f"[red]failed[/]    {e.type}: {escape(message)}")
+    stderr.print(
+        f"{len(ok)} documents ({sum(d.chunks for d in ok)} chunks) in tenant '{escape(tenant)}', "
+        f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "
+        f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped (not supported) "
+        f"in {elapsed_ms / 1000:.1f} s" + ("; see them again with: bunko documents list --failed" if errors else "")
+    )
