@@ -172,7 +172,7 @@ class Retriever:
             key = None
             hits: list[SearchHit] | None = None
             if self.cache is not None and self.cache.enabled:
-                key = self.cache.result_key(tenant, row.collection, request, self.embedder,
+                key = self.cache.result_key(tenant, row, request, self.embedder,
                                             None if spec_reranker else reranker)
                 hits = self.cache.results(key)
                 if hits is not None:
@@ -203,12 +203,12 @@ class Retriever:
         wanted = request.top_k
         trimmed = request.mmr_lambda is not None or request.dedupe or reranker is not None
         pool = min(MAX_POOL, wanted * CANDIDATE_FACTOR) if trimmed else wanted
-        how = self.fusion_for(row.collection, request.fusion) if request.mode == "hybrid" else None
+        how = self.fusion_for(row, request.fusion) if request.mode == "hybrid" else None
         semantic = request.mode == "vector" or (how is not None and how.vector_weight > 0)
         keyword = request.mode == "keyword" or (how is not None and how.keyword_weight > 0)
         vector = None
         if semantic:
-            self.check_embedder(row.collection)
+            self.check_embedder(row)
             vector = check_query_vector(await self.query_vector(request.query))
             check_dimension(row.dimension, vector.shape[0], self.collection)
             result.query_vector = vector

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -116,10 +116,10 @@ def make_hit(row: Sequence[Any], score: float, document_metadata: dict[str, Any]
                      metadata=metadata)
 
 
-@dataclass(frozen=True, slots=True)
-class CollectionRow:
-    """A collection as one read of its store's row found it: the public view, and the store's own
-    handles that its search port works from (so one search reads the row once).
+@dataclass(slots=True)
+class CollectionRow(Collection):
+    """A collection as one read of its store's row found it: the collection, and the store's own handles
+    that its search port works from (so one search reads the row once).
 
     ``key`` is the row's id in its store; ``mutation_seq`` changes with every removal of chunks and
     ``high_water`` is the highest chunk key when the row was read (the in-memory caches of vectors and
@@ -127,31 +127,15 @@ class CollectionRow:
     all the collection's chunks (BM25's average length), None where the store counts them elsewhere.
     """
 
-    key: int
-    collection: Collection
+    key: int = 0
     mutation_seq: int = 0
     high_water: int = 0
     keyword_tokens: int | None = None
 
     @property
-    def name(self) -> str:
-        """The collection's name."""
-        return self.collection.name
-
-    @property
-    def dimension(self) -> int:
-        """The dimension of the collection's vectors."""
-        return self.collection.dimension
-
-    @property
-    def analyzer(self) -> str:
-        """The keyword analyzer the collection was created with."""
-        return self.collection.analyzer
-
-    @property
-    def chunk_count(self) -> int:
-        """How many chunks the collection held when the row was read."""
-        return self.collection.chunk_count
+    def collection(self) -> Collection:
+        """The collection as callers see it, without the store's handles."""
+        return Collection(**{f.name: getattr(self, f.name) for f in fields(Collection)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,8 @@ class PostgresBackend(SQLBackend):
         """
         try:
             with psycopg.connect(self._conninfo, connect_timeout=10) as conn, conn.transaction():
+                # The SQL core's statements name tables without the schema.
+                conn.execute("SELECT set_config('search_path', 'bunko, ' || current_setting('search_path'), true)")
                 yield conn
         except psycopg.errors.InsufficientPrivilege as exc:
             raise VectorStoreError(

@@ -22,7 +22,7 @@ from ..sql import SQLReader
 from .columns import DOCUMENT_JOIN
 
 if TYPE_CHECKING:
-    from .store import PostgresVectorStore
+    from .backend import PostgresBackend
 
 
 def vector_type(dim: int) -> str:
@@ -143,13 +143,13 @@ class Plan:
 class PostgresReader(SQLReader):
     """One search's read transaction over a collection of the PostgreSQL store."""
 
-    _store: PostgresVectorStore
+    _backend: PostgresBackend
 
     def _has_index(self) -> bool:
         # Only "it is valid" is cached: an index goes away only with its collection, and then the
         # collection lookup before this fails first. One round trip less per search. An index
         # still being built concurrently exists but is not valid: searches scan exactly meanwhile.
-        backend, key = self._store.backend, self._row.key
+        backend, key = self._backend, self._row.key
         if key in backend.indexed:
             return True
         found = bool(self._conn.execute(
@@ -164,7 +164,7 @@ class PostgresReader(SQLReader):
         memory; None when they do not line up with the collection row."""
         assert restriction.filter is not None
         row = self._row
-        columns = self._store.backend.metadata_columns(row.key)
+        columns = self._backend.metadata_columns(row.key)
         passing = columns.passing(self._conn, self.scope, (row.mutation_seq, row.chunk_count), restriction.filter,
                                   self.compile(restriction).document_pks)
         return None if passing is None else np.sort(passing)
@@ -187,7 +187,7 @@ class PostgresReader(SQLReader):
         broad one is known to leave more than that, which is all the index strategies need (they fall
         back to the exact scan whenever they come back with fewer than min(k, matching) hits).
         """
-        settings = self._store.backend.settings
+        settings = self._backend.settings
         row, tenant_pk = self._row, self._tenant_pk
         compiled = self.compile(restriction) if restriction is not None else None
         doc_pks = compiled.document_pks if compiled is not None else None
@@ -223,7 +223,7 @@ class PostgresReader(SQLReader):
             strategy = "exact"
         elif not restricted:
             strategy = "hnsw"
-        elif self._store.backend.iterative:
+        elif self._backend.iterative:
             strategy = "hnsw-iterative"
         else:
             strategy = "hnsw-overfetch"

@@ -26,6 +26,7 @@ from ...errors import CollectionNotFoundError, VectorStoreError
 from ..base import DocumentWrite
 from ..sql import ChunkRow, PlannedWrite, SQLStore
 from ..sql.postings import check_tokens
+from ..sql.records import TenantRecords
 from .migrations import KEYWORD_TERMS
 from .search import PostgresReader
 
@@ -65,7 +66,7 @@ def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, Counte
     return tsvector_literal(tokens), len(tokens), counts, pairs_literal(pairs)
 
 
-class PostgresVectorStore(SQLStore):
+class PostgresVectorStore(SQLStore, TenantRecords):
     """The PostgreSQL store bound to one tenant. Build it with ``PostgresBackend.for_tenant``.
 
     The SQL core does collections, documents, records and hydration; this class adds the binary
@@ -81,10 +82,6 @@ class PostgresVectorStore(SQLStore):
         super().__init__(backend, tenant)
         self._bulk = False
 
-    @property
-    def backend(self) -> PostgresBackend:
-        """The database this store works in."""
-        return self._backend
 
     # -- what the core asks of a backend ---------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:

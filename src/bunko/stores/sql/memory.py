@@ -20,14 +20,16 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...analysis import Phrase, get_analyzer
 from ...errors import EmbedderMismatchError, RagCorpusNotFoundError, VectorStoreError
 from ...types import EmbedderInfo
-from .store import SQLStore
+
+if TYPE_CHECKING:
+    from .store import SQLStore
 
 # BM25 parameters of the keyword leg (the same defaults as the stores' keyword search).
 BM25_K1 = 1.2
@@ -72,18 +74,10 @@ class MemoryWrite:
 
 
 @dataclass(slots=True)
-class StoredMemory:
-    """A memory as read back, with the analyzer's tokens and its vector when they were asked for."""
+class StoredMemory(MemoryWrite):
+    """A memory as read back (its row id in ``pk``), with the analyzer's tokens when they were asked for."""
 
-    pk: int
-    id: str
-    user_id: str
-    session_id: str | None
-    memory_type: str
-    subject: str | None
-    timestamp: str
-    content: str
-    metadata: dict[str, Any]
+    pk: int = 0
     terms: list[str] = field(default_factory=list)
 
     def to_dict(self, relevance_score: float | None = None) -> dict[str, Any]:
@@ -104,7 +98,7 @@ class SQLMemories:
 
     def __init__(self, store: SQLStore) -> None:
         self._store = store
-        self._d = store._d
+        self._d = store.dialect
 
     @property
     def tenant(self) -> str:
@@ -192,8 +186,8 @@ class SQLMemories:
 
     # -- reads ------------------------------------------------------------------------------------
     def _memory(self, row: Sequence[Any], terms: str | None = None) -> StoredMemory:
-        return StoredMemory(int(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7],
-                            self._d.json_out(row[8]), terms.split(" ") if terms else [])
+        return StoredMemory(row[1], row[2], row[3], row[4], row[5], row[6], row[7], self._d.json_out(row[8]),
+                            pk=int(row[0]), terms=terms.split(" ") if terms else [])
 
     def user_memories(self, store: str, user_id: str, *, vectors: bool = True) -> tuple[list[StoredMemory], np.ndarray]:
         """All of one user's memories in ``store`` with their tokens, and their vectors (one row each,

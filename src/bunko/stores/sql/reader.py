@@ -18,7 +18,7 @@ from ...types import SearchHit
 from ..base import CollectionRow, KeywordTotals, Postings, Ranked, Restriction, make_hit
 
 if TYPE_CHECKING:
-    from .store import SQLStore
+    from .store import SQLBackend, SQLStore
 
 # Metadata filters read the chunk as c and its document as d.
 DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
@@ -52,8 +52,9 @@ class SQLReader:
     # scan the collection instead of using the primary key.
     hydrate_by_collection = False
 
-    def __init__(self, store: SQLStore, conn: Any, tenant_pk: int, row: CollectionRow) -> None:
+    def __init__(self, store: SQLStore, backend: SQLBackend, conn: Any, tenant_pk: int, row: CollectionRow) -> None:
         self._store = store
+        self._backend = backend
         self._conn = conn
         self._tenant_pk = tenant_pk
         self._row = row
@@ -120,7 +121,7 @@ class SQLReader:
 
     def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
         """The postings of ``terms`` in the collection, without deleted chunks, in one statement."""
-        return self._store.postings_table.read(self._conn, self.scope, terms)
+        return self._backend.postings.read(self._conn, self.scope, terms)
 
     # -- hits --------------------------------------------------------------------------------------
     def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, VectorStoreError
@@ -26,6 +27,7 @@ from ..service import (
     hash_key,
     new_api_key,
 )
+from .memory import SQLMemories
 from .store import SQLBackend, SQLStore
 
 _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, status, chunk_count, processing_time_ms, "
@@ -57,6 +59,14 @@ class SQLServiceRecords:
     def _key(self, row: Any) -> APIKey:
         return APIKey(int(row[0]), row[1], row[2], row[3], bool(row[4]), self._d.time_out(row[5]), row[6] is not None)
 
+    # The lookup of one key's row (its columns and hash) by its hash.
+    _AUTHENTICATE = f"SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?"
+
+    def _operator(self, what: str, *, write: bool) -> AbstractContextManager[Any]:
+        """A transaction for what only the operator does: API keys and the list of tenants. A backend with
+        row security opens it as the login that owns the schema."""
+        return self.backend.transaction(None, None, write=write)
+
     def _scoped(self, store: VectorStore) -> SQLStore:
         """The store as this backend's SQL store of the same tenant."""
         if isinstance(store, SQLStore) and store.served_by(self.backend):
@@ -80,13 +90,14 @@ class SQLServiceRecords:
 
     def _tenant_rows(self) -> list[tuple[str, str]]:
         """(name, created_at) of every tenant, by name (a backend with row security reads them as the owner)."""
-        with self.backend.transaction(None, None, write=False) as conn:
+        self._require_operator("list tenants")
+        with self._operator("list tenants", write=False) as conn:
             rows = self._run(conn, "SELECT name, created_at FROM tenants ORDER BY name").fetchall()
         return [(r[0], self._d.time_out(r[1])) for r in rows]
 
     def _active_keys(self) -> dict[str, int]:
         """Active API keys per tenant name."""
-        with self.backend.transaction(None, None, write=False) as conn:
+        with self._operator("count API keys", write=False) as conn:
             rows = self._run(conn, "SELECT tenant, count(*) FROM api_keys WHERE revoked_at IS NULL "
                                    "GROUP BY tenant").fetchall()
         return {r[0]: int(r[1]) for r in rows}
@@ -124,7 +135,7 @@ class SQLServiceRecords:
         if not self.tenant_exists(tenant):
             raise ConfigError(f"tenant {tenant!r} does not exist; create it with `bunko admin tenants create`")
         key = new_api_key()
-        with self.backend.transaction(None, None, write=True) as conn:
+        with self._operator("create API keys", write=True) as conn:
             row = self._run(conn, "INSERT INTO api_keys (key_hash, prefix, tenant, user_id, admin) "
                                   f"VALUES (?, ?, ?, ?, ?) RETURNING {KEY_COLUMNS}",
                             (hash_key(key), key[:8], tenant, user_id, bool(admin))).fetchone()
@@ -134,21 +145,20 @@ class SQLServiceRecords:
         """The record of a valid, unrevoked key, or None."""
         digest = hash_key(api_key)
         with self.backend.transaction(None, None, write=False) as conn:
-            row = self._run(conn, f"SELECT {KEY_COLUMNS}, key_hash FROM api_keys WHERE key_hash = ?",
-                            (digest,)).fetchone()
+            row = self._run(conn, self._AUTHENTICATE, (digest,)).fetchone()
         if row is None or row[6] is not None or not hmac.compare_digest(row[7], digest):
             return None
         return self._key(row)
 
     def revoke_api_key(self, key_id: int) -> bool:
         """Revoke a key; False if there was no such key."""
-        with self.backend.transaction(None, None, write=True) as conn:
+        with self._operator("revoke API keys", write=True) as conn:
             return int(self._run(conn, "UPDATE api_keys SET revoked_at = {now} WHERE id = ? AND revoked_at IS NULL",
                                  (key_id,)).rowcount) > 0
 
     def list_api_keys(self, tenant: str) -> list[APIKey]:
         """The keys of a tenant (without the keys themselves)."""
-        with self.backend.transaction(None, None, write=False) as conn:
+        with self._operator("list API keys", write=False) as conn:
             rows = self._run(conn, f"SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant = ? ORDER BY id",
                              (tenant,)).fetchall()
         return [self._key(r) for r in rows]
@@ -329,7 +339,7 @@ class SQLServiceRecords:
             erasure.conversation_turns = int(scoped.run(
                 conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND substr(conversation_id, 1, ?) = ?",
                 (tenant_pk, len(prefix), prefix)).rowcount)
-        erasure.memories = scoped.memories().delete(user_id)
+        erasure.memories = SQLMemories(scoped).delete(user_id)
         return erasure
 
     def erase_tenant(self, store: VectorStore) -> Erasure:
@@ -351,5 +361,5 @@ class SQLServiceRecords:
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
                       for table in (*_USER_TABLES, "conversation_turns")]
             erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
-        erasure.memories = scoped.memories().erase_tenant()
+        erasure.memories = SQLMemories(scoped).erase_tenant()
         return erasure

@@ -21,7 +21,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,14 +38,10 @@ from ...errors import (
 from ...filters import FilterLike, as_filter
 from ...types import (
     Collection,
-    ConversationTurn,
     DocumentInfo,
     EmbedderInfo,
-    IngestFailure,
     IngestResult,
     SearchHit,
-    UsageEvent,
-    UsageTotal,
     VectorRecord,
     new_id,
 )
@@ -56,11 +51,7 @@ from ..base import (
     DocumentWrite,
     Ranked,
     StoredChunk,
-    add_usage,
     check_analyzer,
-    check_conversation_id,
-    check_turns,
-    utc,
 )
 from .dialect import Dialect
 from .plan import PlannedWrite, StoredDocument, plan_writes
@@ -68,7 +59,6 @@ from .reader import DOCUMENT_JOIN, SQLReader
 
 if TYPE_CHECKING:
     from ..service import ServiceRecords
-    from .memory import SQLMemories
     from .postings import PostingsTable
 
 MAX_TOP_K = 1000
@@ -174,11 +164,9 @@ class SQLBackend(ABC):
     def close(self) -> None:
         """Release connections and caches."""
 
+    @abstractmethod
     def service_records(self) -> ServiceRecords:
         """The HTTP server's records (API keys, rate windows, jobs, erasure) in this database."""
-        from .service import SQLServiceRecords
-
-        return SQLServiceRecords(self)
 
 
 class SQLStore:
@@ -214,11 +202,6 @@ class SQLStore:
     def dialect(self) -> Dialect:
         """The SQL dialect of this store's database."""
         return self._d
-
-    @property
-    def postings_table(self) -> PostingsTable:
-        """The keyword postings of this store's database (see :mod:`bunko.stores.sql.postings`)."""
-        return self._backend.postings
 
     def served_by(self, backend: SQLBackend) -> bool:
         """Whether this store reads and writes through ``backend``.
@@ -278,11 +261,10 @@ class SQLStore:
 
     def _named(self, row: Sequence[Any]) -> CollectionRow:
         """A selected row of ``_COLLECTION_COLUMNS`` and the backend's two extras, by name."""
-        collection = Collection(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
-                                dimension=int(row[5]), created_at=self._d.time_out(row[6]),
-                                document_count=int(row[7]), chunk_count=int(row[8]), config=self._d.json_out(row[9]),
-                                analyzer=row[10], write_seq=int(row[11]))
-        return CollectionRow(int(row[0]), collection, mutation_seq=int(row[12]),
+        return CollectionRow(name=row[1], description=row[2], embedding_provider=row[3], embedding_model=row[4],
+                             dimension=int(row[5]), created_at=self._d.time_out(row[6]), document_count=int(row[7]),
+                             chunk_count=int(row[8]), config=self._d.json_out(row[9]), analyzer=row[10],
+                             write_seq=int(row[11]), key=int(row[0]), mutation_seq=int(row[12]),
                              keyword_tokens=None if row[13] is None else int(row[13]),
                              high_water=0 if row[14] is None else int(row[14]))
 
@@ -298,7 +280,7 @@ class SQLStore:
         with self.session() as (conn, tenant_pk):
             if tenant_pk is None:  # the tenant has no data (any more): a reader over nothing
                 tenant_pk = -1
-            yield self._reader(self, conn, tenant_pk, row)
+            yield self._reader(self, self._backend, conn, tenant_pk, row)
 
     def _wrote(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
         """Bump the collection's write counter (in the writing transaction)."""
@@ -683,157 +665,3 @@ class SQLStore:
                                   "AND c.collection_id = ? AND c.document_id IS NULL ORDER BY c.id LIMIT ? OFFSET ?",
                             (tenant_pk, collection_pk, int(limit), int(offset))).fetchall()
         return [self._stored_chunk(row, None) for row in rows]
-
-    # -- agent memories (bunko.memory) ------------------------------------------------------------
-    def memories(self) -> SQLMemories:
-        """This tenant's agent memories, in this store's tables (:mod:`bunko.stores.sql.memory`)."""
-        from .memory import SQLMemories
-
-        return SQLMemories(self)
-
-    # -- usage records, search logs and conversations ------------------------------------------
-    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
-        items = list(events)
-        if not items:
-            return
-        with self.session(create=True) as (conn, tenant_pk):
-            self.run_many(conn, "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, "
-                                "input_tokens, output_tokens, latency_ms, items, metadata) "
-                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
-                            int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
-                           for e in items])
-
-    def record_activity(self, events: Sequence[UsageEvent],
-                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
-                        user_id: str | None = None) -> None:
-        """Store usage records and search-log rows ``(query, result count, ms, search type)`` in one transaction."""
-        items, rows = list(events), list(searches)
-        if not items and not rows:
-            return
-        with self.session(create=True) as (conn, tenant_pk):
-            self.run_many(conn, "INSERT INTO usage_records (tenant_id, user_id, operation, provider, model, "
-                                "input_tokens, output_tokens, latency_ms, items, metadata) "
-                                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(tenant_pk, user_id, e.operation, e.provider, e.model, int(e.input_tokens),
-                            int(e.output_tokens), float(e.latency_ms), int(e.items), self._d.json_in(e.metadata))
-                           for e in items])
-            self.run_many(conn, "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
-                                "search_type) VALUES (?, ?, ?, ?, ?, ?)",
-                          [(tenant_pk, user_id, query, int(count), float(ms), kind) for query, count, ms, kind in rows])
-
-    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
-        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
-        with self.session() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            where, params = "tenant_id = ?", [tenant_pk]
-            if since is not None:
-                where += " AND created_at >= ?"
-                params.append(self._d.time_in(utc(since)))
-            rows = self.run(conn, "SELECT operation, provider, model, count(*), sum(input_tokens), sum(output_tokens), "
-                                  f"sum(items), sum(latency_ms) FROM usage_records WHERE {where} "
-                                  "GROUP BY operation, provider, model ORDER BY operation, provider, model",
-                            params).fetchall()
-        totals: dict[tuple[str, str, str], UsageTotal] = {}
-        for row in rows:
-            add_usage(totals, row)
-        return list(totals.values())
-
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
-                   user_id: str | None = None) -> None:
-        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
-        with self.session(create=True) as (conn, tenant_pk):
-            self.run(conn, "INSERT INTO search_logs (tenant_id, user_id, query, result_count, search_time_ms, "
-                           "search_type) VALUES (?, ?, ?, ?, ?, ?)",
-                     (tenant_pk, user_id, query, int(result_count), float(search_time_ms), search_type))
-
-    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
-        """This tenant's latest searches (only ``user_id``'s when given), newest first."""
-        with self.session() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            mine, params = ("", ()) if user_id is None else (" AND user_id = ?", (user_id,))
-            rows = self.run(conn, "SELECT query, result_count, search_time_ms, search_type, created_at "
-                                  f"FROM search_logs WHERE tenant_id = ?{mine} ORDER BY id DESC LIMIT ?",
-                            (tenant_pk, *params, int(limit))).fetchall()
-        return [{"query": r[0], "result_count": r[1], "search_time_ms": r[2], "search_type": r[3],
-                 "created_at": self._d.time_out(r[4])} for r in rows]
-
-    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
-        """Append turns to one of this tenant's conversations (created on first use)."""
-        check_conversation_id(conversation_id)
-        items = check_turns(turns)
-        if not items:
-            return
-        with self.session(create=True) as (conn, tenant_pk):
-            self.run_many(conn, "INSERT INTO conversation_turns (tenant_id, conversation_id, role, content, metadata) "
-                                "VALUES (?, ?, ?, ?, ?)",
-                          [(tenant_pk, conversation_id, t.role, t.content, self._d.json_in(t.metadata)) for t in items])
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
-        """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
-        check_conversation_id(conversation_id)
-        with self.session() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            rows = self.run(conn, "SELECT role, content, metadata, created_at FROM conversation_turns "
-                                  "WHERE tenant_id = ? AND conversation_id = ? ORDER BY id DESC LIMIT ?",
-                            (tenant_pk, conversation_id, self._d.limit(limit))).fetchall()
-        return [ConversationTurn(r[0], r[1], self._d.json_out(r[2]), self._d.time_out(r[3])) for r in reversed(rows)]
-
-    def conversation_ids(self) -> list[str]:
-        """The ids of this tenant's conversations, oldest first."""
-        with self.session() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            rows = self.run(conn, "SELECT conversation_id, min(id) AS first FROM conversation_turns "
-                                  "WHERE tenant_id = ? GROUP BY conversation_id ORDER BY first",
-                            (tenant_pk,)).fetchall()
-        return [r[0] for r in rows]
-
-    def delete_conversation(self, conversation_id: str) -> int:
-        """Delete a conversation; returns how many turns it had."""
-        check_conversation_id(conversation_id)
-        with self.session(write=True) as (conn, tenant_pk):
-            if tenant_pk is None:
-                return 0
-            return int(self.run(conn, "DELETE FROM conversation_turns WHERE tenant_id = ? AND conversation_id = ?",
-                                (tenant_pk, conversation_id)).rowcount)
-
-    # -- failed ingests -------------------------------------------------------------------------
-    def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
-                              succeeded: Sequence[str] = ()) -> None:
-        """Remember the sources of ``collection`` whose ingest failed (again: one more attempt, the latest
-        reason) and forget those in ``succeeded``, in one transaction."""
-        if not failed and not succeeded:
-            return
-        d = self._d
-        with self.session(create=bool(failed), write=True) as (conn, tenant_pk):
-            if tenant_pk is None:
-                return
-            for start in range(0, len(succeeded), 1000):
-                listed, params = d.any("source", [str(s) for s in succeeded[start:start + 1000]])
-                self.run(conn, f"DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ? AND {listed}",
-                         (tenant_pk, collection, *params))
-            self.run_many(conn, "INSERT INTO ingest_failures (tenant_id, collection, source, error_type, error_code, "
-                                "message) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, collection, source) "
-                                "DO UPDATE SET error_type = excluded.error_type, error_code = excluded.error_code, "
-                                "message = excluded.message, attempts = ingest_failures.attempts + 1, "
-                                "failed_at = {now}",
-                          [(tenant_pk, collection, f.source, f.error_type, f.error_code, f.message) for f in failed])
-
-    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
-        """The sources whose last ingest failed (in ``collection``, or in any), latest failure first."""
-        with self.session() as (conn, tenant_pk):
-            if tenant_pk is None:
-                return []
-            where, params = "tenant_id = ?", [tenant_pk, *([] if collection is None else [collection])]
-            if collection is not None:
-                where += " AND collection = ?"
-            rows = self.run(conn, "SELECT collection, source, error_type, error_code, message, attempts, "
-                                  f"first_failed_at, failed_at FROM ingest_failures WHERE {where} "
-                                  "ORDER BY failed_at DESC, collection, source", params).fetchall()
-        t = self._d.time_out
-        return [IngestFailure(r[0], r[1], r[2], r[3], r[4], int(r[5]), t(r[6]), t(r[7])) for r in rows]

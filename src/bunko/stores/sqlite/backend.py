@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, VectorStoreError
 from ...filters import parse_date
-from ..sql import SQLBackend, StoreCounters, check_name
+from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
 from .matrix import CollectionCache
 from .migrations import MIGRATIONS, apply_migrations
@@ -161,6 +161,10 @@ class SQLiteBackend(SQLBackend):
     def for_tenant(self, tenant: str) -> SQLiteVectorStore:
         """A store bound to ``tenant``; the only way to reach data."""
         return SQLiteVectorStore(self, check_name("tenant", tenant))
+
+    def service_records(self) -> SQLServiceRecords:
+        """The HTTP server's records (API keys, rate windows, jobs, erasure) in this file."""
+        return SQLServiceRecords(self)
 
     def open_connection(self) -> sqlite3.Connection:
         """This thread's connection, for tests and tools that read the file directly (``bunko.testing``)."""

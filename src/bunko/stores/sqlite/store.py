@@ -27,7 +27,8 @@ from ..base import KeywordTotals, Ranked, Restriction
 from ..sql import ChunkRow, SQLReader, SQLStore
 from ..sql.columns import Column, Misaligned, filter_mask
 from ..sql.postings import check_tokens, counted, term_counts
-from .matrix import Matrix, Snapshot, top_indices
+from ..sql.records import TenantRecords
+from .matrix import CollectionCache, Matrix, Snapshot, top_indices
 from .schema import create_fts, fts5_totals, fts_table, has_fts
 
 if TYPE_CHECKING:
@@ -49,11 +50,11 @@ class SQLiteReader(SQLReader):
     """One search's read transaction over a collection of the embedded store."""
 
     hydrate_by_collection = True
-    _store: SQLiteVectorStore
+    _backend: SQLiteBackend
 
     @property
-    def _cache(self) -> Any:
-        return self._store.backend.matrices
+    def _cache(self) -> CollectionCache:
+        return self._backend.matrices
 
     def _matrix(self) -> Snapshot:
         """The collection's vectors as of the row this reader works from, refreshed only as far as they changed.
@@ -160,7 +161,7 @@ class SQLiteReader(SQLReader):
         return KeywordTotals(rows, tokens / rows if rows else 1.0, self.document_frequencies(terms))
 
 
-class SQLiteVectorStore(SQLStore):
+class SQLiteVectorStore(SQLStore, TenantRecords):
     """The embedded store bound to one tenant. Build it with ``SQLiteBackend.for_tenant``.
 
     The SQL core does collections, documents, records and hydration; this class adds the keyword
@@ -175,11 +176,6 @@ class SQLiteVectorStore(SQLStore):
     _collection_extra = (", NULL, (SELECT coalesce(max(k.id), 0) FROM chunks k WHERE k.tenant_id = "
                          "collections.tenant_id AND k.collection_id = collections.id)")
     _reader = SQLiteReader
-
-    @property
-    def backend(self) -> SQLiteBackend:
-        """The database this store works in (its caches are shared by every tenant's store of it)."""
-        return self._backend
 
     # -- what the core asks of a backend -------------------------------------------------
     def _keywords(self, analyzer: Analyzer, content: str) -> str:
