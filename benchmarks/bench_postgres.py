@@ -32,7 +32,7 @@ and deletes its collections at the end.
    (timed, not counted in chunks/s; ``--no-analyze`` skips it) and the same searches
    again on the same pooled connections (psycopg prepares a statement after 5 runs, and
    PostgreSQL can keep a generic plan chosen before the ANALYZE).
-4. **Unrestricted search**, on a fresh backend (new connections): ``store.query(top_k=10)``
+4. **Unrestricted search**, on a fresh backend (new connections): ``vector_query(store, top_k=10)``
    p50/p95 and recall@10 against the exact top 10 (numpy over the same normalised
    float32 matrix), and how many scans of the HNSW index the server counted
    (``pg_stat_all_indexes``: the strategy name says what bunko asked for, the count
@@ -40,7 +40,7 @@ and deletes its collections at the end.
 5. **Restricted search**: ``document_ids`` = a random set of documents holding 10%, 1%,
    0.1% and 0.01% of the chunks (a new set per query): p50/p95, recall@10 against the
    exact top 10 *within the restriction*, the strategy the planner chose
-   (``store.last_plan``) and HNSW scans. The 10% and 1% cases run again with
+   (``explain``) and HNSW scans. The 10% and 1% cases run again with
    ``exact_max_rows=0`` (forces the HNSW iterative scan) and with ``exact_max_rows=0,
    iterative_scan=False`` (forces over-fetch), so all three strategies are measured.
 6. Versions, the index settings, table and index sizes, peak RSS, and how many
@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from bunko.engine import INGEST_BATCH_CHUNKS, INGEST_BATCH_DOCUMENTS
+from bunko.search import vector_query
 from bunko.stores.base import DocumentWrite
 from bunko.stores.postgres import PostgresBackend, PostgresSettings
 from bunko.testing.store_suite import make_document
@@ -231,10 +232,7 @@ def _admin(url: str) -> Any:
 
 def _generic_plans(backend: PostgresBackend) -> dict[str, list[int]]:
     """Generic / custom plan counts of the pooled connection's prepared vector searches (diagnostic)."""
-    pool = getattr(backend, "_pool", None)
-    if pool is None:
-        return {}
-    with pool.connection() as conn:
+    with backend.connection() as conn:
         rows = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements "
                             "WHERE statement LIKE '%%<=>%%'").fetchall()
     out: dict[str, list[int]] = {}
@@ -337,15 +335,16 @@ class Bench:
         state = self.stats_state()
         times, plans = [], Counter()
         for q in queries:
+            explain: dict[str, str] = {}
             t = time.perf_counter()
-            store.query(self.collection, q, TOP_K)
+            vector_query(store, self.collection, q, TOP_K, explain=explain)
             times.append(time.perf_counter() - t)
-            plans[store.last_plan] += 1
+            plans[explain["plan"]] += 1
         one_doc = []
         for q in queries:
             d = int(self.rng.integers(len(self.doc_uids)))
             t = time.perf_counter()
-            store.query(self.collection, q, TOP_K, document_ids=[self.doc_uids[d]])
+            vector_query(store, self.collection, q, TOP_K, document_ids=[self.doc_uids[d]])
             one_doc.append(time.perf_counter() - t)
         return {**state, "query": _stats(times), "one_document": _stats(one_doc), "plans": dict(plans)}
 
@@ -377,17 +376,18 @@ class Bench:
         del scores
         perf = time.perf_counter
         t = perf()
-        store.query(self.collection, queries[0], TOP_K)
+        vector_query(store, self.collection, queries[0], TOP_K)
         first_ms = (perf() - t) * 1000
         for q in queries[1:1 + WARMUP_QUERIES]:
-            store.query(self.collection, q, TOP_K)
+            vector_query(store, self.collection, q, TOP_K)
         scans = self.hnsw_scans(store)
         times, answers, plans = [], [], Counter()
         for q in timed:
+            explain: dict[str, str] = {}
             t = perf()
-            hits = store.query(self.collection, q, TOP_K)
+            hits = vector_query(store, self.collection, q, TOP_K, explain=explain)
             times.append(perf() - t)
-            plans[store.last_plan] += 1
+            plans[explain["plan"]] += 1
             answers.append(hits)
         scans = self.hnsw_scans(store) - scans
         recalls = [len({self.uid_row[h.chunk_id] for h in hits} & want) / TOP_K
@@ -404,12 +404,13 @@ class Bench:
         for i, (q, ids) in enumerate(zip(queries, id_lists, strict=True)):
             if i == WARMUP_QUERIES:
                 scans = self.hnsw_scans(store)
+            explain: dict[str, str] = {}
             t = perf()
-            hits = store.query(self.collection, q, TOP_K, document_ids=ids)
+            hits = vector_query(store, self.collection, q, TOP_K, document_ids=ids, explain=explain)
             elapsed = perf() - t
             if i >= WARMUP_QUERIES:
                 times.append(elapsed)
-                plans[store.last_plan] += 1
+                plans[explain["plan"]] += 1
                 answers.append(hits)
         scans = self.hnsw_scans(store) - scans
         recalls, short, chunk_counts = [], 0, []
@@ -616,7 +617,7 @@ def render_table(r: dict[str, Any], g: dict[str, Any] | None, env: dict[str, Any
     q = r["query"]
     lines.append("-- unrestricted search (query, top_k=10" + (", after ANALYZE" if r["analyze_s"] is not None else "")
                  + ") --")
-    row("strategy (store.last_plan)", _plans(q["plans"]))
+    row("strategy (explain)", _plans(q["plans"]))
     row("HNSW index scans / timed queries", f"{q['hnsw_scans']} / {q['n']}")
     row("first query (ms)", f"{q['first_query_ms']:.2f}")
     row(f"p50 (ms)  [target <= {TARGET_SEARCH_P50_MS:g}]", f"{q['p50_ms']:.2f}" + _mark(tg["search_p50_ok"], ap))
@@ -632,7 +633,7 @@ def render_table(r: dict[str, Any], g: dict[str, Any] | None, env: dict[str, Any
     lines.append(f"-- restricted search (document_ids; recall@10 vs exact top 10 within the restriction; "
                  f"target >= {TARGET_RESTRICTED_RECALL:g} for the default planner) --")
     lines.append(f"{'case':<24}{'share':>7}{'chunks':>9}{'p50 ms':>9}{'p95 ms':>9}{'recall':>9}{'min':>6}"
-                 f"{'short':>6}{'HNSW':>6}  strategy (store.last_plan)")
+                 f"{'short':>6}{'HNSW':>6}  strategy (explain)")
     lines.append("  (min = worst query's recall; short = queries with fewer than 10 hits; HNSW = scans of the "
                  "HNSW index the server counted, pg_stat_all_indexes)")
     for x in r["restricted"] + r["restricted_forced"]:

@@ -13,10 +13,11 @@ Timed, one search at a time after a warm-up, with questions from the same set (t
 embedded beforehand, so the mode times exclude the embedding, reported apart as
 ``query_embed_p50_ms``):
 
-* ``vector``: ``store.query`` top 10;
-* ``keyword``: ``store.keyword_search`` top 10 (BM25);
-* ``hybrid``: both legs at the hybrid depth and the default fusion (``bunko.retrieval.fuse``);
-* ``filtered_1pct`` / ``filtered_0.1pct``: ``store.query`` with ``{"bucket": {"$in": [10 values]}}`` /
+* ``vector``: ``vector_query`` top 10;
+* ``keyword``: ``keyword_query`` top 10 (BM25 from the postings);
+* ``hybrid``: as a hybrid search runs: the collection row read, then both legs at the hybrid depth, the
+  default fusion and the hits read, in one transaction (``bunko.search.session.collect``);
+* ``filtered_1pct`` / ``filtered_0.1pct``: ``vector_query`` with ``{"bucket": {"$in": [10 values]}}`` /
   ``{"bucket": v}``; recall against the exact answer over the passing rows is reported too;
 * ``exact_scan_p50_ms``: ``matrix @ q`` + top-10 selection over the same N x 512 float32 matrix.
 
@@ -60,7 +61,8 @@ from bench_postgres import _Server
 
 from bunko.config import redact_url
 from bunko.embedders import UniversalSentenceEncoderEmbedder, embedder_info
-from bunko.retrieval import DEFAULT_FUSION, HYBRID_DEPTH, fuse
+from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, keyword_query, vector_query
+from bunko.search.session import Legs, collect
 from bunko.stores import open_backend
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.types import new_id
@@ -242,12 +244,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 store.write_documents("bench", batch)
             written = time.perf_counter()
             last = ids[-1]
-            hits = store.query("bench", matrix[-1], TOP_K)  # identical mixes may tie: look at the top 10
+            hits = vector_query(store, "bench", matrix[-1], TOP_K)  # identical mixes may tie: look at the top 10
             searchable = time.perf_counter()
             assert last in {h.chunk_id for h in hits}, "the last chunk written is not found"
             build_started = time.perf_counter()
         build_s = time.perf_counter() - build_started
-        store.query("bench", matrix[0], 1)  # the first search after the build (loads SQLite's matrix)
+        vector_query(store, "bench", matrix[0], 1)  # the first search after the build (loads SQLite's matrix)
         build_s = time.perf_counter() - build_started
         _log(f"  written in {written - started:.1f} s, index {build_s:.1f} s")
         position = {uid: i for i, uid in enumerate(ids)}
@@ -263,28 +265,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for i, (question, q) in enumerate(zip(picked, query_vectors, strict=True)):
             warm = i < 5
             t = time.perf_counter()
-            found = store.query("bench", q, TOP_K)
+            found = vector_query(store, "bench", q, TOP_K)
             elapsed = time.perf_counter() - t
             if not warm:
                 timings["vector"].append(elapsed)
                 truth = set(exact_ids(matrix, q).tolist())
                 recall["vector"].append(len(truth & {position[h.chunk_id] for h in found}) / len(truth))
             t = time.perf_counter()
-            store.keyword_search("bench", question, TOP_K)
+            keyword_query(store, "bench", question, TOP_K)
             elapsed = time.perf_counter() - t
             if not warm:
                 timings["keyword"].append(elapsed)
             t = time.perf_counter()
-            semantic = store.query("bench", q, depth, include_content=False)
-            keyword = store.keyword_search("bench", question, depth)
-            fuse([("vector", DEFAULT_FUSION.vector_weight, semantic),
-                  ("keyword", DEFAULT_FUSION.keyword_weight, keyword)], TOP_K, DEFAULT_FUSION)
+            # As a hybrid search runs: the collection row, then both legs, fusion and the hits in one reader.
+            row = store.read_collection("bench")
+            with store.reader(row) as reader:
+                collect(reader, Legs(question, q, True, depth, TOP_K, fusion=DEFAULT_FUSION))
             elapsed = time.perf_counter() - t
             if not warm:
                 timings["hybrid"].append(elapsed)
             for name, (flt, rows) in filters.items():
                 t = time.perf_counter()
-                found = store.query("bench", q, TOP_K, filter=flt)
+                found = vector_query(store, "bench", q, TOP_K, filter=flt)
                 elapsed = time.perf_counter() - t
                 if not warm:
                     timings[name].append(elapsed)

@@ -40,7 +40,7 @@ from bench_postgres import (
     make_documents,
 )
 
-from bunko.retrieval import DEFAULT_FUSION, HYBRID_DEPTH, fuse
+from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, fuse, keyword_query, vector_query
 from bunko.stores import open_backend
 from bunko.types import EmbedderInfo
 
@@ -64,22 +64,22 @@ def run_backend(url: str, documents: list, queries: list[str], vectors: np.ndarr
                 store.write_documents("bench", batch)
         load_s = time.perf_counter() - started
         for q, v in zip(queries[:5], vectors[:5], strict=True):  # warm caches
-            store.keyword_search("bench", q, TOP_K)
-            store.query("bench", v, TOP_K)
+            keyword_query(store, "bench", q, TOP_K)
+            vector_query(store, "bench", v, TOP_K)
         timings: dict[str, list[float]] = {"keyword": [], "vector": [], "hybrid": []}
         found = 0
         for q, v in zip(queries, vectors, strict=True):
             t = time.perf_counter()
-            hits = store.keyword_search("bench", q, TOP_K)
+            hits = keyword_query(store, "bench", q, TOP_K)
             timings["keyword"].append(time.perf_counter() - t)
             found += bool(hits)
             t = time.perf_counter()
-            store.query("bench", v, TOP_K)
+            vector_query(store, "bench", v, TOP_K)
             timings["vector"].append(time.perf_counter() - t)
             t = time.perf_counter()
             depth = TOP_K * HYBRID_DEPTH
-            semantic = store.query("bench", v, depth)
-            keyword = store.keyword_search("bench", q, depth)
+            semantic = vector_query(store, "bench", v, depth)
+            keyword = keyword_query(store, "bench", q, depth)
             fuse([("vector", DEFAULT_FUSION.vector_weight, semantic),
                   ("keyword", DEFAULT_FUSION.keyword_weight, keyword)], TOP_K, DEFAULT_FUSION)
             timings["hybrid"].append(time.perf_counter() - t)

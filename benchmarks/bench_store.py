@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from bunko.engine import INGEST_BATCH_CHUNKS, INGEST_BATCH_DOCUMENTS
+from bunko.search import keyword_query, vector_query
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.stores.sqlite import SQLiteBackend
 from bunko.types import EmbedderInfo, new_id
@@ -276,7 +277,7 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
 
         t = perf()
-        warm = store.query(COLLECTION, qvecs[0], TOP_K)
+        warm = vector_query(store, COLLECTION, qvecs[0], TOP_K)
         cold_load_s = perf() - t
         assert len(warm) == TOP_K
 
@@ -290,7 +291,7 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         query_times, numpy_times = [], []
         for q in qvecs[1:]:
             t = perf()
-            store.query(COLLECTION, q, TOP_K)
+            vector_query(store, COLLECTION, q, TOP_K)
             query_times.append(perf() - t)
             t = perf()
             scores = matrix @ q
@@ -304,7 +305,7 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
             picked = [doc_ids[j] for j in rng.choice(len(doc_ids), size=min(RESTRICT_DOCS, len(doc_ids)),
                                                      replace=False)]
             t = perf()
-            hits = store.query(COLLECTION, q, TOP_K, document_ids=picked)
+            hits = vector_query(store, COLLECTION, q, TOP_K, document_ids=picked)
             restricted_times.append(perf() - t)
         assert hits and {h.document_id for h in hits} <= set(picked)
 
@@ -314,7 +315,7 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         for i in range(queries):
             text = kw_queries[i % len(kw_queries)]
             t = perf()
-            kw_hits += len(store.keyword_search(COLLECTION, text, TOP_K))
+            kw_hits += len(keyword_query(store, COLLECTION, text, TOP_K))
             keyword_times.append(perf() - t)
 
         coll_times = []
@@ -333,13 +334,13 @@ def run_size(n: int, dim: int, queries: int, seed: int) -> dict[str, Any]:
         for doc in extra:
             store.write_document(COLLECTION, doc)
             t = perf()
-            store.query(COLLECTION, qvecs[1], TOP_K)
+            vector_query(store, COLLECTION, qvecs[1], TOP_K)
             after_insert.append(perf() - t)
         for doc in documents[:WRITE_PROBES]:
             doc.content_hash += "-v2"
             store.write_document(COLLECTION, doc)
             t = perf()
-            store.query(COLLECTION, qvecs[1], TOP_K)
+            vector_query(store, COLLECTION, qvecs[1], TOP_K)
             after_replace.append(perf() - t)
         backend.close()
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_postgres import _Server
 
 from bunko.evaluation import load_beir, ndcg_at_k, recall_at_k
+from bunko.search import keyword_query
 from bunko.stores import open_backend
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.types import EmbedderInfo, new_id
@@ -58,7 +59,7 @@ def measure(url: str, dataset: Any, analyzer: str) -> dict[str, float]:
         ndcg, recall, times = [], [], []
         for qid, judged in dataset.qrels.items():
             started = time.perf_counter()
-            hits = store.keyword_search(collection, dataset.queries[qid], 10)
+            hits = keyword_query(store, collection, dataset.queries[qid], 10)
             times.append(time.perf_counter() - started)
             ranked = [h.source for h in hits]
             ndcg.append(ndcg_at_k(ranked, judged, 10))

@@ -38,7 +38,7 @@ from bunko.evaluation import (
     rank_documents,
     recall_at_k,
 )
-from bunko.retrieval import HYBRID_DEPTH, Fusion, fuse
+from bunko.search import HYBRID_DEPTH, Fusion, fuse
 
 TOP_K = 10
 FETCH = min(MAX_CHUNKS, CHUNKS_PER_DOCUMENT * TOP_K)  # what `bunko eval` asks a search for

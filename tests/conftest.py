@@ -52,6 +52,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# With BUNKO_STRICT_SKIPS=1 (CI sets it in .ci/run), a test skipped for any other reason than these fails
+# the run: a missing extra, PostgreSQL or a system tool must not turn tests into silent skips.
+EXPECTED_SKIPS = (
+    "a long form",  # -m long
+    "needs the shared corpus",  # ../shared/data is optional
+    "no Chromium",  # installed by .ci/run when it can
+    "the local extra",  # sentence-transformers brings torch: not in dev
+    "row-level security is PostgreSQL's",  # a case that has no meaning on SQLite
+    "needs a lock another session holds",  # a case of one store only
+)
+_unexpected: list[str] = []
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if report.skipped and os.environ.get("BUNKO_STRICT_SKIPS") == "1":
+        reason = _skip_reason(report)
+        if not any(expected in reason for expected in EXPECTED_SKIPS):
+            _unexpected.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A module skipped at import (``importorskip``) counts like a skipped test."""
+    _note_skip(report)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under BUNKO_STRICT_SKIPS=1, fail the run when a test was skipped for an unexpected reason."""
+    if _unexpected:
+        print("\nunexpected skips (BUNKO_STRICT_SKIPS=1):\n  " + "\n  ".join(dict.fromkeys(_unexpected)))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def read_manifest(folder: Path) -> list[dict[str, Any]]:
     """The records of ``folder/documents.jsonl``, each with its file's ``path`` added; [] if absent."""
     manifest = folder / "documents.jsonl"

@@ -1,0 +1,93 @@
+"""Typed metadata filters (R18): parse a Mongo-style filter into a small AST, evaluate it, compile it to SQL.
+
+A filter is a JSON object::
+
+    {"year": {"$gte": 2020}, "kind": {"$in": ["pdf", "docx"]},
+     "$or": [{"tags": {"$contains": "防災"}}, {"published_at": {"$gte": "2024-01-01"}}]}
+
+* Keys are field names (dotted paths reach into nested objects: ``author.name``) or the
+  logical operators ``$and``, ``$or`` (lists of filters) and ``$not`` (one filter). Several
+  keys in one object are ANDed. A bare value is ``$eq``: ``{"kind": "pdf"}``.
+* Field operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists $contains``, and ``$not``
+  around an operator object (``{"year": {"$not": {"$gt": 2020}}}``).
+* A field is looked up in the chunk's metadata first (page_number, section, ...), then in its
+  document's metadata (loader and user metadata: filename, kind, created_at, tags, ...), the
+  same precedence a search hit's ``metadata`` shows.
+
+Typing: the operand decides the comparison. A number compares with JSON numbers only; an
+ISO-8601 date or datetime string (``2024-01-01``, ``2024-01-01T09:30:00+09:00``) compares as
+an instant with stored strings that are such dates (a date alone is midnight UTC, a datetime
+without an offset is UTC); any other string compares with JSON strings by code point; a
+boolean equals JSON booleans only; ``null`` equals JSON null. A value of another type simply
+does not match (it never breaks the query). ``$ne``, ``$nin`` and ``$not`` are the exact
+negations of ``$eq``, ``$in`` and their operand, so they also match rows where the field is
+missing or of another type. ``$contains`` is element membership on arrays (typed equality, not
+date-aware) and literal, case-sensitive substring on strings.
+
+Both backends compile the same AST: keys and values only ever travel as bound parameters,
+and every predicate is two-valued (never SQL NULL), so negation is exact. :func:`matches`
+evaluates a filter in Python with the same rules; the tests check SQL against it.
+"""
+
+from .language import (
+    DATE_RE,
+    DEFAULT_DATE_FIELD,
+    FIELD_OPERATORS,
+    LOGICAL_OPERATORS,
+    MAX_DEPTH,
+    MAX_IN_ITEMS,
+    MAX_NODES,
+    MAX_PATH_SEGMENTS,
+    MAX_STRING,
+    And,
+    Compare,
+    Contains,
+    Exists,
+    Filter,
+    FilterError,
+    FilterLike,
+    In,
+    Node,
+    Not,
+    Operand,
+    Or,
+    as_filter,
+    build_filter,
+    date_window_filter,
+    file_type_filter,
+    parse_date,
+    parse_filter,
+)
+from .sql import compile_postgres, compile_sqlite
+
+__all__ = [
+    "DATE_RE",
+    "DEFAULT_DATE_FIELD",
+    "FIELD_OPERATORS",
+    "LOGICAL_OPERATORS",
+    "MAX_DEPTH",
+    "MAX_IN_ITEMS",
+    "MAX_NODES",
+    "MAX_PATH_SEGMENTS",
+    "MAX_STRING",
+    "And",
+    "Compare",
+    "Contains",
+    "Exists",
+    "Filter",
+    "FilterError",
+    "FilterLike",
+    "In",
+    "Node",
+    "Not",
+    "Operand",
+    "Or",
+    "as_filter",
+    "build_filter",
+    "compile_postgres",
+    "compile_sqlite",
+    "date_window_filter",
+    "file_type_filter",
+    "parse_date",
+    "parse_filter",
+]
