@@ -415,7 +415,7 @@ def file_type_filter(file_types: Iterable[str]) -> dict[str, Any]:
 
     Loaders record the kind as ``kind`` and the MIME type as ``mime_type`` in document metadata.
     """
-    from .loaders import file_kinds, suffix_kinds
+    from ..loaders import file_kinds, suffix_kinds
 
     known_kinds, by_suffix = file_kinds(), suffix_kinds()
     kinds: list[str] = []
