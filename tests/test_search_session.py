@@ -57,7 +57,7 @@ def test_a_hybrid_search_with_a_filter_over_http_reads_its_collection_once(serve
              "避難所の場所を家族で確認しておきます。", "Keep three days of water for each person."]
     for i, text in enumerate(texts):
         acme.add_document(_document(f"d{i}.txt", text, i % 2))
-    body = {"query": "水の備蓄", "collection": "default", "topK": 3, "filter": {"kind": 0}}
+    body = {"query": "水の備蓄", "collection": "default", "limit": 3, "filter": {"kind": 0}}
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
         with counting(engine.backend) as counts:
             response = client.post("/api/v1/search/hybrid", json=body)
