@@ -89,6 +89,6 @@ def test_the_sqlite_store_closes_connections_of_ended_threads(tmp_path: Path) ->
             worker.join()
         store.list_collections()
         assert _fds() <= fds + SLACK_FDS
-        assert len(backend._connections) <= 2
+        assert backend.connection_count() <= 2
     finally:
         backend.close()

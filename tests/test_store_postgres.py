@@ -364,7 +364,7 @@ def test_filtered_index_scan_uses_the_hnsw_index(pg_url: str) -> None:
         assert plan.where == (where, params)
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
         explained = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN " + plan._index_sql(), [vectors[0], tenant_pk, *params, vectors[0], 5]).fetchall())
+            "EXPLAIN " + plan.index_sql(), [vectors[0], tenant_pk, *params, vectors[0], 5]).fetchall())
     assert "chunks_hnsw_1" in explained, explained
     backend.close()
 

@@ -90,7 +90,9 @@ class Plan:
         ).fetchall()
         return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
 
-    def _index_sql(self) -> str:
+    def index_sql(self) -> str:
+        """The statement of an HNSW index scan of this plan (parameters: vector, tenant, restriction, vector,
+        limit)."""
         cast = vector_type(self.dim)
         join, restrict, _ = self._restriction()
         # collection_id is inlined as an integer literal so the partial index's predicate matches.
@@ -104,7 +106,7 @@ class Plan:
         if ef_search != self.settings.ef_search:  # the session default is settings.ef_search (see _configure)
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
         _, _, params = self._restriction()
-        rows = conn.execute(self._index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
+        rows = conn.execute(self.index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:

@@ -166,6 +166,11 @@ class SQLiteBackend(SQLBackend):
         """The HTTP server's records (API keys, rate windows, jobs, erasure) in this file."""
         return SQLServiceRecords(self)
 
+    def connection_count(self) -> int:
+        """How many connections this backend holds open (one per live thread that used it)."""
+        with self._conn_lock:
+            return len(self._connections)
+
     def open_connection(self) -> sqlite3.Connection:
         """This thread's connection, for tests and tools that read the file directly (``bunko.testing``)."""
         return self._connect()
