@@ -109,6 +109,7 @@ class Env:
 
     @property
     def argument(self) -> str:
+        """The keyword argument of ``Bunko(...)`` that sets this variable's setting."""
         return self.name.removeprefix("BUNKO_").lower()
 
 
@@ -289,14 +290,17 @@ class ServerSettings(Section):
 
     @property
     def max_upload_bytes(self) -> int:
+        """The largest upload, in bytes."""
         return self.max_upload_mb * 1024 * 1024
 
     @property
     def max_json_bytes(self) -> int:
+        """The largest JSON body, in bytes."""
         return self.max_json_mb * 1024 * 1024
 
     @property
     def rate_limit_per_minute(self) -> int:
+        """Requests per API key and minute (0: no limit)."""
         return self.rate_limit
 
     @classmethod
@@ -383,6 +387,7 @@ class Setting:
 
     @property
     def argument(self) -> str:
+        """The keyword argument of ``Bunko(...)`` that sets this setting."""
         return Env(self.env).argument
 
 
@@ -411,9 +416,11 @@ class EnvironmentSource(PydanticBaseSettingsSource):
     """Each setting's ``BUNKO_*`` variable (named by its field's ``Env``); blank counts as not set."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # values come whole from __call__
+        """Nothing per field: the values come whole from ``__call__``."""
+        return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
+        """The settings the environment sets, by section."""
         values: dict[str, dict[str, Any]] = {}
         for setting in SETTINGS.values():
             raw = os.environ.get(setting.env)
@@ -467,9 +474,11 @@ class ConfigFileSource(PydanticBaseSettingsSource):
         self.path = path  # None: $BUNKO_CONFIG, else ./bunko.toml
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        """Nothing per field: the values come whole from ``__call__``."""
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
+        """The settings the config file sets, by section (nothing without a file)."""
         path, tables = load_config_file(self.path)
         return {} if path is None else {"config_path": path, **tables}
 
@@ -555,14 +564,17 @@ class Settings(BaseSettings):
     # -- the names callers use -------------------------------------------------------------------
     @property
     def home(self) -> Path:
+        """bunko's data folder (``BUNKO_HOME``)."""
         return self.store.home
 
     @property
     def database_url(self) -> str:
+        """The store's URL, in clear (it is kept as a secret)."""
         return self.store.database_url.get_secret_value()
 
     @property
     def anonymize_search_logs(self) -> bool:
+        """Whether search logs are stored without the query."""
         return self.store.anonymize_search_logs
 
     @property
@@ -572,10 +584,12 @@ class Settings(BaseSettings):
 
     @property
     def embedder_base_url(self) -> str | None:
+        """The embedding provider's base URL, if set."""
         return self.embedding.base_url
 
     @property
     def embedder_dimensions(self) -> int | None:
+        """The embedding dimensions asked of a provider that can shorten them, if set."""
         return self.embedding.dimensions
 
     def embedder_options(self) -> dict[str, Any]:

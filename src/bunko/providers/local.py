@@ -35,6 +35,7 @@ def import_sentence_transformers() -> Any:
 
 
 def load_error(kind: str, model: str, exc: Exception, allow_download: bool) -> ConfigError:
+    """The error of a local model that did not load, saying how to give one that will."""
     hint = "" if allow_download else " (downloads are off: give a local folder, or pass allow_download=True)"
     return ConfigError(f"could not load the {kind} {model!r}: {type(exc).__name__}: {exc}"[:400] + hint)
 

@@ -80,6 +80,7 @@ class TemporaryPostgres:
         return with_dbname(self.admin_url, name)
 
     def close(self) -> None:
+        """Stop the server and remove its folder."""
         self._server.cleanup()
 
     def __enter__(self) -> TemporaryPostgres:

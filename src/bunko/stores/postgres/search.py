@@ -49,6 +49,7 @@ class Plan:
     ids: np.ndarray | None = None
 
     def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        """(chunk id, score) of the top-k, best first, by this plan's strategy; never short when k match."""
         if self.strategy == "empty":
             return []
         if self.strategy == "exact":

@@ -52,9 +52,11 @@ class MemoryStoreInfo:
 
     @property
     def embedder(self) -> EmbedderInfo:
+        """The embedder the store's memories were written with."""
         return EmbedderInfo(self.embedding_provider, self.embedding_model, self.dimension)
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return {"name": self.name, "embedder": f"{self.embedding_provider}:{self.embedding_model}",
                 "dimension": self.dimension, "analyzer": self.analyzer, "created_at": self.created_at}
 
@@ -102,6 +104,7 @@ class SQLMemories:
 
     @property
     def tenant(self) -> str:
+        """The tenant these memories belong to."""
         return self._store.tenant
 
     # -- memory stores --------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class Matrix:
         self._vectors = np.empty((capacity, dim), dtype=np.float32)
 
     def snapshot(self) -> Snapshot:
+        """The live rows as they are now (later appends and removals leave it as it is)."""
         n = self.size
         return Snapshot(self._rowids[:n], self._docs[:n], self._vectors[:n], (self.mutation_seq, self.high_water))
 
