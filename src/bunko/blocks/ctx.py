@@ -65,8 +65,9 @@ _clients: weakref.WeakKeyDictionary[EngineServices, dict[str, Any]] = weakref.We
 class StepRecorder(metering.UsageRecorder):
     """The usage recorder of one step: every event is tagged with the workflow, step and block."""
 
-    def __init__(self, meter: metering.Meter, *, workflow: str, step: str, block: str) -> None:
-        super().__init__(meter.store, user_id=meter.user_id, anonymize_queries=meter.anonymize_queries)
+    def __init__(self, store: Any, *, anonymize_queries: bool, workflow: str, step: str, block: str,
+                 user_id: str | None = None) -> None:
+        super().__init__(store, user_id=user_id, anonymize_queries=anonymize_queries)
         self.tags = {"workflow": workflow, "step": step, "block": block}
 
     def add(self, event: UsageEvent) -> None:

@@ -224,7 +224,9 @@ async def arun(tenant: TenantScope[EngineServices], spec: Mapping[str, Any] | st
     for index, step in enumerate(workflow.steps):
         record: dict[str, Any] = {"id": step.id, "block": step.block, "status": "running", "duration_ms": 0.0}
         records.append(record)
-        recorder = StepRecorder(tenant.meter, workflow=workflow.name, step=step.id, block=step.block)
+        meter = tenant.meter  # the tenant's records, with its user's id (Tenant.for_user)
+        recorder = StepRecorder(meter.store, anonymize_queries=meter.anonymize_queries, workflow=workflow.name,
+                                step=step.id, block=step.block, user_id=meter.user_id)
         ctx = BlockContext(ExecutionContext(tenant, workflow.name, step.id, step.block, recorder))
         started = time.perf_counter()
         try:
