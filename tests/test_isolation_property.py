@@ -55,7 +55,6 @@ from bunko.embedders import UniversalSentenceEncoderEmbedder
 from bunko.engine import Tenant
 from bunko.errors import CollectionNotFoundError
 from bunko.portability import copy_tenant, export_tenant, import_tenant
-from bunko.server.auth import UserStore
 from bunko.stores.service import Job, conversation_prefix
 from bunko.types import ConversationTurn, Document, IngestFailure
 
@@ -184,8 +183,8 @@ class IsolationMachine(RuleBasedStateMachine):
         return self.engine.backend.for_tenant(tenant)
 
     def scope(self, tenant: str, user: str | None) -> Tenant:
-        """The tenant as an API key of ``user`` sees it (the server's UserStore)."""
-        return Tenant(self.engine, UserStore(self.store(tenant), user))  # type: ignore[arg-type]
+        """The tenant as an API key of ``user`` sees it (the server's ``Tenant.for_user``)."""
+        return Tenant(self.engine, self.store(tenant)).for_user(user)
 
     def check(self, ok: bool, message: str) -> None:
         self.world.checks += 1
@@ -446,7 +445,7 @@ class IsolationMachine(RuleBasedStateMachine):
         scope = self.scope(tenant, user)
         if action == "append":
             turns = [("user", f"{MARKERS[tenant]} {WORDS[variant]}?"), ("assistant", loose_text(tenant, variant))]
-            scope.store.append_turns(conversation, [ConversationTurn(r, c) for r, c in turns])
+            scope.conversations().append(conversation, [ConversationTurn(r, c) for r, c in turns])
             model.setdefault(key, []).extend(turns)
         elif action == "read":
             got = [(t.role, t.content) for t in scope.conversation(conversation)]

@@ -169,7 +169,8 @@ def test_the_app_role_sees_no_other_tenants_jobs_on_postgresql(request: pytest.F
 def test_sweep_removes_files_of_ended_and_unknown_jobs_only(backend: StoreBackend, records: ServiceRecords,
                                                            tmp_path: Path) -> None:
     from bunko import Bunko
-    from bunko.worker import job_folder, sweep_spool
+    from bunko.server.worker import sweep_spool
+    from bunko.spool import job_folder
 
     acme = backend.for_tenant("acme")
     _queue(records, acme, "waiting")
@@ -207,15 +208,17 @@ def test_the_heartbeat_keeps_the_lease_while_the_event_loop_is_blocked(backend: 
     """Finding 3: the lease is renewed by its own thread, whatever the processing does to the event loop."""
     import asyncio
 
-    from bunko.worker import Heartbeat
+    from bunko.jobs import TenantJobs
+    from bunko.server.worker import Heartbeat
 
     acme = backend.for_tenant("acme")
+    jobs = TenantJobs(records, acme, Path("unused-spool"))
     _queue(records, acme, "busy")
     lease = 2.0
     assert records.claim_job("w1", lease).claim is not None
 
     async def cpu_bound_on_the_loop() -> tuple[int, object]:
-        with Heartbeat(records, acme, "busy", "w1", lease) as beat:
+        with Heartbeat(jobs, "busy", "w1", lease) as beat:
             while beat.renewals < 6:  # 1.5 leases of CPU work on the loop's own thread, as splitting was
                 sum(range(10_000))
             taken = records.claim_job("w2", lease).claim  # the lease still holds: nobody else may take it
@@ -226,5 +229,5 @@ def test_the_heartbeat_keeps_the_lease_while_the_event_loop_is_blocked(backend: 
     assert records.get_job(acme, "busy").worker == "w1"
     # A deleted job: the heartbeat notices it is no longer ours and stops.
     records.delete_jobs(acme, ["busy"])
-    with Heartbeat(records, acme, "busy", "w1", 0.2) as beat:
+    with Heartbeat(jobs, "busy", "w1", 0.2) as beat:
         assert beat.lost.wait(600)

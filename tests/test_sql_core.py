@@ -21,11 +21,11 @@ from bunko.stores import (
     open_backend,
     register_backend,
 )
-from bunko.stores.sqlite import backend as sqlite_store
 from bunko.stores.base import ChunkWrite, DocumentWrite
 from bunko.stores.service import Job, service_records
 from bunko.stores.sql import StoredDocument, plan_writes
 from bunko.stores.sqlite import SQLITE, apply_migrations, split_statements
+from bunko.stores.sqlite import backend as sqlite_store
 from bunko.testing.store_suite import INFO, make_document, unit_vectors
 from bunko.types import VectorRecord
 

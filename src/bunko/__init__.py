@@ -58,8 +58,7 @@ from .types import (
     UsageTotal,
     VectorRecord,
 )
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "AnalyzerMismatchError",

@@ -275,7 +275,7 @@ class ServerSettings(Section):
     rate_limit: Annotated[int, Env("BUNKO_RATE_LIMIT"), Field(ge=0)] = 600  # per API key and minute; 0 = off
     job_concurrency: Annotated[int, Env("BUNKO_JOB_CONCURRENCY"), Field(ge=1, le=1000)] = 2
     blas_threads: Annotated[int, Env("BUNKO_BLAS_THREADS"), Field(ge=1, le=1024)] = 1
-    # Upload workers (bunko.worker): processes each API process starts beside it; 0 = separate
+    # Upload workers (bunko.server.worker): processes each API process starts beside it; 0 = separate
     # `bunko worker` processes take the jobs (any number of API replicas and workers on one store).
     job_workers: Annotated[int, Env("BUNKO_JOB_WORKERS"), Field(ge=0, le=64)] = 1
     # Where uploads wait for a worker; API processes and workers must see the same folder

@@ -29,12 +29,12 @@ from functools import partial
 from typing import Any
 
 from . import crashpoints
-from .errors import BunkoError
+from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RAGPipelineError
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
 from .loaders.url import FetchPolicy
-from .stores.base import DocumentWrite
-from .types import Document, IngestResult
+from .stores.base import DocumentWrite, RecordStore
+from .types import Document, IngestFailure, IngestResult
 
 # Documents are written in transactions of about this many chunks (or documents): one commit
 # per document would spend most of bulk ingest in commits (FTS5 segments, index pages).
@@ -272,4 +272,36 @@ class _Runner:
             self.fail((label for label, _ in batch), exc)
 
 
-__all__ = ["IngestError", "IngestItem", "IngestProgress", "IngestReport", "document_item", "path_items", "run"]
+def document_result(report: IngestReport, document: Document) -> IngestResult:
+    """The result of ingesting one document (``add_document``), or its failure raised: a missing collection,
+    another embedder's collection, or any other error as ``RAGPipelineError`` naming the source."""
+    if report.errors:
+        error = report.errors[0].exception
+        if error is None or isinstance(error, NotFoundError | EmbedderMismatchError):
+            raise error or BunkoError(report.errors[0].message)
+        raise RAGPipelineError(f"{document.source}: {error.message}") from error
+    result = report.documents[0]
+    result.processing_time_ms = report.elapsed_ms
+    return result
+
+
+def note_outcome(store: RecordStore, collection: str, items: Sequence[IngestItem], report: IngestReport,
+                 paths: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Record the items that failed (``documents list --failed``) and forget earlier failures of those that
+    went in now, and of files gone from a folder of ``paths`` (ingested again)."""
+    failed = {e.path: e for e in report.errors}
+    done = [item.label for item in items if item.label not in failed]
+    names = [str(os.fspath(p)) for p in paths]
+    folders = [os.path.realpath(p) for p in names if "://" not in p and os.path.isdir(p)]
+    if folders:
+        for earlier in store.ingest_failures(collection):
+            source = earlier.source
+            if earlier.source not in failed and "://" not in source and not os.path.exists(source) and any(
+                    os.path.commonpath([folder, source]) == folder for folder in folders if os.path.isabs(source)):
+                done.append(source)
+    store.record_ingest_outcome(
+        collection, [IngestFailure(collection, e.path, e.type, e.code, e.message) for e in failed.values()], done)
+
+
+__all__ = ["IngestError", "IngestItem", "IngestProgress", "IngestReport", "document_item", "document_result",
+           "note_outcome", "path_items", "run"]

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from .errors import (
     RagSearchTimeoutError,
 )
 from .retrieval import DEFAULT_FUSION
+from .scope import EngineServices, TenantScope
 from .stores.sql.memory import (
     MemoryStoreInfo,
     MemoryWrite,
@@ -59,11 +60,9 @@ from .stores.sql.memory import (
     rank_keywords,
     rank_vectors,
 )
+from .sync import sync_form
 from .types import EmbedderInfo, UsageEvent, new_id
 from .usage import route, store_kind
-
-if TYPE_CHECKING:
-    from .engine import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -205,9 +204,13 @@ def empty_result(query: str, *, fallback: bool = False) -> dict[str, Any]:
 
 # -- the tenant's memory ------------------------------------------------------------------------------
 class Memory:
-    """One memory store of a tenant: ``tenant.memory`` (the default store) or ``tenant.memory.store(name)``."""
+    """One memory store of a tenant: ``tenant.memory`` (the default store) or ``tenant.memory.store(name)``.
 
-    def __init__(self, tenant: Tenant, name: str = DEFAULT_MEMORY_STORE) -> None:
+    It works through the tenant's :class:`~bunko.scope.TenantScope`: its store, the engine's embedder and
+    settings, and its meter (usage of a user-scoped tenant carries the user).
+    """
+
+    def __init__(self, tenant: TenantScope[EngineServices], name: str = DEFAULT_MEMORY_STORE) -> None:
         self._tenant = tenant
         self.name = check_store_name(name)
 
@@ -265,14 +268,9 @@ class Memory:
                              * 1000, items=len(ids), metadata={"memory_store": self.name}))
             return ids
 
-        return await tenant._metered(work())
+        return await tenant.meter.run(work())
 
-    def add(self, records: Iterable[MemoryRecord | str | Mapping[str, Any]] | str, *, user_id: str,
-            session_id: str | None = None) -> list[str]:
-        """Sync form of :meth:`aadd`."""
-        from .engine import _run
-
-        return _run(self.aadd(records, user_id=user_id, session_id=session_id))
+    add = sync_form(aadd)
 
     def session(self, user_id: str, session_id: str | None = None) -> MemorySession:
         """A session that collects memories and indexes them in one batch when it ends.
@@ -305,17 +303,13 @@ class Memory:
         semantic_budget = min(settings.semantic_timeout, budget)
         started = time.perf_counter()
         try:
-            return await self._tenant._metered(asyncio.wait_for(
+            return await self._tenant.meter.run(asyncio.wait_for(
                 self._search(query, user_id, top_k, mode, started, semantic_budget), budget))
         except TimeoutError:
             raise RagSearchTimeoutError(
                 f"memory search in store {self.name!r} took longer than its {budget:g} s budget") from None
 
-    def search_memory(self, query: str, user_id: str, top_k: int = 5, **options: Any) -> dict[str, Any]:
-        """Sync form of :meth:`asearch_memory`."""
-        from .engine import _run
-
-        return _run(self.asearch_memory(query, user_id, top_k, **options))
+    search_memory = sync_form(asearch_memory)
 
     async def _query_vector(self, query: str) -> Any:
         embedder = self._tenant.engine.embedder
@@ -490,11 +484,7 @@ class MemorySession:
         self.pending = []
         return self.ids
 
-    def end(self) -> list[str]:
-        """Sync form of :meth:`aend`."""
-        from .engine import _run
-
-        return _run(self.aend())
+    end = sync_form(aend)
 
     def __enter__(self) -> MemorySession:
         return self

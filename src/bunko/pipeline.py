@@ -9,6 +9,8 @@ async iterator of :class:`StreamEvent` — ``search_start``, ``search_results {c
 ``generation_start``, ``token {content}`` (many), ``citation {source}`` (one per cited
 source, when its ``[N]`` first appears), ``done {response}`` (the whole ``GenerationResult``
 as a dict). A server turns each event into one SSE ``data:`` line with ``event.to_dict()``.
+:meth:`RAGPipeline.answer` gives either form as events (the unstreamed one as a single ``done``), so a
+caller writes what happens around an answer once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class StreamEvent:
 
     type: str
     data: dict[str, Any] = field(default_factory=dict)
+    result: GenerationResult | None = field(default=None, repr=False, compare=False)  # ``done``: the answer
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape: ``{"type": ..., **data}`` (e.g. ``{"type": "token", "content": "回答"}``)."""
@@ -79,7 +82,7 @@ class RAGPipeline:
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
-        result.usage.setdefault("retrieved_chunks", len(hits))
+        _annotate(result, len(hits), len(history))
         result.processing_time_ms += searched.search_ms
         return result
 
@@ -102,13 +105,26 @@ class RAGPipeline:
                     yield StreamEvent("citation", {"source": event.source.to_dict()})
                 elif event.result is not None:
                     result = event.result
-                    result.usage.setdefault("retrieved_chunks", len(hits))
+                    _annotate(result, len(hits), len(history))
                     result.processing_time_ms += searched.search_ms
-                    yield StreamEvent("done", {"response": result.to_dict()})
+                    yield StreamEvent("done", {"response": result.to_dict()}, result)
         except (NotFoundError, EmbedderMismatchError, FilterError):
             raise
         except BunkoError as exc:
             raise RAGPipelineError(exc.message) from exc
+
+    def answer(self, request: AskRequest, *, history: Sequence[LLMMessage] = (), search_query: str | None = None,
+               stream: bool = False) -> AsyncIterator[StreamEvent]:
+        """The answer to ``request`` as events: those of :meth:`stream`, or (``stream=False``) one ``done`` event
+        from :meth:`query` whose ``result`` is the ``GenerationResult`` (see :func:`final_result`)."""
+        if stream:
+            return self.stream(request, history=history, search_query=search_query)
+        return self._answered(request, history, search_query)
+
+    async def _answered(self, request: AskRequest, history: Sequence[LLMMessage],
+                        search_query: str | None) -> AsyncIterator[StreamEvent]:
+        result = await self.query(request, history=history, search_query=search_query)
+        yield StreamEvent("done", {"response": result.to_dict()}, result)
 
     async def following(self, hit: SearchHit) -> str | None:
         """The text after ``hit`` in its document: the rest of the chunk that goes on past it (None at the end).
@@ -140,3 +156,23 @@ class RAGPipeline:
         if top_k is not None:
             options["top_k"] = top_k
         return AskRequest.build(request, self.retriever.collection, **options)
+
+
+def _annotate(result: GenerationResult, retrieved: int, history: int) -> None:
+    """Note in an answer's usage how many chunks it read and how many earlier turns the LLM saw."""
+    result.usage.setdefault("retrieved_chunks", retrieved)
+    if history:
+        result.usage["history_turns"] = history
+
+
+async def final_result(events: AsyncIterator[StreamEvent]) -> GenerationResult:
+    """The ``GenerationResult`` of the ``done`` event that ends ``events`` (read to their end)."""
+    result: GenerationResult | None = None
+    async for event in events:
+        result = event.result or result
+    if result is None:
+        raise RAGPipelineError("the answer ended without a result")
+    return result
+
+
+__all__ = ["EVENT_TYPES", "RAGPipeline", "StreamEvent", "final_result"]

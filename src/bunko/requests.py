@@ -8,7 +8,8 @@ layer that passes the request on carries it without change.
 ``Tenant.search("水", "docs", top_k=3)`` builds ``SearchRequest(query="水", collection="docs",
 top_k=3)``; ``Tenant.search(SearchRequest(...))`` takes one as is. A request is checked
 (:meth:`SearchRequest.check`) and its restriction built (:meth:`SearchRequest.resolved`)
-before anything is embedded, so bad input fails early with a typed error.
+before anything is embedded, so bad input fails early with a typed error. A search answers with a
+:class:`SearchResponse`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Literal, TypeVar
 from .config import DEFAULT_COLLECTION
 from .errors import RetrievalError, VectorStoreError
 from .filters import Filter, FilterLike, as_filter, build_filter
+from .types import SearchHit
 
 SearchMode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[str, ...] = ("vector", "keyword", "hybrid")
@@ -165,4 +167,21 @@ class QueryRequest:
         as_filter(self.filter)  # a malformed filter raises FilterError here
 
 
-__all__ = ["DEFAULT_MODE", "MODES", "AskRequest", "QueryRequest", "SearchMode", "SearchRequest"]
+@dataclass(slots=True)
+class SearchResponse:
+    """Search hits and how long the search took."""
+
+    results: list[SearchHit]
+    search_time_ms: float
+    filter: Filter | None = None  # the metadata filter applied (shortcuts included), if any
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict in the CLI's ``search --json`` shape."""
+        data: dict[str, Any] = {"results": [h.to_dict() for h in self.results],
+                                "search_time_ms": round(self.search_time_ms, 2)}
+        if self.filter is not None:
+            data["filter"] = self.filter.spec
+        return data
+
+
+__all__ = ["DEFAULT_MODE", "MODES", "AskRequest", "QueryRequest", "SearchMode", "SearchRequest", "SearchResponse"]

@@ -10,6 +10,10 @@ the recorder's events to its :class:`UsageWriter`, which writes them off the req
 background thread writes each tenant's usage records and search-log rows together, in one
 transaction per batch, after the answer is on its way. ``UsageWriter.flush`` waits for what was
 handed over so far (reads of usage and search logs call it first); closing the engine flushes.
+
+A tenant scope's :class:`Meter` says where its usage goes (its store, and the user it works for, whose
+id every record and search-log row carries); :meth:`Meter.run` and :meth:`Meter.stream` run an
+operation, or iterate a stream, with its usage recorded there.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import atexit
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .types import UsageEvent
@@ -33,10 +38,11 @@ _current: ContextVar[UsageRecorder | None] = ContextVar("bunko_usage_recorder", 
 
 
 class UsageRecorder:
-    """Collects the usage events of one tenant's operations and writes them to its store."""
+    """Collects the usage events of one tenant's operations (of ``user_id``, if given) and writes them to its store."""
 
-    def __init__(self, store: Any, *, anonymize_queries: bool = False) -> None:
+    def __init__(self, store: Any, *, user_id: str | None = None, anonymize_queries: bool = False) -> None:
         self.store = store
+        self.user_id = user_id
         self.anonymize_queries = anonymize_queries
         self.events: list[UsageEvent] = []
 
@@ -62,7 +68,7 @@ class UsageRecorder:
     def flush(self) -> None:
         """Write the buffered events (and a search-log row per search) now; a failure is logged, not raised."""
         records, searches = self.take()
-        write_records(self.store, records, searches)
+        write_records(self.store, records, searches, user_id=self.user_id)
 
     async def aflush(self) -> None:
         """:meth:`flush` in a worker thread (store writes are blocking)."""
@@ -74,9 +80,10 @@ class UsageRecorder:
 SearchRow = tuple[str | None, int, float, str]
 
 
-def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRow]) -> None:
-    """Write usage records and search-log rows to a tenant's store, in one transaction where the store
-    can (``record_activity``); a failure is logged, not raised.
+def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRow], *,
+                  user_id: str | None = None) -> None:
+    """Write usage records and search-log rows (of ``user_id``, if given) to a tenant's store, in one
+    transaction where the store can (``record_activity``); a failure is logged, not raised.
 
     Accounting must never turn a good answer into an error; a store that cannot take the
     records is failing anyway, and the operation's own error (if any) is the one to show.
@@ -86,11 +93,11 @@ def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRo
     try:
         together = getattr(store, "record_activity", None)
         if together is not None:
-            together(records, searches)
+            together(records, searches, user_id=user_id)
         else:
             for row in searches:
-                store.log_search(*row)
-            store.record_usage(records)
+                store.log_search(*row, user_id=user_id)
+            store.record_usage(records, user_id=user_id)
     except Exception as exc:  # any failure: see the docstring
         logger.warning("could not record %d usage event(s) for tenant %s: %s", len(records),
                        getattr(store, "tenant", "?"), exc)
@@ -118,7 +125,7 @@ class UsageWriter:
 
     def __init__(self) -> None:
         _WRITERS.add(self)
-        self._pending: list[tuple[Any, list[UsageEvent], list[SearchRow]]] = []
+        self._pending: list[tuple[Any, str | None, list[UsageEvent], list[SearchRow]]] = []
         self._lock = threading.Condition()
         self._submitted = 0
         self._written = 0
@@ -132,14 +139,14 @@ class UsageWriter:
             return
         with self._lock:
             if not self._closed:
-                self._pending.append((recorder.store, records, searches))
+                self._pending.append((recorder.store, recorder.user_id, records, searches))
                 self._submitted += 1
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="bunko-usage-writer", daemon=True)
                     self._thread.start()
                 self._lock.notify_all()
                 return
-        write_records(recorder.store, records, searches)
+        write_records(recorder.store, records, searches, user_id=recorder.user_id)
 
     def _run(self) -> None:
         while True:
@@ -151,15 +158,14 @@ class UsageWriter:
                     self._thread = None
                     return
                 batch, self._pending = self._pending, []
-            groups: dict[tuple[Any, ...], tuple[Any, list[UsageEvent], list[SearchRow]]] = {}
-            for store, records, searches in batch:
-                key = (type(store), id(getattr(store, "_backend", None)), getattr(store, "tenant", None),
-                       getattr(store, "user_id", None))
-                group = groups.setdefault(key, (store, [], []))
-                group[1].extend(records)
-                group[2].extend(searches)
-            for store, records, searches in groups.values():
-                write_records(store, records, searches)
+            groups: dict[tuple[Any, ...], tuple[Any, str | None, list[UsageEvent], list[SearchRow]]] = {}
+            for store, user_id, records, searches in batch:
+                key = (type(store), id(getattr(store, "_backend", None)), getattr(store, "tenant", None), user_id)
+                group = groups.setdefault(key, (store, user_id, [], []))
+                group[2].extend(records)
+                group[3].extend(searches)
+            for store, user_id, records, searches in groups.values():
+                write_records(store, records, searches, user_id=user_id)
             with self._lock:
                 self._written += len(batch)
                 self._lock.notify_all()
@@ -224,6 +230,40 @@ async def metered(recorder: UsageRecorder, stream: AsyncIterator[T],
             writer.submit(recorder)
         else:
             await recorder.aflush()
+
+
+@dataclass(frozen=True, slots=True)
+class Meter:
+    """Where one tenant scope's usage goes: its store and the user it works for (see the module doc).
+
+    ``writer`` writes the records off the request path (the engine's :class:`UsageWriter`); without
+    one they are written when the operation ends.
+    """
+
+    store: Any
+    writer: UsageWriter | None = None
+    user_id: str | None = None
+    anonymize_queries: bool = False
+
+    def recorder(self) -> UsageRecorder:
+        """A recorder for one operation of this scope."""
+        return UsageRecorder(self.store, user_id=self.user_id, anonymize_queries=self.anonymize_queries)
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """Await ``work`` with its usage recorded for this scope (handed over when it ends, also on error)."""
+        recorder = self.recorder()
+        try:
+            with recording(recorder):
+                return await work
+        finally:
+            if self.writer is not None:
+                self.writer.submit(recorder)
+            else:
+                await recorder.aflush()
+
+    def stream(self, items: AsyncIterator[T]) -> AsyncIterator[T]:
+        """Iterate ``items`` with its usage recorded for this scope (see :func:`metered`)."""
+        return metered(self.recorder(), items, self.writer)
 
 
 def install(target: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,18 @@ def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorReco
     return VectorRecord(value.content, dict(value.metadata), value.id, given, value.document_id)
 
 
+def records(values: Sequence[VectorRecord | Mapping[str, Any]]) -> list[VectorRecord]:
+    """Every record of an upsert, checked (see :func:`record`)."""
+    return [record(value, position) for position, value in enumerate(values)]
+
+
+def query_request(collection: str | QueryRequest, options: Mapping[str, Any]) -> QueryRequest:
+    """A checked query: ``collection`` if it is a request already, else one built from it and ``options``."""
+    request = collection if isinstance(collection, QueryRequest) else QueryRequest(collection=collection, **options)
+    request.check()
+    return request
+
+
 async def upsert(manager: IndexManager, retriever: Retriever, records: list[VectorRecord]) -> list[str]:
     """Store checked ``records`` in the manager's collection (created if missing); returns their ids."""
     store, name = manager.vector_store, manager.collection
@@ -112,4 +124,4 @@ async def query(retriever: Retriever, request: QueryRequest) -> list[SearchHit]:
     return hits
 
 
-__all__ = ["query", "record", "upsert", "vector"]
+__all__ = ["query", "query_request", "record", "records", "upsert", "vector"]

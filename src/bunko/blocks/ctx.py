@@ -1,8 +1,8 @@
 """``ctx``: what a block may do, bound to the tenant of the execution context (seed 000 §4).
 
-A workflow run builds one :class:`ExecutionContext` per step from the :class:`~bunko.engine.Tenant`
-scope it runs in, and hands the block a :class:`BlockContext` over it. The services below are
-the only way a block reaches data:
+A workflow run builds one :class:`ExecutionContext` per step from the tenant scope it runs in (a
+:class:`~bunko.scope.TenantScope`, e.g. a ``Tenant``), and hands the block a :class:`BlockContext` over
+it. The services below are the only way a block reaches data:
 
 * ``ctx.embedding.embed(provider, model, texts)`` — the engine's embedder by default;
 * ``ctx.vector.upsert / query / delete / list_collections`` — the tenant's collections;
@@ -16,7 +16,7 @@ No method takes a tenant: every call goes through the tenant-bound store of the 
 started in (``WHERE tenant_id = …`` below the API, and row-level security on PostgreSQL), so a block
 cannot name or reach another tenant whatever its config or input says. Every embedding, LLM call,
 search, upsert and delete is metered into that tenant's usage records (R13) through the step's
-recorder, tagged with the workflow and step.
+recorder, tagged with the workflow and step (and carrying the scope's user, if it has one).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import usage as metering
 from .. import vectors
@@ -48,11 +48,9 @@ from ..loaders import LoadOptions
 from ..loaders.url import FetchPolicy, fetch, load_url
 from ..requests import MODES, QueryRequest, SearchRequest
 from ..retrieval import Retriever
+from ..scope import EngineServices, TenantScope
 from ..types import Document, GenerationResult, SearchHit, UsageEvent
 from .errors import BlockInputError, BlockProviderError
-
-if TYPE_CHECKING:
-    from ..engine import Bunko, Tenant
 
 DEFAULT = "default"  # the provider name that means "the engine's configured one"
 EXCERPT_CHARS = 200
@@ -61,14 +59,15 @@ _QUERY_OPTIONS = frozenset({"top_k", "filter", "threshold", "include_content", "
 _DERIVED_FIELDS = frozenset({"char_count"})  # fields blocks add to documents that the store does not keep
 
 # Embedders and LLMs named by a block (other than the engine's own), built once per engine.
-_clients: weakref.WeakKeyDictionary[Bunko, dict[str, Any]] = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[EngineServices, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 class StepRecorder(metering.UsageRecorder):
     """The usage recorder of one step: every event is tagged with the workflow, step and block."""
 
-    def __init__(self, store: Any, *, anonymize_queries: bool, workflow: str, step: str, block: str) -> None:
-        super().__init__(store, anonymize_queries=anonymize_queries)
+    def __init__(self, store: Any, *, anonymize_queries: bool, workflow: str, step: str, block: str,
+                 user_id: str | None = None) -> None:
+        super().__init__(store, user_id=user_id, anonymize_queries=anonymize_queries)
         self.tags = {"workflow": workflow, "step": step, "block": block}
 
     def add(self, event: UsageEvent) -> None:
@@ -81,14 +80,14 @@ class StepRecorder(metering.UsageRecorder):
 class ExecutionContext:
     """Where a step runs: the tenant scope (set by the runner, never by a block), workflow and step."""
 
-    tenant: Tenant
+    tenant: TenantScope[EngineServices]
     workflow: str = "workflow"
     step: str = "step"
     block: str = ""
     recorder: StepRecorder | None = field(default=None)
 
     @property
-    def engine(self) -> Bunko:
+    def engine(self) -> EngineServices:
         """The engine of the tenant scope."""
         return self.tenant.engine
 
@@ -109,7 +108,7 @@ def _provider_error(exc: BunkoError, what: str) -> BlockProviderError:
     return error
 
 
-def _named_client(engine: Bunko, spec: str, build: Any) -> Any:
+def _named_client(engine: EngineServices, spec: str, build: Any) -> Any:
     clients = _clients.setdefault(engine, {})
     if spec not in clients:
         client = build(spec)
@@ -118,7 +117,7 @@ def _named_client(engine: Bunko, spec: str, build: Any) -> Any:
     return clients[spec]
 
 
-async def aclose_clients(engine: Bunko) -> None:
+async def aclose_clients(engine: EngineServices) -> None:
     """Close the HTTP clients (of the running loop) of the embedders and LLMs blocks named on ``engine``."""
     for client in list(_clients.get(engine, {}).values()):
         close = getattr(client, "close", None)
@@ -214,13 +213,10 @@ class VectorService:
 
     def _layers(self, collection: str, provider: str | None, model: str | None) -> tuple[IndexManager, Retriever]:
         """The tenant's index manager and retriever over ``collection``, with the engine's or a named embedder."""
-        scope, engine = self._execution.tenant, self._execution.engine
+        scope = self._execution.tenant
         embedder = self._embedding.embedder(provider, model)
-        if embedder is engine.embedder:
-            return scope.index_manager(collection), scope.retriever(collection)
-        manager = IndexManager(engine.preprocessor, engine.splitter, embedder, scope.store, collection,
-                               splitter=engine.splitter_spec, analyzer=engine.analyzer)
-        return manager, Retriever(embedder, scope.store, collection, rerankers=engine.reranker)
+        named = None if embedder is self._execution.engine.embedder else embedder  # a named one: uncached searches
+        return scope.index_manager(collection, embedder=named), scope.retriever(collection, embedder=named)
 
     async def search_hits(self, collection: str, query: str | Sequence[float],
                           options: Mapping[str, Any] | None = None) -> list[SearchHit]:

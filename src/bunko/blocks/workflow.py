@@ -34,17 +34,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import usage as metering
 from ..errors import BunkoError, UnknownProviderError
+from ..scope import EngineServices, TenantScope
 from .base import check_config, field_path, tenant_key
 from .ctx import BlockContext, ExecutionContext, StepRecorder
 from .errors import BlockError, BlockInputError, StepError, WorkflowError
 from .registry import get_block
-
-if TYPE_CHECKING:
-    from ..engine import Tenant
 
 WORKFLOW_INPUT = "input"
 STEP_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -214,7 +212,7 @@ class WorkflowResult:
         return {"workflow": self.workflow, "steps": self.steps, "output": self.output}
 
 
-async def arun(tenant: Tenant, spec: Mapping[str, Any] | str | os.PathLike[str] | Workflow,
+async def arun(tenant: TenantScope[EngineServices], spec: Mapping[str, Any] | str | os.PathLike[str] | Workflow,
                input: Mapping[str, Any] | None = None) -> WorkflowResult:
     """Run ``spec`` in ``tenant``'s scope with ``input`` as the first step's input."""
     workflow = spec if isinstance(spec, Workflow) else Workflow.parse(spec)
@@ -223,12 +221,12 @@ async def arun(tenant: Tenant, spec: Mapping[str, Any] | str | os.PathLike[str] 
     outputs: dict[str, Any] = {WORKFLOW_INPUT: dict(input or {})}
     previous: Any = outputs[WORKFLOW_INPUT]
     records: list[dict[str, Any]] = []
-    anonymize = tenant.engine.settings.anonymize_search_logs
     for index, step in enumerate(workflow.steps):
         record: dict[str, Any] = {"id": step.id, "block": step.block, "status": "running", "duration_ms": 0.0}
         records.append(record)
-        recorder = StepRecorder(tenant.store, anonymize_queries=anonymize, workflow=workflow.name, step=step.id,
-                                block=step.block)
+        meter = tenant.meter  # the tenant's records, with its user's id (Tenant.for_user)
+        recorder = StepRecorder(meter.store, anonymize_queries=meter.anonymize_queries, workflow=workflow.name,
+                                step=step.id, block=step.block, user_id=meter.user_id)
         ctx = BlockContext(ExecutionContext(tenant, workflow.name, step.id, step.block, recorder))
         started = time.perf_counter()
         try:

@@ -148,6 +148,6 @@ def tenants_delete(ctx: click.Context, name: str, yes: bool, as_json: bool) -> N
 
 def _remove_spooled(ctx: click.Context, tenant: str) -> None:
     """The tenant's uploads waiting in the spool folder (files only: their jobs went with the data)."""
-    from ..worker import remove_tenant_files, spool_root
+    from ..spool import remove_tenant_files, spool_root
 
     remove_tenant_files(spool_root(resolve_settings(ctx)), tenant)

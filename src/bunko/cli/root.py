@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from ..version import __version__
 from .admin import admin
 from .blocks import blocks_command, workflow_command
 from .common import LOG_LEVELS, quiet_option

@@ -1,4 +1,4 @@
-"""``bunko worker``: a process that claims upload jobs from the store and runs them (see :mod:`bunko.worker`)."""
+"""``bunko worker``: a process that claims upload jobs from the store and runs them (see :mod:`bunko.server.worker`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def worker(ctx: click.Context, max_jobs: int | None, log_level: str, **overrides
     on one PostgreSQL; they must see the API's spool folder. A job whose worker dies is claimed
     again, up to [server] job_attempts times, then failed with the reason.
     """
-    from ..worker import run_worker
+    from ..server.worker import run_worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     given = {k: v for k, v in overrides.items() if v is not None}

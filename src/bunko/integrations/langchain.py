@@ -135,7 +135,7 @@ class BunkoVectorStore(VectorStore):  # type: ignore[misc]
         """Delete records by id (unknown ids are ignored); with no ids, the whole collection."""
         try:
             if ids is None:
-                self.tenant.store.delete_collection(self.collection)
+                self.tenant.delete_collection(self.collection)  # with its upload jobs, if any (bunko.jobs)
             else:
                 self.tenant.store.delete(self.collection, ids)
         except CollectionNotFoundError:

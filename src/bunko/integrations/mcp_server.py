@@ -9,8 +9,9 @@ Tools (JSON-Schema'd inputs):
 
 The user is never an argument the model can set: over stdio it is the ``--user`` the operator
 started the server with; over streamable HTTP (``--http HOST:PORT``) each request's API key names
-the tenant and the user, as for the REST API. The tenant's collections are resources
-(``bunko://collections/{name}``).
+the tenant and the user, as for the REST API. Every tool works in the tenant scope of that user
+(``Tenant.for_user``), so its usage records carry the user as the REST API's do. The tenant's
+collections are resources (``bunko://collections/{name}``).
 
 Install the extra: ``pip install "bunko[mcp]"``.
 """
@@ -45,7 +46,8 @@ MemoryType = Literal["dialogue", "weakness", "success", "curriculum"]
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who a tool call works for: a tenant scope and the user of the memory tools (None: no user)."""
+    """Who a tool call works for: a tenant scope (the user's, when there is one) and the user of the memory tools
+    (None: no user)."""
 
     tenant: Tenant
     user_id: str | None
@@ -59,11 +61,13 @@ class BunkoMCP(MCPServer):  # type: ignore[misc]
         super().__init__("bunko", instructions=INSTRUCTIONS, log_level="WARNING")
         self.engine = engine
         self.by_api_key = by_api_key
-        self._tenant = None if by_api_key else engine.tenant(tenant or DEFAULT_TENANT)
+        scope = None if by_api_key else engine.tenant(tenant or DEFAULT_TENANT)
         if user_id is not None:
             from ..memory import check_user
 
             check_user(user_id)
+            scope = scope.for_user(user_id) if scope is not None else None
+        self._tenant = scope
         self._user_id = user_id
         self._records: Any = engine.backend.service_records() if by_api_key else None
         _register(self)
@@ -81,7 +85,7 @@ class BunkoMCP(MCPServer):  # type: ignore[misc]
         key = await asyncio.to_thread(self._records.authenticate, token) if token and len(token) <= 200 else None
         if key is None:
             raise ToolError("UNAUTHENTICATED: send a valid API key (Authorization: Bearer <key> or X-API-Key)")
-        return Caller(self.engine.tenant(key.tenant), key.user_id)
+        return Caller(self.engine.tenant(key.tenant).for_user(key.user_id), key.user_id)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         """The caller's collections, one resource each (the SDK's static list cannot depend on the caller)."""

@@ -25,7 +25,7 @@ from ..errors import EncodingDetectionError, LoaderError
 from ..types import Document, DocumentPart
 from . import LoadOptions, file_metadata, read_bytes
 
-__all__ = ["decode_html", "html_to_document", "load_html"]
+__all__ = ["codec_for", "decode_html", "html_to_document", "load_html"]
 
 
 def load_html(path: Path, options: LoadOptions) -> list[Document]:
@@ -132,7 +132,7 @@ _LABELS = {
 }
 
 
-def _codec(label: str | None, *, from_meta: bool = False) -> str | None:
+def codec_for(label: str | None, *, from_meta: bool = False) -> str | None:
     """The Python codec for a charset label, or None for unknown labels."""
     if not label:
         return None
@@ -170,7 +170,7 @@ def decode_html(raw: bytes, http_charset: str | None = None, *, source: str = "H
                 raise EncodingDetectionError(f"{source}: has a {name} byte-order mark but is not {name}") from exc
     declared: list[str] = []
     for label, from_meta in ((http_charset, False), (declared_charset(raw), True)):
-        codec = _codec(label, from_meta=from_meta)
+        codec = codec_for(label, from_meta=from_meta)
         if codec is None or codec in declared:
             continue
         try:
@@ -189,7 +189,7 @@ def decode_html(raw: bytes, http_charset: str | None = None, *, source: str = "H
     except Exception:  # detection is best effort
         best = None
     if best is not None and best.encoding:
-        name = _codec(best.encoding) or best.encoding
+        name = codec_for(best.encoding) or best.encoding
         try:
             return raw.decode(name), name
         except (UnicodeDecodeError, LookupError):

@@ -69,7 +69,7 @@ _UNTYPED = frozenset({"", "application/octet-stream", "binary/octet-stream", "ap
 
 
 def _default_user_agent() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return f"bunko/{__version__}"
 
@@ -582,14 +582,14 @@ def _header_language(value: str | None) -> str | None:
 
 
 def _decode_text(response: FetchedResponse) -> str:
-    from .html import _codec
+    from .html import codec_for
 
     raw = response.body
     if raw.startswith(b"\xef\xbb\xbf"):
         return raw[3:].decode("utf-8", errors="replace")
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         return raw.decode("utf-16", errors="replace")
-    declared = _codec(response.charset)
+    declared = codec_for(response.charset)
     if declared:
         try:
             return raw.decode(declared)
@@ -604,7 +604,7 @@ def _decode_text(response: FetchedResponse) -> str:
     best = from_bytes(raw[:200_000]).best()
     if best is not None and best.encoding:
         try:
-            return raw.decode(_codec(best.encoding) or best.encoding)
+            return raw.decode(codec_for(best.encoding) or best.encoding)
         except (UnicodeDecodeError, LookupError):
             pass
     if declared:

@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from ..errors import ArchiveError, CollectionNotFoundError
 from ..stores.base import ChunkWrite, DocumentWrite, StoredChunk, VectorStore
 from ..types import Collection, ConversationTurn, EmbedderInfo, VectorRecord
+from ..version import __version__
 
 FORMAT = "bunko-export"
 FORMAT_VERSION = 1

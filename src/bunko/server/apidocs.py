@@ -16,7 +16,7 @@ from importlib import resources
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import __version__
+from ..version import __version__
 from .problems import Problem
 
 router = APIRouter(include_in_schema=False)

@@ -20,40 +20,44 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from .. import __version__
-from ..blocks.http import router as blocks_router
 from ..config import Settings, redact_url
-from ..engine import Bunko
-from ..stores.base import VectorStore
+from ..engine import Bunko, Tenant
+from ..spool import spool_root
 from ..stores.service import ServiceRecords, service_records
-from ..worker import WorkerProcesses, spool_root
+from ..version import __version__
 from . import apidocs, observability, problems, schemas, webapp
+from .block_routes import router as blocks_router
 from .guard import RequestGuard
 from .memory_routes import router as memory_router
 from .observability import RequestObserver
 from .problems import Problem
 from .routes import router
 from .settings import ServerSettings
+from .threads import limit_blas_threads
+from .worker import WorkerProcesses
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class ServerState:
-    """What the routes share in one API process: the engine, the store's server records, the spool folder."""
+    """What the routes share in one API process: the engine, the server records (API keys and rate windows),
+    the spool folder, and the tenant scopes built so far."""
 
     engine: Bunko
     records: ServiceRecords
     settings: ServerSettings
     spool: Path
-    _stores: dict[str, VectorStore] = field(default_factory=dict)
+    _tenants: dict[str, Tenant] = field(default_factory=dict)
 
-    def store_for(self, tenant: str) -> VectorStore:
-        """The tenant's store (cached: the PostgreSQL store remembers its tenant's row id)."""
-        store = self._stores.get(tenant)
-        if store is None:
-            store = self._stores[tenant] = self.engine.backend.for_tenant(tenant)
-        return store
+    def tenant_for(self, tenant: str) -> Tenant:
+        """The tenant's scope, over this server's spool (cached: the PostgreSQL store remembers its tenant's
+        row id); a request works in ``tenant_for(key.tenant).for_user(key.user_id)``."""
+        scope = self._tenants.get(tenant)
+        if scope is None:
+            scope = self._tenants[tenant] = Tenant(self.engine, self.engine.backend.for_tenant(tenant),
+                                                   spool=self.spool)
+        return scope
 
 
 def create_app(engine: Bunko | None = None, settings: Settings | None = None) -> FastAPI:
@@ -68,7 +72,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = engine is None
-        _limit_blas_threads(limits.blas_threads)
+        limit_blas_threads(limits.blas_threads)
         bunko = engine if engine is not None else await asyncio.to_thread(_engine_from, tree)
         spool = spool_root(tree)
         spool.mkdir(parents=True, exist_ok=True)
@@ -136,19 +140,6 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
 def _engine_from(settings: Settings) -> Bunko:
     """An engine over exactly these settings (arguments outrank the environment and the file)."""
     return Bunko(**settings.as_arguments(), config=settings.config_path)
-
-
-def _limit_blas_threads(threads: int) -> None:
-    """Cap the BLAS thread pool of this worker process (see ``ServerSettings``)."""
-    from ..embedders import cap_blas_threads
-
-    cap_blas_threads(threads)  # the bundled embedder sets its threads per call: cap those too
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - part of the "server" extra
-        logger.warning("threadpoolctl is not installed: BLAS threads are not limited")
-        return
-    threadpool_limits(limits=threads, user_api="blas")
 
 
 def app_factory() -> Any:

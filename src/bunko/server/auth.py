@@ -3,6 +3,10 @@
 A key is sent as ``Authorization: Bearer bk_...`` or ``X-API-Key: bk_...``. The store keeps only
 its SHA-256 (see :mod:`bunko.stores.service`). Each request counts against its key's window of
 the current minute, in the store, so the limit holds across worker processes.
+
+A request works in the key's tenant as the key's user: ``Tenant.for_user(key.user_id)`` (see
+:mod:`bunko.scope`), whose usage records and search logs carry the user and whose conversations are
+kept in the user's namespace (tenant keys share one).
 """
 
 from __future__ import annotations
@@ -17,73 +21,21 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ..engine import Tenant
-from ..stores.base import VectorStore
-from ..stores.service import APIKey, conversation_prefix
-from .guard import KEY_STATE
+from ..stores.service import APIKey
 from .problems import Problem
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `bunko admin keys create`.")
+# Where the guard (bunko.server.guard) leaves the key it checked, in the ASGI scope's state.
+KEY_STATE = "bunko_api_key"
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The same key, in its own header.")
-
-
-class UserStore:
-    """A tenant's store seen through one API key: usage and search logs carry the key's user id,
-    and conversation ids are kept in the key's namespace (a user's own, or the tenant keys' one).
-
-    Everything else is the tenant store's own method.
-    """
-
-    def __init__(self, store: VectorStore, user_id: str | None) -> None:
-        self._store = store
-        self._user_id = user_id
-        self._prefix = conversation_prefix(user_id)
-
-    @property
-    def tenant(self) -> str:
-        """The tenant (read-only)."""
-        return self._store.tenant
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def record_usage(self, events: Any) -> None:
-        """Record usage for this tenant and the key's user."""
-        self._store.record_usage(events, user_id=self._user_id)
-
-    @property
-    def user_id(self) -> str | None:
-        """The key's user (None for a tenant key)."""
-        return self._user_id
-
-    def record_activity(self, events: Any, searches: Any = ()) -> None:
-        """Record usage and search-log rows for this tenant and the key's user, in one transaction."""
-        self._store.record_activity(events, searches, user_id=self._user_id)  # type: ignore[attr-defined]
-
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str) -> None:
-        """Log a search for this tenant and the key's user."""
-        self._store.log_search(query, result_count, search_time_ms, search_type,
-                               user_id=self._user_id)
-
-    def append_turns(self, conversation_id: str, turns: Any) -> None:
-        """Append turns to a conversation of the key's namespace."""
-        self._store.append_turns(self._prefix + conversation_id, turns)
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> Any:
-        """Turns of a conversation of the key's namespace."""
-        return self._store.conversation(self._prefix + conversation_id, limit)
-
-    def delete_conversation(self, conversation_id: str) -> int:
-        """Delete a conversation of the key's namespace."""
-        return self._store.delete_conversation(self._prefix + conversation_id)
 
 
 @dataclass(slots=True)
 class Caller:
-    """Who is calling: the key's tenant, user and rights, and the scopes to work with."""
+    """Who is calling: the key's tenant, user and rights, and the tenant scope to work in."""
 
     key: APIKey
-    store: VectorStore  # the tenant's raw store (for the server's records)
-    scope: Tenant  # the engine scope, through the key's UserStore
+    scope: Tenant  # the key's tenant as the key's user works in it (Tenant.for_user)
 
     @property
     def tenant(self) -> str:
@@ -156,8 +108,7 @@ async def caller(
     if key is None:
         key = await authenticate_headers(state, request.scope["headers"])
         request.scope.setdefault("state", {})[KEY_STATE] = key
-    store = state.store_for(key.tenant)
-    return Caller(key, store, Tenant(state.engine, UserStore(store, key.user_id)))  # type: ignore[arg-type]
+    return Caller(key, state.tenant_for(key.tenant).for_user(key.user_id))
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

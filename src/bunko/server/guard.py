@@ -20,6 +20,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import BunkoError
+from .auth import KEY_STATE, authenticate_headers
 from .problems import Problem, from_bunko
 
 UPLOAD_PATH = "/api/v1/documents/upload"
@@ -27,7 +28,6 @@ UPLOAD_PATH = "/api/v1/documents/upload"
 PUBLIC_PATHS: set[str] = set()
 # Multipart framing and the small form fields around an uploaded file.
 FORM_OVERHEAD = 1024 * 1024
-KEY_STATE = "bunko_api_key"
 
 
 def needs_key(path: str) -> bool:
@@ -62,8 +62,6 @@ class RequestGuard:
             return
         path = scope["path"]
         if needs_key(path):
-            from .auth import authenticate_headers
-
             try:
                 key = await authenticate_headers(scope["app"].state.bunko, scope["headers"])
             except Problem as problem:

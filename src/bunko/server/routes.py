@@ -1,4 +1,8 @@
-"""The endpoints of seed 002 (R29): documents, search, RAG chat, collections, usage, logs, erasure."""
+"""The endpoints of seed 002 (R29): documents, search, RAG chat, collections, usage, logs, erasure.
+
+Every route works through the caller's tenant scope (``caller.scope``: the key's tenant, scoped to its
+user with ``Tenant.for_user``) and the upload jobs it hands out (``scope.jobs``); no route touches a store.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +21,14 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
+from ..engine import Tenant
 from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
+from ..jobs import TenantJobs
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
 from ..loaders.pdf import unlock_pdf
 from ..stores.service import Job
 from ..types import DocumentInfo as StoredDocument
 from ..types import new_id, nul_path
-from ..worker import job_folder, remove_job_files, remove_tenant_files
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event, status_of_code
@@ -147,10 +152,11 @@ async def upload_document(
     also when no worker runs to take the job (``job_workers = 0`` and no ``bunko worker``).
     """
     state = _state(request)
+    jobs = caller.scope.jobs
     extra = _form_metadata(metadata, tags, category, description)
     filename = _safe_filename(file.filename)
-    job_id, previous = await _upload_target(state, caller, collection, filename)
-    folder = job_folder(state.spool, caller.tenant, job_id)
+    job_id, previous = await _upload_target(jobs, caller, collection, filename)
+    folder = jobs.folder(job_id)
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
@@ -163,18 +169,16 @@ async def upload_document(
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
-    # Waiting for a worker (no lease yet); bunko.worker claims it.
+    # Waiting for a worker (no lease yet); bunko.server.worker claims it.
     job = Job(job_id, collection, filename, size, mime_type(kind), caller.user_id, metadata=extra,
               lease_until=0.0, max_attempts=state.settings.job_attempts)
-    try:
-        if previous is not None:  # the job of the earlier version gives way to this one
-            await asyncio.to_thread(state.records.delete_jobs, caller.store, [previous.id])
-        await asyncio.to_thread(state.records.create_job, caller.store, job)
+    try:  # the job of the earlier version, if any, gives way to this one
+        await asyncio.to_thread(partial(jobs.create, job, replace=previous is not None))
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise
     if wait:
-        job = await _wait_for_job(request, caller, job, state.settings.upload_wait_seconds)
+        job = await _wait_for_job(request, jobs, job, state.settings.upload_wait_seconds)
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     if job.status == "failed":
         raise Problem(status_of_code(job.error_code), job.error_code or "ERROR", job.error or "processing failed",
@@ -187,13 +191,12 @@ async def upload_document(
                                   chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
 
 
-async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float) -> Job:
+async def _wait_for_job(request: Request, jobs: TenantJobs, job: Job, limit: float) -> Job:
     """The job once a worker has ended it, or as it is when ``limit`` seconds have passed (or the client left).
 
     Polls the store (every 0.2 s at first, then up to every second): the worker may be another
     process or machine. A job deleted meanwhile is 404.
     """
-    state = _state(request)
     deadline = time.monotonic() + limit
     pause = _WAIT_POLL_SECONDS
     timed_out = False
@@ -205,7 +208,7 @@ async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float
         await asyncio.sleep(min(pause, remaining))
         pause = min(pause * 1.5, _WAIT_POLL_MAX_SECONDS)
         try:
-            job = await asyncio.to_thread(state.records.get_job, caller.store, job.id)
+            job = await asyncio.to_thread(jobs.get, job.id)
         except DocumentNotFoundError:
             raise Problem(404, "DOCUMENT_NOT_FOUND", f"document {job.id} was deleted while it was processed") from None
     if timed_out and job.attempts == 0:
@@ -214,26 +217,24 @@ async def _wait_for_job(request: Request, caller: Caller, job: Job, limit: float
     return job
 
 
-async def _upload_target(state: Any, caller: Caller, collection: str, filename: str) -> tuple[str, Job | None]:
+async def _upload_target(jobs: TenantJobs, caller: Caller, collection: str, filename: str) -> tuple[str, Job | None]:
     """The id of the upload's document, and the job of its earlier version if there is one.
 
     A document stored under this file name in the collection keeps its id (a new version);
     otherwise the id is new. Refused: a file of that name still being processed (409), and a
     user key replacing another user's document (403, as for deleting it).
     """
-    existing = await asyncio.to_thread(caller.store.find_by_source, collection, filename)
-    jobs = await asyncio.to_thread(state.records.list_jobs, caller.store)
-    busy = next((j for j in jobs if j.status == "processing" and j.collection == collection
-                 and j.filename == filename), None)
+    target = await asyncio.to_thread(jobs.upload_target, collection, filename)
+    busy = target.busy
     if busy is not None:
         raise Problem(409, "UPLOAD_IN_PROGRESS", f"{filename!r} is still being processed in collection "
                       f"{collection!r} (document {busy.id}); upload the new version when it has finished")
-    if existing is None:
+    if target.document_id is None:
         return new_id(), None
-    previous = next((j for j in jobs if j.id == existing.id), None)
+    previous = target.previous
     if not caller.may_manage(previous.user_id if previous is not None else None):
         raise Problem(403, "FORBIDDEN", "this key may replace only the documents its user uploaded")
-    return existing.id, previous
+    return target.document_id, previous
 
 
 async def _spool(file: UploadFile, path: Path, limit: int) -> int:
@@ -281,22 +282,22 @@ def _remove(folder: Path) -> None:
 
 @router.get("/documents/{document_id}", response_model=schemas.DocumentInfo, responses=PROBLEM_RESPONSES,
             summary="A document and its processing status")
-async def get_document(request: Request, caller: CallerDep, document_id: IdParam) -> schemas.DocumentInfo:
+async def get_document(caller: CallerDep, document_id: IdParam) -> schemas.DocumentInfo:
     """``processing``, ``completed``, or ``failed`` with the reason."""
-    state = _state(request)
+    scope = caller.scope
     try:
-        return _job_info(await asyncio.to_thread(state.records.get_job, caller.store, document_id))
+        return _job_info(await asyncio.to_thread(scope.jobs.get, document_id))
     except DocumentNotFoundError:
         pass
-    document = await asyncio.to_thread(caller.store.get_document, document_id)  # raises 404 when missing
-    collection = await _collection_of(caller, document_id)
+    document = await asyncio.to_thread(scope.document, document_id)  # raises 404 when missing
+    collection = await _collection_of(scope, document_id)
     return _stored_info(document, collection)
 
 
-async def _collection_of(caller: Caller, document_id: str) -> str:
-    for collection in await asyncio.to_thread(caller.store.list_collections):
+async def _collection_of(scope: Tenant, document_id: str) -> str:
+    for collection in await asyncio.to_thread(scope.collections):
         try:
-            await asyncio.to_thread(caller.store.get_document, document_id, collection.name)
+            await asyncio.to_thread(scope.document, document_id, collection.name)
             return collection.name
         except DocumentNotFoundError:
             continue
@@ -306,7 +307,6 @@ async def _collection_of(caller: Caller, document_id: str) -> str:
 @router.get("/documents", response_model=schemas.DocumentList, responses=PROBLEM_RESPONSES,
             summary="This tenant's documents, newest first")
 async def list_documents(
-    request: Request,
     caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
@@ -314,14 +314,13 @@ async def list_documents(
     status: Annotated[str | None, Query(pattern="^(processing|completed|failed)$")] = None,
 ) -> schemas.DocumentList:
     """Uploads (with their status) and documents ingested otherwise (CLI), with paging."""
-    state = _state(request)
+    scope = caller.scope
 
     def gather() -> list[schemas.DocumentInfo]:
-        jobs = state.records.list_jobs(caller.store)
-        items = [_job_info(j) for j in jobs]
+        items = [_job_info(j) for j in scope.jobs.list()]
         known = {item.id: item for item in items}
-        for c in caller.store.list_collections():
-            for document in caller.store.list_documents(c.name):
+        for c in scope.collections():
+            for document in scope.documents(c.name):
                 if document.id in known:
                     known[document.id].version = document.version
                 else:
@@ -340,21 +339,17 @@ async def list_documents(
 
 @router.delete("/documents/{document_id}", response_model=schemas.Deleted, responses=PROBLEM_RESPONSES,
                summary="Delete a document with its chunks and vectors")
-async def delete_document(request: Request, caller: CallerDep, document_id: IdParam) -> schemas.Deleted:
+async def delete_document(caller: CallerDep, document_id: IdParam) -> schemas.Deleted:
     """A user key deletes its own uploads; admin and tenant (user-less) keys delete any."""
-    state = _state(request)
+    jobs = caller.scope.jobs
     owner: str | None = None
     try:
-        owner = (await asyncio.to_thread(state.records.get_job, caller.store, document_id)).user_id
+        owner = (await asyncio.to_thread(jobs.get, document_id)).user_id
     except DocumentNotFoundError:
-        await asyncio.to_thread(caller.store.get_document, document_id)  # 404 if it is nowhere
+        await asyncio.to_thread(caller.scope.document, document_id)  # 404 if it is nowhere
     if not caller.may_manage(owner):
         raise Problem(403, "FORBIDDEN", "this key may delete only the documents its user uploaded")
-    # The job first: a worker still processing it then finds it gone and removes what it wrote. Deleting
-    # the document first let a worker commit it, and end the job, in between.
-    await asyncio.to_thread(state.records.delete_jobs, caller.store, [document_id])
-    await asyncio.to_thread(caller.store.delete_documents, [document_id])
-    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, [document_id])
+    await asyncio.to_thread(jobs.delete_documents, [document_id])  # its job first (see bunko.jobs)
     return schemas.Deleted(deleted=True, id=document_id)
 
 
@@ -417,8 +412,7 @@ async def search_logs(
     A user key sees its own user's searches; a tenant admin key (or a tenant key without a user)
     sees the whole tenant's."""
     own = None if caller.key.admin or caller.user_id is None else caller.user_id
-    await asyncio.to_thread(caller.scope.engine.flush_usage)  # searches answered just before are listed
-    rows = await asyncio.to_thread(partial(caller.store.search_log, limit, user_id=own))
+    rows = await asyncio.to_thread(partial(caller.scope.search_log, limit, user_id=own))  # just answered ones too
     return schemas.SearchLogResponse(logs=[
         schemas.SearchLogEntry(query=None if anonymize else r["query"], resultCount=r["result_count"],
                                searchTime=r["search_time_ms"], searchType=r["search_type"],
@@ -434,7 +428,7 @@ async def chat_rag(caller: CallerDep, body: schemas.ChatRequest) -> StreamingRes
     (with the full response and its sources); a failure midway ends the stream with an ``error`` event."""
     request = body.to_request()
     try:
-        await asyncio.to_thread(caller.store.get_collection, request.collection)
+        await asyncio.to_thread(caller.scope.collection, request.collection)
     except CollectionNotFoundError:
         raise Problem(404, "COLLECTION_NOT_FOUND", f"collection {request.collection!r} has no documents in this "
                       "tenant; upload some first") from None
@@ -488,7 +482,7 @@ async def delete_conversation(
             summary="This tenant's collections")
 async def list_collections(caller: CallerDep) -> schemas.CollectionList:
     """Name, description, counts and embedder of each collection."""
-    collections = await asyncio.to_thread(caller.store.list_collections)
+    collections = await asyncio.to_thread(caller.scope.collections)
     return schemas.CollectionList(collections=[
         schemas.CollectionInfo(name=c.name, description=c.description, documentCount=c.document_count,
                                chunkCount=c.chunk_count, createdAt=str(c.created_at),
@@ -546,30 +540,24 @@ async def usage(
 @router.delete("/users/{user_id}/data", response_model=schemas.Erasure, responses=PROBLEM_RESPONSES,
                summary="Erase a user's data (R34)")
 async def erase_user(
-    request: Request, caller: CallerDep, user_id: Annotated[str, PathParam(pattern=schemas.USER_PATTERN)],
+    caller: CallerDep, user_id: Annotated[str, PathParam(pattern=schemas.USER_PATTERN)],
 ) -> schemas.Erasure:
     """The user's documents with their chunks and vectors, upload jobs, search logs, usage and conversations.
 
     A user key may erase its own data; a tenant admin key any user's."""
     if not (caller.key.admin or caller.user_id == user_id):
         raise Problem(403, "FORBIDDEN", "a key may erase only its own user's data (or use a tenant admin key)")
-    state = _state(request)
-    await asyncio.to_thread(caller.scope.engine.flush_usage)  # nothing of the user's is written after the erasure
-    erasure = await asyncio.to_thread(state.records.erase_user, caller.store, user_id)
-    await asyncio.to_thread(remove_job_files, state.spool, caller.tenant, erasure.job_ids)
+    erasure = await asyncio.to_thread(caller.scope.jobs.erase_user, user_id)  # with the user's spooled files
     return schemas.Erasure(deleted=erasure.to_dict())
 
 
 @router.delete("/tenant/data", response_model=schemas.Erasure, responses=PROBLEM_RESPONSES,
                summary="Erase all of this tenant's data (R34; admin key)")
-async def erase_tenant(request: Request, caller: CallerDep) -> schemas.Erasure:
+async def erase_tenant(caller: CallerDep) -> schemas.Erasure:
     """Every collection, document, chunk, job, log, usage record and conversation of the tenant. Keys stay."""
     if not caller.key.admin:
         raise Problem(403, "FORBIDDEN", "erasing a tenant needs its admin key (bunko admin keys create --admin)")
-    state = _state(request)
-    await asyncio.to_thread(caller.scope.engine.flush_usage)
-    erasure = await asyncio.to_thread(state.records.erase_tenant, caller.store)
-    await asyncio.to_thread(remove_tenant_files, state.spool, caller.tenant)
+    erasure = await asyncio.to_thread(caller.scope.jobs.erase_tenant)  # with its spooled files
     return schemas.Erasure(deleted=erasure.to_dict())
 
 

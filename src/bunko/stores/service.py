@@ -11,7 +11,7 @@ any number of worker processes (``bunko serve --workers N``) can share one store
 - **Jobs** (tenant data, tenant-scoped like every other table, RLS on PostgreSQL) record each
   uploaded file: ``processing`` → ``completed`` or ``failed`` with the reason, never backwards (the
   updates say ``WHERE status = 'processing'`` and a trigger refuses any other change). A job is a
-  queue entry too: a worker process (:mod:`bunko.worker`) claims it with a lease
+  queue entry too: a worker process (:mod:`bunko.server.worker`) claims it with a lease
   (:meth:`ServiceRecords.claim_job`), renews the lease from a heartbeat thread while it works, and
   finishes it only while it still holds it. A job whose lease ran out (its worker died) is claimed
   again, up to ``max_attempts`` claims in all, then failed with the reason (by the next claimer or

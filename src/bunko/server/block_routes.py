@@ -14,10 +14,11 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from ..server import schemas
-from ..server.auth import CallerDep
-from ..server.problems import Problem, status_of
-from .errors import BlockError, StepError
+from ..blocks.errors import BlockError, StepError
+from ..blocks.registry import describe_blocks
+from . import schemas
+from .auth import CallerDep
+from .problems import Problem, status_of
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["workflows"])
@@ -84,8 +85,6 @@ def problem(exc: BlockError) -> Problem:
 
 @router.get("/blocks", response_model=BlockList, responses=PROBLEMS, summary="The workflow blocks")
 async def list_blocks(caller: CallerDep) -> BlockList:
-    from .registry import describe_blocks
-
     return BlockList(blocks=[BlockInfo(**entry) for entry in describe_blocks()])
 
 

@@ -12,11 +12,15 @@ take jobs from the store:
 - **Heartbeat**: a thread of its own renews the lease every quarter of ``job_lease_seconds``,
   whatever the processing (CPU-bound splitting, a slow provider) is doing, so a live job is never
   declared dead. A renewal that finds the job no longer ours (deleted, erased) is noted.
-- **Run**: the ingest runner, as for ``bunko ingest``; the document's source is the file name, so a
-  file uploaded again under the same name becomes a new version of the same document.
+- **Run**: the ingest runner, as for ``bunko ingest``, in the tenant scope of the job's user
+  (``Tenant.for_user``: its usage records carry the user); the document's source is the file name, so
+  a file uploaded again under the same name becomes a new version of the same document.
 - **Finish**: only while this worker holds the job (``WHERE status = 'processing' AND worker = ?``),
   so a job failed or re-claimed meanwhile keeps its state. A job deleted while it ran has its
   document removed again. The spooled file goes when the job has ended.
+
+A worker reaches a tenant's jobs through ``Tenant.jobs`` (:class:`~bunko.jobs.TenantJobs`); only the claim,
+which takes the oldest job of any tenant, uses the store's server records directly.
 
 Nothing the API needs lives in a worker: the API processes stay stateless, and any number of them
 and of workers can share one PostgreSQL. Workers must see the API's spool folder (``[server]
@@ -39,19 +43,20 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import crashpoints, metrics
-from .config import Settings
-from .engine import Bunko, Tenant
-from .errors import BunkoError, ConfigError, DocumentNotFoundError
-from .ingest import IngestItem
-from .loaders import LoadOptions, load_path
-from .stores.base import VectorStore
-from .stores.service import Claim, Job, ServiceRecords, service_records
-from .types import Document
+from .. import crashpoints, metrics
+from ..config import Settings
+from ..engine import Bunko, Tenant
+from ..errors import BunkoError, ConfigError, DocumentNotFoundError
+from ..ingest import IngestItem
+from ..jobs import TenantJobs
+from ..loaders import LoadOptions, load_path
+from ..spool import remove_job_files, spool_root
+from ..stores.service import Claim, Job, service_records
+from ..types import Document
+from .threads import limit_blas_threads
 
 logger = logging.getLogger(__name__)
 # Seconds between claims while there is nothing to do.
@@ -60,53 +65,29 @@ POLL_SECONDS = 0.5
 ORPHAN_GRACE_SECONDS = 600.0
 
 
-# -- the spool --------------------------------------------------------------------------------------
-def spool_root(settings: Settings) -> Path:
-    """The spool folder shared by the API and the workers (``[server] spool_dir``, default ``HOME/spool``)."""
-    configured = settings.server.spool_dir
-    return Path(configured).expanduser() if configured else Path(settings.home) / "spool"
-
-
-def job_folder(root: Path, tenant: str, job_id: str) -> Path:
-    """Where an upload waits for its worker."""
-    return root / tenant / job_id
-
-
-def remove_job_files(root: Path, tenant: str, job_ids: Iterable[str]) -> None:
-    """Remove the spooled files of these jobs (gone already is fine)."""
-    for job_id in job_ids:
-        shutil.rmtree(job_folder(root, tenant, job_id), ignore_errors=True)
-
-
-def remove_tenant_files(root: Path, tenant: str) -> None:
-    """Remove every spooled file of a tenant."""
-    shutil.rmtree(root / tenant, ignore_errors=True)
-
-
+# -- the spool (see bunko.spool) ------------------------------------------------------------------
 def _newest_change(folder: Path) -> float:
     times = [folder.stat().st_mtime]
     times += [p.stat().st_mtime for p in folder.iterdir() if p.exists()]
     return max(times)
 
 
-def sweep_spool(engine: Bunko, root: Path, records: ServiceRecords | None = None, *,
-                grace: float = ORPHAN_GRACE_SECONDS) -> int:
+def sweep_spool(engine: Bunko, root: Path, *, grace: float = ORPHAN_GRACE_SECONDS) -> int:
     """Remove spooled files whose job has ended or no longer exists; returns the folders removed.
 
     A job still ``processing`` keeps its file. A folder without a job is left alone for ``grace``
     seconds: its upload may still be arriving (the API spools the file before it records the job).
     """
-    records = records or service_records(engine.backend)
     if not root.is_dir():
         return 0
     removed = 0
     now = time.time()
     for tenant_dir in [p for p in root.iterdir() if p.is_dir()]:
         try:
-            store = engine.backend.for_tenant(tenant_dir.name)
+            jobs: TenantJobs | None = engine.tenant(tenant_dir.name).jobs
         except ConfigError:
-            store = None
-        if store is None or any(p.is_file() for p in tenant_dir.iterdir()):
+            jobs = None
+        if jobs is None or any(p.is_file() for p in tenant_dir.iterdir()):
             # An upload of the older layout (SPOOL/<job id>/<file>): no worker reads it any more.
             if now - _newest_change(tenant_dir) > grace:
                 shutil.rmtree(tenant_dir, ignore_errors=True)
@@ -114,7 +95,7 @@ def sweep_spool(engine: Bunko, root: Path, records: ServiceRecords | None = None
             continue
         for folder in [p for p in tenant_dir.iterdir() if p.is_dir()]:
             try:
-                ended = records.get_job(store, folder.name).status != "processing"
+                ended = jobs.get(folder.name).status != "processing"
             except DocumentNotFoundError:
                 ended = now - _newest_change(folder) > grace
             except OSError:
@@ -147,8 +128,8 @@ def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
 class Heartbeat:
     """Renews a job's lease from its own thread, every quarter of the lease, until stopped."""
 
-    def __init__(self, records: ServiceRecords, store: VectorStore, job_id: str, worker: str, lease: float) -> None:
-        self.records, self.store, self.job_id, self.worker, self.lease = records, store, job_id, worker, lease
+    def __init__(self, jobs: TenantJobs, job_id: str, worker: str, lease: float) -> None:
+        self.jobs, self.job_id, self.worker, self.lease = jobs, job_id, worker, lease
         self.lost = threading.Event()  # the job is no longer ours (deleted, erased, or failed)
         self.renewals = 0
         self._stop = threading.Event()
@@ -165,7 +146,7 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self.lease / 4):
             try:
-                held = self.records.renew_job(self.store, self.job_id, time.time() + self.lease, self.worker)
+                held = self.jobs.renew(self.job_id, time.time() + self.lease, self.worker)
             except BunkoError as exc:  # the next renewal may work: the lease is four renewals long
                 logger.warning("could not renew the lease of job %s: %s", self.job_id, exc.message)
                 continue
@@ -205,24 +186,25 @@ class Worker:
 
     async def process(self, claim: Claim) -> Job | None:
         """Run one claimed job and record its outcome; returns the job as this worker ended it (None: gone)."""
-        store = self.engine.backend.for_tenant(claim.tenant)
+        tenant = Tenant(self.engine, self.engine.backend.for_tenant(claim.tenant), spool=self.spool)
+        jobs = tenant.jobs
         try:
-            job = await asyncio.to_thread(self.records.get_job, store, claim.job_id)
+            job = await asyncio.to_thread(jobs.get, claim.job_id)
         except DocumentNotFoundError:
             return None
-        folder = job_folder(self.spool, claim.tenant, job.id)
+        folder = jobs.folder(job.id)
         path = folder / job.filename
         crashpoints.reach("job.claimed")
         logger.info("worker %s: upload %s of tenant %s, attempt %d", self.id, job.id, claim.tenant, claim.attempt)
         started = time.perf_counter()
-        with Heartbeat(self.records, store, job.id, self.id, self.lease):
-            status, chunks, code, error = await self._run(store, job, path)
+        with Heartbeat(jobs, job.id, self.id, self.lease):
+            status, chunks, code, error = await self._run(tenant.for_user(job.user_id), job, path)
         elapsed = (time.perf_counter() - started) * 1000
         try:
-            ours = await asyncio.to_thread(self.records.finish_job, store, job.id, status, chunk_count=chunks,
-                                           processing_time_ms=elapsed, error_code=code, error=error, worker=self.id)
+            ours = await asyncio.to_thread(jobs.finish, job.id, status, chunk_count=chunks, processing_time_ms=elapsed,
+                                           error_code=code, error=error, worker=self.id)
             if not ours:
-                await asyncio.to_thread(self._after_losing, store, job.id, status, folder)
+                await asyncio.to_thread(self._after_losing, tenant, jobs, job.id, status, folder)
             else:
                 metrics.count_job(status)
                 shutil.rmtree(folder, ignore_errors=True)
@@ -235,21 +217,21 @@ class Worker:
         job.error_code, job.error = code, error
         return job if ours else None
 
-    def _after_losing(self, store: VectorStore, job_id: str, status: str, folder: Path) -> None:
+    def _after_losing(self, tenant: Tenant, jobs: TenantJobs, job_id: str, status: str, folder: Path) -> None:
         """The job ended without us: deleted or erased (remove what we wrote), or ended by another."""
         try:
-            current = self.records.get_job(store, job_id)
+            current = jobs.get(job_id)
         except DocumentNotFoundError:
             if status == "completed":  # deleted or erased while it was processing
-                store.delete_documents([job_id])
+                tenant.delete_documents([job_id])
             shutil.rmtree(folder, ignore_errors=True)
             return
         if current.status != "processing":
             shutil.rmtree(folder, ignore_errors=True)
         # else: another worker holds it now and needs the file
 
-    async def _run(self, store: VectorStore, job: Job, path: Path) -> tuple[str, int, str | None, str | None]:
-        from .server.auth import UserStore  # usage and logs of the job carry its user
+    async def _run(self, scope: Tenant, job: Job, path: Path) -> tuple[str, int, str | None, str | None]:
+        """Ingest the upload in ``scope`` (the job's user's: usage and logs carry the user)."""
 
         def hide(message: str) -> str:
             return message.replace(str(path), job.filename).replace(str(path.parent), "")
@@ -259,7 +241,6 @@ class Worker:
                          job.id, path)
             return ("failed", 0, "UPLOAD_MISSING", "the uploaded file is not in the spool folder this worker "
                     "reads; upload the file again")
-        scope = Tenant(self.engine, UserStore(store, job.user_id))  # type: ignore[arg-type]
         try:
             report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
         except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...)
@@ -298,9 +279,7 @@ def _engine_from(settings: Settings) -> Bunko:
 
 def run_worker(settings: Settings, *, parent_pid: int | None = None, max_jobs: int | None = None) -> int:
     """Run a worker process until SIGTERM/SIGINT (or its parent ``parent_pid`` exits); returns jobs processed."""
-    from .server.app import _limit_blas_threads
-
-    _limit_blas_threads(settings.server.blas_threads)
+    limit_blas_threads(settings.server.blas_threads)
     engine = _engine_from(settings)
     worker = Worker(engine)
 
@@ -319,7 +298,7 @@ def run_worker(settings: Settings, *, parent_pid: int | None = None, max_jobs: i
                     await asyncio.wait_for(stop.wait(), 1.0)
 
         watcher = asyncio.create_task(watch_parent())
-        removed = await asyncio.to_thread(sweep_spool, engine, worker.spool, worker.records)
+        removed = await asyncio.to_thread(sweep_spool, engine, worker.spool)
         if removed:
             logger.info("worker %s removed %d spooled uploads whose jobs had ended", worker.id, removed)
         logger.info("bunko worker %s ready (spool %s, lease %.0f s, %d at once)", worker.id, worker.spool,
@@ -386,5 +365,4 @@ class WorkerProcesses:
                 process.join()
 
 
-__all__ = ["Heartbeat", "Worker", "WorkerProcesses", "job_folder", "remove_job_files", "remove_tenant_files",
-           "run_worker", "spool_root", "sweep_spool", "upload_item"]
+__all__ = ["Heartbeat", "Worker", "WorkerProcesses", "run_worker", "sweep_spool", "upload_item"]

@@ -1,0 +1,139 @@
+"""A tenant's upload jobs, and the one rule that deletes them with their data.
+
+An upload through the HTTP API becomes a job (its id is the document's id) that a worker
+(:mod:`bunko.server.worker`) claims and processes; the file waits in the spool (:mod:`bunko.spool`).
+:class:`TenantJobs` is one tenant's view of them: ``Tenant.jobs`` hands it out, and the API's routes and
+the workers use it instead of the store's server records.
+
+Deleting data that may have jobs follows one rule (:meth:`TenantJobs.delete`): **the jobs first**, then
+the data, then the spooled files. A worker still processing a deleted job then finds it gone and removes
+what it wrote; deleting the data first would let a worker commit a document, and end its job, in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from .spool import job_folder, remove_job_files, remove_tenant_files
+from .stores.base import VectorStore
+from .stores.service import Erasure, Job, ServiceRecords
+from .types import Collection
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True, frozen=True)
+class UploadTarget:
+    """What an upload of one file name into a collection meets."""
+
+    document_id: str | None  # the document stored under that name (its new version keeps the id)
+    previous: Job | None  # that document's job, if it was uploaded
+    busy: Job | None  # a job of the same name and collection still being processed
+
+
+class TenantJobs:
+    """One tenant's upload jobs and their spooled files (build it with ``Tenant.jobs``)."""
+
+    def __init__(self, records: ServiceRecords, store: VectorStore, spool: Path, *,
+                 flush: Callable[[], None] | None = None) -> None:
+        self._records = records
+        self._store = store
+        self.spool = spool
+        self._flush = flush  # waits until usage records handed over are written (before an erasure)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant of these jobs."""
+        return self._store.tenant
+
+    def folder(self, job_id: str) -> Path:
+        """Where the upload of a job waits for its worker."""
+        return job_folder(self.spool, self.tenant, job_id)
+
+    # -- one job ----------------------------------------------------------------------------------
+    def create(self, job: Job, *, replace: bool = False) -> None:
+        """Record a job waiting for a worker; ``replace``: the job of the document's earlier version (same id)
+        gives way to it."""
+        if replace:
+            self._records.delete_jobs(self._store, [job.id])
+        self._records.create_job(self._store, job)
+
+    def get(self, job_id: str) -> Job:
+        """One job, or ``DocumentNotFoundError``."""
+        return self._records.get_job(self._store, job_id)
+
+    def list(self) -> list[Job]:
+        """Every job of the tenant."""
+        return self._records.list_jobs(self._store)
+
+    def renew(self, job_id: str, lease_until: float, worker: str) -> bool:
+        """Extend the lease ``worker`` holds on a job; False when it holds it no longer."""
+        return self._records.renew_job(self._store, job_id, lease_until, worker)
+
+    def finish(self, job_id: str, status: str, *, worker: str, chunk_count: int = 0,
+               processing_time_ms: float | None = None, error_code: str | None = None,
+               error: str | None = None) -> bool:
+        """Record how ``worker`` ended a job; False when the job was no longer its to end."""
+        return self._records.finish_job(self._store, job_id, status, chunk_count=chunk_count,
+                                        processing_time_ms=processing_time_ms, error_code=error_code,
+                                        error=error, worker=worker)
+
+    def upload_target(self, collection: str, filename: str) -> UploadTarget:
+        """The document an upload of ``filename`` into ``collection`` makes a new version of, its job, and a job
+        of that name still being processed there."""
+        existing = self._store.find_by_source(collection, filename)
+        jobs = self.list()
+        busy = next((j for j in jobs if j.status == "processing" and j.collection == collection
+                     and j.filename == filename), None)
+        if existing is None:
+            return UploadTarget(None, None, busy)
+        return UploadTarget(existing.id, next((j for j in jobs if j.id == existing.id), None), busy)
+
+    # -- deletion ---------------------------------------------------------------------------------
+    def delete(self, delete_jobs: Callable[[], Sequence[str]], delete_data: Callable[[], T]) -> T:
+        """The deletion rule (see the module doc): ``delete_jobs`` (returning the ids it deleted), then
+        ``delete_data``, then the spooled files of those jobs; returns what ``delete_data`` returned."""
+        job_ids = delete_jobs()
+        result = delete_data()
+        remove_job_files(self.spool, self.tenant, job_ids)
+        return result
+
+    def delete_documents(self, document_ids: Sequence[str]) -> int:
+        """Delete documents with their jobs and spooled files; returns how many documents there were."""
+        ids = list(document_ids)
+
+        def jobs() -> list[str]:
+            self._records.delete_jobs(self._store, ids)
+            return ids
+
+        return self.delete(jobs, lambda: self._store.delete_documents(ids))
+
+    def delete_collection(self, name: str) -> Collection:
+        """Delete a collection with its documents and their jobs and spooled files; returns the collection as it
+        was (``CollectionNotFoundError`` when there is none)."""
+        collection = self._store.get_collection(name)
+        self.delete(lambda: self._records.delete_collection_jobs(self._store, name),
+                    lambda: self._store.delete_collection(name))
+        return collection
+
+    def erase_user(self, user_id: str) -> Erasure:
+        """Erase a user's documents, jobs (and their files), search logs, usage and conversations (R34)."""
+        if self._flush is not None:
+            self._flush()  # nothing of the user's is written after the erasure
+        erasure = self._records.erase_user(self._store, user_id)
+        remove_job_files(self.spool, self.tenant, erasure.job_ids)
+        return erasure
+
+    def erase_tenant(self) -> Erasure:
+        """Erase all of the tenant's data and spooled files (R34); its API keys stay."""
+        if self._flush is not None:
+            self._flush()
+        erasure = self._records.erase_tenant(self._store)
+        remove_tenant_files(self.spool, self.tenant)
+        return erasure
+
+
+__all__ = ["TenantJobs", "UploadTarget"]

@@ -1,0 +1,173 @@
+"""A tenant scope: one tenant's store, the layers built over it, and where its usage goes.
+
+Agent memory (:mod:`bunko.memory`) and workflow blocks (:mod:`bunko.blocks`) work inside one tenant
+but sit below the engine and never import it: they are handed a :class:`TenantScope`, which
+:class:`bunko.engine.Tenant` extends with the operations of the façade. The scope holds the
+tenant-bound store and builds what works over one of its collections (index manager, retriever,
+generator, pipeline), its conversations, its upload jobs (:mod:`bunko.jobs`) and its
+:class:`~bunko.usage.Meter`, from the engine's shared clients and settings (:class:`EngineServices`,
+which ``Bunko`` implements).
+
+User scoping is typed: ``for_user(user_id)`` gives the same tenant as one user works in it (an API
+key's user, or None for a tenant key; an upload job's), as a :class:`UserScope` the scope carries.
+Nothing reaches the store through the user: the scope's usage records and search logs carry its id
+(through the meter) and its conversations are kept in its namespace (through ``Conversations``).
+Every other read and write is the tenant's, as it always was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
+
+from .config import DEFAULT_COLLECTION
+from .conversations import Conversations
+from .generation import Generator
+from .indexing import IndexManager
+from .jobs import TenantJobs
+from .pipeline import RAGPipeline
+from .search import Retriever
+from .splitters import splitter_spec
+from .spool import spool_root
+from .stores.service import conversation_prefix, service_records
+from .usage import Meter
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .llm import LLMProvider
+    from .preprocess import Preprocessor
+    from .search import SearchCache
+    from .splitters import Splitter
+    from .stores.base import StoreBackend, VectorStore
+    from .usage import UsageWriter
+
+
+@dataclass(frozen=True, slots=True)
+class UserScope:
+    """The user a tenant scope works for: ``user_id`` (None for a tenant key without a user)."""
+
+    user_id: str | None
+
+    @property
+    def conversation_prefix(self) -> str:
+        """The namespace of this user's conversations: its own (``u.<user>:``), or the tenant keys' (``t:``)."""
+        return conversation_prefix(self.user_id)
+
+
+class EngineServices(Protocol):
+    """What an engine shares with its tenant scopes (``Bunko`` implements it)."""
+
+    settings: Settings
+    backend: StoreBackend
+    preprocessor: Preprocessor
+    splitter: Splitter | None
+    splitter_spec: dict[str, Any] | None
+    analyzer: str | None
+    cache: SearchCache
+    usage_writer: UsageWriter
+
+    @property
+    def embedder(self) -> Any:
+        """The shared embedder."""
+        ...
+
+    @property
+    def llm(self) -> LLMProvider | None:
+        """The shared LLM (None: extractive answers)."""
+        ...
+
+    def reranker(self, spec: str) -> Any:
+        """The shared reranker ``provider:model``."""
+        ...
+
+    def flush_usage(self) -> None:
+        """Wait until handed-over usage records are written."""
+        ...
+
+
+E = TypeVar("E", bound=EngineServices, covariant=True)
+
+
+class TenantScope(Generic[E]):
+    """One tenant's store, the layers over it and its meter, with the engine ``E``'s clients (see the module doc).
+
+    ``spool`` is the upload spool folder (default ``[server] spool_dir``); ``user`` the user the scope
+    works for (see :meth:`for_user`).
+    """
+
+    def __init__(self, engine: E, store: VectorStore, *, spool: Path | None = None,
+                 user: UserScope | None = None) -> None:
+        self._engine = engine
+        self._store = store
+        self._spool = spool
+        self._user = user
+        # Where this scope's usage goes: the tenant's records, with the user's id on each.
+        self.meter = Meter(store, engine.usage_writer, user.user_id if user else None,
+                           engine.settings.anonymize_search_logs)
+
+    def for_user(self, user_id: str | None) -> Self:
+        """This tenant as one user works in it: an API key's user (None: a tenant key without one), an upload
+        job's. Its usage records and search logs carry the user and its conversations are kept in the user's
+        namespace (tenant keys share one); the data it reaches is the tenant's, as before."""
+        return type(self)(self._engine, self._store, spool=self._spool, user=UserScope(user_id))
+
+    @property
+    def engine(self) -> E:
+        """The engine this scope belongs to."""
+        return self._engine
+
+    @property
+    def name(self) -> str:
+        """The tenant this scope is bound to."""
+        return self._store.tenant
+
+    @property
+    def store(self) -> VectorStore:
+        """The tenant-bound store (for low-level access; ``upsert`` and ``query`` embed for you)."""
+        return self._store
+
+    @property
+    def jobs(self) -> TenantJobs:
+        """This tenant's upload jobs, the rule that deletes them with their data, and erasure (:mod:`bunko.jobs`)."""
+        engine = self._engine
+        return TenantJobs(service_records(engine.backend), self._store,
+                          self._spool or spool_root(engine.settings), flush=engine.flush_usage)
+
+    def index_manager(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                      analyzer: str | None = None, embedder: Any = None) -> IndexManager:
+        """An ``IndexManager`` over one collection (no LLM involved), with the engine's embedder or ``embedder``;
+        ``splitter`` and ``analyzer`` name those of a new collection (an existing one must match)."""
+        engine = self._engine
+        spec = splitter_spec(splitter) if splitter else engine.splitter_spec
+        return IndexManager(engine.preprocessor, engine.splitter, engine.embedder if embedder is None else embedder,
+                            self._store, collection, splitter=spec, analyzer=analyzer or engine.analyzer)
+
+    def retriever(self, collection: str = DEFAULT_COLLECTION, *, embedder: Any = None) -> Retriever:
+        """A ``Retriever`` over one collection with the engine's rerankers, and its embedder and search cache
+        (or ``embedder``, uncached)."""
+        engine = self._engine
+        return Retriever(engine.embedder if embedder is None else embedder, self._store, collection,
+                         rerankers=engine.reranker, cache=engine.cache if embedder is None else None)
+
+    def generator(self, *, temperature: float | None = None, max_tokens: int | None = None,
+                  system_prompt: str | None = None) -> Generator:
+        """A ``Generator`` with the engine's LLM and settings; arguments override them for one call."""
+        engine, llm = self._engine, self._engine.settings.llm
+        return Generator(engine.llm, system_prompt=system_prompt or llm.system_prompt, embedder=engine.embedder,
+                         temperature=llm.temperature if temperature is None else temperature,
+                         max_tokens=max_tokens or llm.max_tokens, context_tokens=llm.context_tokens)
+
+    def pipeline(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
+                 analyzer: str | None = None, generator: Generator | None = None) -> RAGPipeline:
+        """A ``RAGPipeline`` over one collection, answering with ``generator`` (default: :meth:`generator`)."""
+        return RAGPipeline(self.index_manager(collection, splitter=splitter, analyzer=analyzer),
+                           self.retriever(collection), generator or self.generator())
+
+    def conversations(self) -> Conversations:
+        """This tenant's conversations (in its user's namespace), as questions with a ``conversation_id`` use them."""
+        return Conversations(self._store, self._engine.settings.llm.history_turns,
+                             prefix=self._user.conversation_prefix if self._user else "")
+
+
+__all__ = ["EngineServices", "TenantScope", "UserScope"]

@@ -1,0 +1,65 @@
+"""User scoping is typed: ``Tenant.for_user`` carries the user, and nothing proxies the store.
+
+A scope for a user writes its usage records and search logs with the user's id and keeps its
+conversations in the user's namespace; the tenant keys' scope (``for_user(None)``) shares one
+namespace; the plain tenant (library, CLI) keeps conversation ids as given. The store under every
+scope is the tenant's own store object, so a store method added later cannot pass through a wrapper
+unscoped. The upload jobs a scope hands out follow the deletion rule: jobs first, then the data, then
+the spooled files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bunko import Bunko, Tenant
+from bunko.stores.service import Job
+
+TEXT = "避難所には最低3日分の水を備えておきます。非常食も用意します。"
+
+
+def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine: Bunko) -> None:
+    tenant = engine.tenant("acme")
+    alice = tenant.for_user("alice")
+    assert isinstance(alice, Tenant) and alice.name == "acme"
+    assert alice.store is tenant.store  # the tenant's own store: no proxy in between
+    assert alice.meter.user_id == "alice" and tenant.meter.user_id is None
+
+    alice.upsert("docs", [{"content": TEXT}])
+    alice.search("水は何日分", "docs")
+    alice.ask("水は何日分？", "docs", conversation_id="c1")
+    tenant.for_user(None).ask("水は何日分？", "docs", conversation_id="c1")
+    tenant.ask("水は何日分？", "docs", conversation_id="c1")
+    engine.flush_usage()
+
+    store = tenant.store
+    assert sorted(store.conversation_ids()) == ["c1", "t:c1", "u.alice:c1"]
+    assert [t.role for t in alice.conversation("c1")] == ["user", "assistant"]
+    assert alice.conversation("c1") != [] and tenant.for_user("bob").conversation("c1") == []
+    assert len(tenant.search_log(user_id="alice")) == 2  # the search and the ask's search
+    assert tenant.search_log(user_id="bob") == []
+
+    erasure = alice.jobs.erase_user("alice")
+    assert erasure.usage_records > 0 and erasure.search_logs == 2 and erasure.conversation_turns == 2
+    assert sorted(store.conversation_ids()) == ["c1", "t:c1"]
+
+
+def test_jobs_go_first_then_the_data_then_the_spooled_files(engine: Bunko, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    tenant = Tenant(engine, engine.backend.for_tenant("acme"), spool=spool)
+    engine.backend.service_records().create_tenant("acme")
+    tenant.upsert("docs", [{"content": TEXT}])
+    jobs = tenant.jobs
+    assert jobs.spool == spool and jobs.folder("d1") == spool / "acme" / "d1"
+    jobs.folder("d1").mkdir(parents=True)
+    (jobs.folder("d1") / "upload.txt").write_text(TEXT)
+    jobs.create(Job("d1", "docs", "upload.txt", user_id="alice", lease_until=0.0))
+    assert [j.id for j in jobs.list()] == ["d1"]
+
+    # A document uploaded again under the same name: the earlier version's job gives way.
+    jobs.create(Job("d1", "docs", "upload.txt", user_id="alice", lease_until=0.0), replace=True)
+    assert [j.id for j in jobs.list()] == ["d1"]
+
+    assert tenant.delete_collection("docs").name == "docs"
+    assert jobs.list() == [] and not jobs.folder("d1").exists()
+    assert tenant.collections() == []
