@@ -12,7 +12,7 @@ help:
 	@echo "make demo   ingest examples/docs and ask one question (prints a cited answer)"
 	@echo "make test   run the whole test suite"
 	@echo "make test-browser  only the web app's tests in Chromium (installs nothing; they skip without chromium)"
-	@echo "make lint   ruff over src, tests and benchmarks; mypy over src"
+	@echo "make lint   ruff over src, tests and benchmarks; mypy over src; the layer contract; import circles"
 	@echo "make bench  embedded-store benchmark at 10k and 100k chunks"
 	@echo "make bench-postgres  PostgreSQL benchmark at 100k chunks (starts its own server)"
 	@echo "make bench-ingest    ingest 1,000 mixed files with the bundled embedder"
@@ -42,6 +42,8 @@ test-browser:
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+	PYTHONPATH=src $(BIN)/lint-imports
+	$(BIN)/python tools/import_cycles.py src bunko
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py --sizes 10000 100000

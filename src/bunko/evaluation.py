@@ -302,7 +302,7 @@ async def _run_mode(tenant: Tenant, collection: str, mode: str, queries: list[tu
             # The questions are known: embed them in batches (the cache then serves each search).
             await retriever.prime([t for _, t in queries[done - 1 : done - 1 + PRIME_BATCH]])
         started = time.perf_counter()
-        response = await tenant.asearch(text, collection, top_k=fetch, mode=mode)  # type: ignore[arg-type]
+        response = await tenant.asearch(text, collection, top_k=fetch, mode=mode)
         latencies.append((time.perf_counter() - started) * 1000)
         ranked = rank_documents(response.results, corpus_ids, top_k)
         judged = qrels[query_id]

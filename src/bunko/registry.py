@@ -128,7 +128,7 @@ class Registry(Generic[T]):
             except (ImportError, AttributeError) as exc:
                 raise ConfigError(f"the built-in {self.kind} {name!r} could not be imported: {exc}") from exc
             self._builtins[name] = entry
-        return entry  # type: ignore[return-value]
+        return entry
 
     # -- building --------------------------------------------------------------------------------
 

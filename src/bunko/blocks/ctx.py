@@ -363,7 +363,7 @@ class LLMService:
             provider = configured.name
         spec = f"{provider}:{model}" if model else str(provider)
         try:
-            return _named_client(engine, spec, get_llm)  # type: ignore[no-any-return]
+            return _named_client(engine, spec, get_llm)
         except ConfigError as exc:
             raise _provider_error(exc, f"LLM {spec}") from exc
 

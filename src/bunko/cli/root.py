@@ -55,10 +55,10 @@ def cli(ctx: click.Context, db: str | None, home: str | None, config: str | None
     _configure_logging(log_level)
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """Writes to the ``sys.stderr`` of the moment (a test runner may swap it between commands)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

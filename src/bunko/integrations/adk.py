@@ -61,7 +61,7 @@ def _record(event: Any, custom_metadata: Mapping[str, object] | None = None) -> 
                         getattr(event, "id", None) or None)
 
 
-class BunkoMemoryService(BaseMemoryService):  # type: ignore[misc]
+class BunkoMemoryService(BaseMemoryService):
     """ADK memory in a bunko tenant: one memory store per app (or ``store``), memories per user."""
 
     def __init__(self, tenant: Tenant, *, store: str | None = None, limit: int = DEFAULT_SEARCH_LIMIT) -> None:

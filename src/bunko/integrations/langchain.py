@@ -81,7 +81,7 @@ def _document(hit: SearchHit) -> Document:
     return Document(id=hit.chunk_id, page_content=hit.content, metadata=_metadata(hit.metadata))
 
 
-class BunkoVectorStore(VectorStore):  # type: ignore[misc]
+class BunkoVectorStore(VectorStore):
     """A LangChain vector store in one collection of one bunko tenant, on SQLite or PostgreSQL."""
 
     def __init__(self, embedding: Embeddings, *, collection: str = "langchain", tenant: str = DEFAULT_TENANT,
@@ -149,7 +149,7 @@ class BunkoVectorStore(VectorStore):  # type: ignore[misc]
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The records with these ids (unknown ids are left out)."""
         try:
-            hits = self.tenant.store.get_chunks(self.collection, list(ids))  # type: ignore[attr-defined]
+            hits = self.tenant.store.get_chunks(self.collection, list(ids))
         except CollectionNotFoundError:
             return []
         return [_document(h) for h in hits]

@@ -53,7 +53,7 @@ class Caller:
     user_id: str | None
 
 
-class BunkoMCP(MCPServer):  # type: ignore[misc]
+class BunkoMCP(MCPServer):
     """The MCP server: fixed tenant and user (stdio), or both from each request's API key (HTTP)."""
 
     def __init__(self, engine: Bunko, *, tenant: str | None = None, user_id: str | None = None,

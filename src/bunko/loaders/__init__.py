@@ -67,7 +67,7 @@ def _lazy(module: str, name: str) -> Callable[[], Loader]:
     def get() -> Loader:
         from importlib import import_module
 
-        return getattr(import_module(f"{__name__}.{module}"), name)  # type: ignore[no-any-return]
+        return getattr(import_module(f"{__name__}.{module}"), name)
 
     return get
 
@@ -166,7 +166,7 @@ def detect_kind(path: Path) -> str:
             raise CorruptDocumentError(
                 f"{path}: the name says {by_suffix} but the content is {sniffed}; rename the file or check it"
             )
-        return sniffed  # type: ignore[return-value]
+        return sniffed
     if by_suffix in ("pdf", "docx", "pptx") and sniffed != by_suffix:
         raise CorruptDocumentError(f"{path}: not a valid {by_suffix.upper()} file (the content does not match)")
     if by_suffix is not None:

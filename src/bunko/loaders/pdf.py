@@ -425,7 +425,7 @@ def _layout_device() -> Any:
     """pdfminer's page aggregator, without the drawings (lines, curves, images) text does not need."""
     from pdfminer.converter import PDFPageAggregator
 
-    class TextLayout(PDFPageAggregator):  # type: ignore[misc]
+    class TextLayout(PDFPageAggregator):
         def paint_path(self, *args: Any, **kwargs: Any) -> None:
             pass
 

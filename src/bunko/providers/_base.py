@@ -147,7 +147,7 @@ class HostedEmbedder(HostedClient, BaseEmbedder):
     _dimension = 0
     _probing = False
 
-    @property  # type: ignore[override]
+    @property
     def dimension(self) -> int:
         """The vector size; when neither known nor given, one probe call learns it from the server."""
         if not self._dimension and not self._probing:
@@ -257,7 +257,7 @@ def normalise_messages(provider: str, messages: Sequence[LLMMessage | Mapping[st
     result = []
     for position, message in enumerate(messages):
         if isinstance(message, Mapping):
-            message = LLMMessage(str(message.get("role", "")), message.get("content", ""))  # type: ignore[arg-type]
+            message = LLMMessage(str(message.get("role", "")), message.get("content", ""))
         if not isinstance(message, LLMMessage) or message.role not in ("system", "user", "assistant"):
             raise GenerationError(f"{provider}: message {position} needs a role of system, user or assistant")
         if not isinstance(message.content, str):

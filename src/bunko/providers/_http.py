@@ -245,7 +245,7 @@ class HTTPCore:
                "auth": self.errors.auth}.get(kind, self.errors.generic)
         tries = f" (after {attempts} tries)" if attempts > 1 else ""
         message = self._mask(f"{self.provider}:{self.model}: {cause}{tries}")
-        error = cls(message)  # type: ignore[call-arg]
+        error = cls(message)
         error.provider, error.model, error.status, error.retry_after = self.provider, self.model, status, retry_after
         return error  # type: ignore[return-value]
 

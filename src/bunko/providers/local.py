@@ -90,7 +90,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
                     raise load_error("model", self.model, exc, self.allow_download) from exc
             return self._st
 
-    @property  # type: ignore[override]
+    @property
     def dimension(self) -> int:
         """The model's output dimension (loads the model on first use)."""
         model = self._model()

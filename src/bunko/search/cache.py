@@ -106,7 +106,7 @@ class SearchCache:
         """The cached embedding of ``text`` for this tenant and embedder, or None (counted as a miss)."""
         if self._vectors.capacity <= 0:
             return None
-        return self._vectors.get((tenant, _embedder_key(embedder), text))  # type: ignore[no-any-return]
+        return self._vectors.get((tenant, _embedder_key(embedder), text))
 
     def put_query_vector(self, tenant: str, embedder: Any, text: str, vector: Any) -> np.ndarray:
         """Remember ``text``'s embedding; returns it as a read-only float32 array."""

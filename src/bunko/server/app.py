@@ -131,9 +131,9 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
             raise Problem(503, "STORE_UNAVAILABLE", "the store does not answer") from None
         return schemas.Health(status="ready", store=state.engine.backend.scheme)
 
-    app.add_middleware(RequestGuard, max_upload_bytes=limits.max_upload_bytes,  # type: ignore[arg-type]
+    app.add_middleware(RequestGuard, max_upload_bytes=limits.max_upload_bytes,
                        max_json_bytes=limits.max_json_bytes)
-    app.add_middleware(RequestObserver)  # type: ignore[arg-type]  # outermost: times and logs every answer
+    app.add_middleware(RequestObserver)  # outermost: times and logs every answer
     return app
 
 

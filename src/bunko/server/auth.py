@@ -90,7 +90,7 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
             retry = max(1, math.ceil((window + 1) * 60 - now))
             raise Problem(429, "RATE_LIMITED", f"this API key made more than {limit} requests this minute; "
                           f"retry in {retry} s", headers={"Retry-After": str(retry)})
-    return key  # type: ignore[no-any-return]
+    return key
 
 
 async def caller(

@@ -55,7 +55,7 @@ def _state(request: Request) -> Any:
 def _job_info(job: Job) -> schemas.DocumentInfo:
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     return schemas.DocumentInfo(id=job.id, filename=job.filename, fileSize=job.file_size, chunkCount=job.chunk_count,
-                                uploadedAt=job.created_at, status=job.status,  # type: ignore[arg-type]
+                                uploadedAt=job.created_at, status=job.status,
                                 collection=job.collection, processingTime=job.processing_time_ms, error=error,
                                 metadata=job.metadata)
 
@@ -187,7 +187,7 @@ async def upload_document(
         response.status_code = 200
     else:
         response.headers["Location"] = f"{request.scope.get('root_path', '')}{router.prefix}/documents/{job.id}"
-    return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,  # type: ignore[arg-type]
+    return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,
                                   chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
 
 
@@ -375,7 +375,7 @@ async def _search(caller: Caller, body: schemas.SearchRequest, kind: str) -> sch
         hits = []
     return schemas.SearchResponse(results=[_result(h) for h in hits], totalMatches=len(hits),
                                   searchTime=round((time.perf_counter() - started) * 1000, 2),
-                                  searchType=kind)  # type: ignore[arg-type]
+                                  searchType=kind)
 
 
 @router.post("/search/semantic", response_model=schemas.SearchResponse, responses=PROBLEM_RESPONSES,

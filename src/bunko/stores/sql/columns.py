@@ -94,7 +94,7 @@ def nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
         return {}
     for key in reversed(path):
         value = {key: value}
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def filter_mask(flt: Filter, rows: int, column: Callable[[tuple[str, ...]], Column]) -> np.ndarray:
