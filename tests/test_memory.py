@@ -341,3 +341,24 @@ def test_sync_search_inside_a_running_loop_points_to_the_async_form(engine: Bunk
             tenant.memory.search_memory(QUERY, user_id="child-a")
 
     asyncio.run(inside())
+
+
+def test_memory_keywords_score_as_a_collections_keyword_search(engine: Bunko) -> None:
+    """One user's memories rank by the same BM25 as a collection holding the same texts: the same order and
+    the same scores (the memory leg's statistics are that user's memories alone)."""
+    from bunko.analysis import get_analyzer
+    from bunko.search import keyword_query
+    from bunko.search.keyword import rank_texts
+    from bunko.types import Document
+
+    texts = ["前回、繰り上がりの足し算で3回つまずいた", "繰り下がりの引き算は得意", "足し算の宿題をした",
+             "漢字の書き取りで満点", "算数の時間に足し算を練習した"]
+    tenant = engine.tenant(_new_tenant())
+    for i, text in enumerate(texts):
+        tenant.add_document(Document(content=text, metadata={"source": f"m{i}.txt"}), "same")
+    analyzer = tenant.store.read_collection("same").analyzer
+    tokens = [get_analyzer(analyzer).index_tokens(t) for t in texts]
+    ranked = rank_texts(analyzer, "足し算でつまずいた", tokens, 5)
+    by_collection = keyword_query(tenant.store, "same", "足し算でつまずいた", 5)
+    assert [texts[i] for i in ranked.keys.tolist()] == [h.content for h in by_collection]
+    assert ranked.scores.tolist() == [h.score for h in by_collection]

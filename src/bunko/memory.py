@@ -13,8 +13,10 @@ read and delete names the user, and search never leaves that user's memories.
     # {"memories": [{"content", "metadata": {...}, "relevance_score"}], "query", "total_results", "fallback"}
 
 Search is hybrid by default: cosine over the user's memory vectors and BM25 over their keyword
-tokens (the store's analyzer, Japanese-aware), fused as ``vector_weight * max(cos, 0) +
-keyword_weight * bm25 / best_bm25`` with the engine's hybrid weights. The query is embedded while
+tokens (the store's analyzer, Japanese-aware) with the same terms, idf and scoring as a collection's
+keyword search (:func:`bunko.search.keyword.rank_texts`, statistics of the user's memories alone),
+fused by the documents' fusion (:func:`bunko.search.fusion.fuse_keys`) with their default weights,
+by normalised scores so that ``relevance_score`` reads as a relevance from 0 to 1. The query is embedded while
 the user's memories are read. When that semantic leg fails (embedder down, an error, or slower
 than ``[memory] semantic_timeout``), the keyword leg answers alone: the answer says
 ``"fallback": true``, a warning is logged, and it is counted (``fallback_count()`` in this process;
@@ -40,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from .analysis import get_analyzer
 from .embedders import BaseEmbedder, embedder_info
 from .errors import (
     ConfigError,
@@ -49,15 +50,15 @@ from .errors import (
     RagSearchError,
     RagSearchTimeoutError,
 )
-from .retrieval import DEFAULT_FUSION
 from .scope import EngineServices, TenantScope
+from .search.fusion import DEFAULT_FUSION, Fusion, fuse_keys
+from .search.keyword import rank_texts
 from .stores.sql.memory import (
     MemoryStoreInfo,
     MemoryWrite,
     SQLMemories,
     StoredMemory,
     check_embedder,
-    rank_keywords,
     rank_vectors,
 )
 from .sync import sync_form
@@ -352,8 +353,7 @@ class Memory:
                     embedding.cancel()
                 elif not embedding.cancelled():
                     embedding.exception()  # retrieved: a failure already handled is not logged again at exit
-        phrases = get_analyzer(info.analyzer).query_phrases(query)
-        ranked = await asyncio.to_thread(_rank, memories, vectors, vector, phrases, top_k,
+        ranked = await asyncio.to_thread(_rank, memories, vectors, vector, info.analyzer, query, top_k,
                                          "keyword" if reason is not None else mode)
         fallback = reason is not None
         used = "keyword-fallback" if fallback else mode
@@ -416,33 +416,26 @@ def _same_embedder(info: MemoryStoreInfo, embedder: Any) -> None:
         check_embedder(info, EmbedderInfo(provider, model, info.dimension))
 
 
-def _rank(memories: list[StoredMemory], vectors: np.ndarray, query_vector: Any, phrases: Any, top_k: int,
-          mode: str) -> list[tuple[int, float]]:
+# Memories fuse as documents do, with the same weights, by normalised scores (relevance from 0 to 1).
+MEMORY_FUSION = Fusion("score", DEFAULT_FUSION.vector_weight, DEFAULT_FUSION.keyword_weight, floor=DEFAULT_FUSION.floor)
+
+
+def _rank(memories: list[StoredMemory], vectors: np.ndarray, query_vector: Any, analyzer: str, query: str,
+          top_k: int, mode: str) -> list[tuple[int, float]]:
     """(position, relevance in [0, 1]) of the best ``top_k`` memories for the legs of ``mode``."""
     if not memories:
         return []
     n = len(memories)
-    keyword = np.zeros(n)
-    semantic = np.zeros(n)
+    legs: list[tuple[str, float, list[int], list[float]]] = []
     if mode in ("hybrid", "keyword"):
-        hits = rank_keywords(memories, phrases, n)
-        if hits:
-            best = hits[0][1]
-            for i, score in hits:
-                keyword[i] = score / best
+        keyword = rank_texts(analyzer, query, [m.terms for m in memories], n)
+        legs.append(("keyword", MEMORY_FUSION.keyword_weight if mode == "hybrid" else 1.0, keyword.keys.tolist(),
+                     keyword.scores.tolist()))
     if mode in ("hybrid", "semantic"):
-        for i, score in rank_vectors(vectors, query_vector, n):
-            semantic[i] = max(score, 0.0)
-    if mode == "keyword":
-        combined = keyword
-        candidates = np.flatnonzero(keyword > 0)
-    elif mode == "semantic":
-        combined, candidates = semantic, np.arange(n)
-    else:
-        combined = DEFAULT_FUSION.vector_weight * semantic + DEFAULT_FUSION.keyword_weight * keyword
-        candidates = np.arange(n)
-    order = sorted(candidates.tolist(), key=lambda i: (-combined[i], i))[:top_k]
-    return [(i, float(combined[i])) for i in order]
+        semantic = rank_vectors(vectors, query_vector, n)
+        legs.append(("vector", MEMORY_FUSION.vector_weight if mode == "hybrid" else 1.0, [i for i, _ in semantic],
+                     [s for _, s in semantic]))
+    return [(int(key), float(score)) for key, score, _ in fuse_keys(legs, top_k, MEMORY_FUSION)]
 
 
 class MemorySession:

@@ -24,6 +24,7 @@ import numpy as np
 from ..analysis import get_analyzer, phrase_term
 from ..errors import ConfigError
 from ..stores.base import CollectionReader, Postings, Ranked, Restriction
+from ..stores.sql.postings import term_counts
 
 K1 = 1.2
 B = 0.75
@@ -70,6 +71,27 @@ def keyword_leg(reader: CollectionReader, query: str, top_k: int, restriction: R
     rows, scores = bm25_top(columns, [bm25_idf(totals.rows, n) for n in counts], totals.average_length, top_k,
                             budget)
     return Ranked(rows, scores, "postings")
+
+
+def rank_texts(analyzer_name: str, query: str, token_lists: Sequence[Sequence[str]], top_k: int) -> Ranked:
+    """BM25 of ``query`` over a few texts given as their analyzer tokens (one user's memories, say), with
+    the statistics of those texts alone: the same terms, idf and scoring as a collection's postings.
+    Keys are the texts' positions."""
+    terms = query_terms(analyzer_name, query)
+    if not terms or not token_lists:
+        return Ranked.empty("texts")
+    counts = [term_counts(tokens) for tokens in token_lists]
+    sizes = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
+    columns: list[Postings] = []
+    for term in terms:
+        held = np.asarray([i for i, c in enumerate(counts) if term in c], dtype=np.int64)
+        columns.append((held, np.asarray([counts[i][term] for i in held.tolist()], dtype=np.int64), sizes[held]))
+    frequencies = [len(c[0]) for c in columns]
+    if not any(frequencies):
+        return Ranked.empty("texts")
+    n = len(token_lists)
+    rows, scores = bm25_top(columns, [bm25_idf(n, f) for f in frequencies], max(int(sizes.sum()), 1) / n, top_k)
+    return Ranked(rows, scores, "texts")
 
 
 def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, top_k: int,

@@ -8,32 +8,28 @@ Isolation: every statement runs in the tenant store's own scoped transaction and
 tenant's row id (and, on PostgreSQL, row-level security checks it again); inside a tenant every
 read and delete also names the user, so one user never sees another's memories.
 
-Ranking happens here, above the backends, over one user's memories only: exact cosine over their
-vectors, and BM25 over their tokens with statistics of that user's memories alone (so scores say
-nothing about other users' data). One user's memories are few (hundreds to thousands), so one
-indexed read of them answers both legs; see ``benchmarks/bench_memory.py`` for the figures.
+Ranking is the search layer's (:mod:`bunko.memory`, :func:`bunko.search.keyword.rank_texts`), over one
+user's memories only: exact cosine over their vectors, and BM25 over their tokens with statistics of
+that user's memories alone (so scores say nothing about other users' data). One user's memories are
+few (hundreds to thousands), so one indexed read of them answers both legs; see
+``benchmarks/bench_memory.py`` for the figures.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...analysis import Phrase, get_analyzer
+from ...analysis import get_analyzer
 from ...errors import EmbedderMismatchError, RagCorpusNotFoundError, VectorStoreError
 from ...types import EmbedderInfo
 
 if TYPE_CHECKING:
     from .store import SQLStore
 
-# BM25 parameters of the keyword leg (the same defaults as the stores' keyword search).
-BM25_K1 = 1.2
-BM25_B = 0.75
 
 _STORE_COLUMNS = "id, name, embedding_provider, embedding_model, dimension, analyzer, created_at"
 _MEMORY_COLUMNS = "m.id, m.uid, m.user_id, m.session_id, m.memory_type, m.subject, m.occurred_at, m.content, m.metadata"
@@ -296,39 +292,4 @@ def rank_vectors(vectors: np.ndarray, query: Any, top_k: int) -> list[tuple[int,
     return [(int(i), float(scores[i])) for i in order]
 
 
-def _phrase_counts(tokens: list[str], lengths: set[int]) -> Counter[Phrase]:
-    counts: Counter[Phrase] = Counter()
-    for n in lengths:
-        counts.update(zip(*(tokens[i:] for i in range(n)), strict=False))
-    return counts
-
-
-def rank_keywords(memories: Sequence[StoredMemory], phrases: Sequence[Phrase], top_k: int) -> list[tuple[int, float]]:
-    """(position, BM25) of the ``top_k`` memories that match any phrase, best first.
-
-    A phrase is a token sequence matched at consecutive positions (the analyzer's query units); its
-    document frequency and the average length are those of these memories only.
-    """
-    if not memories or not phrases:
-        return []
-    lengths = {len(p) for p in phrases}
-    counts = [_phrase_counts(m.terms, lengths) for m in memories]
-    n = len(memories)
-    average = max(sum(len(m.terms) for m in memories) / n, 1.0)
-    scores = [0.0] * n
-    for phrase in phrases:
-        df = sum(1 for c in counts if phrase in c)
-        if not df:
-            continue
-        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        for i, c in enumerate(counts):
-            tf = c.get(phrase, 0)
-            if tf:
-                norm = BM25_K1 * (1 - BM25_B + BM25_B * len(memories[i].terms) / average)
-                scores[i] += idf * tf * (BM25_K1 + 1) / (tf + norm)
-    ranked = sorted((i for i in range(n) if scores[i] > 0), key=lambda i: (-scores[i], i))
-    return [(i, scores[i]) for i in ranked[:top_k]]
-
-
-__all__ = ["MemoryStoreInfo", "MemoryWrite", "SQLMemories", "StoredMemory", "check_embedder", "rank_keywords",
-           "rank_vectors"]
+__all__ = ["MemoryStoreInfo", "MemoryWrite", "SQLMemories", "StoredMemory", "check_embedder", "rank_vectors"]
