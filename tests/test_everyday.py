@@ -150,32 +150,32 @@ def test_ingest_progress_reaches_a_pipe_and_quiet_silences_it(tmp_path: Path) ->
 # -- failed ingests: stored per tenant, cleared by a later success ------------------------------------
 def test_failure_records_are_per_tenant_and_cleared_by_success(backend: StoreBackend) -> None:
     a, b = backend.for_tenant("fail-a"), backend.for_tenant("fail-b")
-    a.record_ingest_outcome("docs", [_failure("docs", "/data/x.pdf"), _failure("docs", "/data/y.pdf")])
-    a.record_ingest_outcome("other", [_failure("other", "/data/x.pdf")])
-    assert {(f.collection, f.source) for f in a.ingest_failures()} == {
+    a.failures.record("docs", [_failure("docs", "/data/x.pdf"), _failure("docs", "/data/y.pdf")])
+    a.failures.record("other", [_failure("other", "/data/x.pdf")])
+    assert {(f.collection, f.source) for f in a.failures.list()} == {
         ("docs", "/data/x.pdf"), ("docs", "/data/y.pdf"), ("other", "/data/x.pdf")}
-    assert [f.source for f in a.ingest_failures("other")] == ["/data/x.pdf"]
+    assert [f.source for f in a.failures.list("other")] == ["/data/x.pdf"]
     # Tenant B never sees tenant A's failures, and its success with the same source clears none of them.
-    assert b.ingest_failures() == [] and b.ingest_failures("docs") == []
-    b.record_ingest_outcome("docs", [], ["/data/x.pdf", "/data/y.pdf"])
-    assert len(a.ingest_failures()) == 3
-    b.record_ingest_outcome("docs", [_failure("docs", "/data/x.pdf", "b's reason")])
-    assert [f.message for f in b.ingest_failures()] == ["b's reason"]
-    assert all(f.message == "broken" for f in a.ingest_failures())
+    assert b.failures.list() == [] and b.failures.list("docs") == []
+    b.failures.record("docs", [], ["/data/x.pdf", "/data/y.pdf"])
+    assert len(a.failures.list()) == 3
+    b.failures.record("docs", [_failure("docs", "/data/x.pdf", "b's reason")])
+    assert [f.message for f in b.failures.list()] == ["b's reason"]
+    assert all(f.message == "broken" for f in a.failures.list())
     # Failing again counts an attempt and keeps the latest reason; a success removes the record.
-    a.record_ingest_outcome("docs", [_failure("docs", "/data/x.pdf", "still broken")])
-    again = {f.source: f for f in a.ingest_failures("docs")}["/data/x.pdf"]
+    a.failures.record("docs", [_failure("docs", "/data/x.pdf", "still broken")])
+    again = {f.source: f for f in a.failures.list("docs")}["/data/x.pdf"]
     assert (again.attempts, again.message) == (2, "still broken") and again.first_failed_at <= again.failed_at
-    a.record_ingest_outcome("docs", [], ["/data/x.pdf"])
-    assert [f.source for f in a.ingest_failures("docs")] == ["/data/y.pdf"]
-    assert [f.source for f in a.ingest_failures("other")] == ["/data/x.pdf"]  # another collection's stays
+    a.failures.record("docs", [], ["/data/x.pdf"])
+    assert [f.source for f in a.failures.list("docs")] == ["/data/y.pdf"]
+    assert [f.source for f in a.failures.list("other")] == ["/data/x.pdf"]  # another collection's stays
     # Deleting a collection forgets its failures; erasing a tenant forgets all of them.
     a.ensure_collection("docs", EMBEDDER)
     a.delete_collection("docs")
-    assert [(f.collection, f.source) for f in a.ingest_failures()] == [("other", "/data/x.pdf")]
+    assert [(f.collection, f.source) for f in a.failures.list()] == [("other", "/data/x.pdf")]
     erasure = service_records(backend).erase_tenant(a)
-    assert erasure.ingest_failures == 1 and a.ingest_failures() == []
-    assert [f.message for f in b.ingest_failures()] == ["b's reason"]
+    assert erasure.ingest_failures == 1 and a.failures.list() == []
+    assert [f.message for f in b.failures.list()] == ["b's reason"]
 
 
 def _tenant_rows(url: str, backend: StoreBackend, tenant_pk: int) -> dict[str, int]:
@@ -210,11 +210,11 @@ def _fill(backend: StoreBackend, tenant: str) -> int:
     store = backend.for_tenant(tenant)
     store.ensure_collection("docs", EMBEDDER)
     store.write_documents("docs", [_document(f"{tenant}-d1", "one"), _document(f"{tenant}-d2", "two")])
-    store.record_activity([UsageEvent("embedding", "test", "unit", 3, 0, 1.0)], [("q", 1, 1.0, "hybrid")],
-                          user_id="alice")
-    store.append_turns("t:chat", [ConversationTurn("user", "hello")])
+    store.usage.record([UsageEvent("embedding", "test", "unit", 3, 0, 1.0)], [("q", 1, 1.0, "hybrid")],
+                       user_id="alice")
+    store.conversations.append("t:chat", [ConversationTurn("user", "hello")])
     records.create_job(store, Job(f"{tenant}-job", "docs", "a.txt", user_id="alice"))
-    store.record_ingest_outcome("docs", [_failure("docs", "/data/bad.pdf")])
+    store.failures.record("docs", [_failure("docs", "/data/bad.pdf")])
     memories = store.memories()  # type: ignore[attr-defined]
     from bunko.stores.sql.memory import MemoryWrite
 

@@ -211,7 +211,7 @@ class IsolationMachine(RuleBasedStateMachine):
         # Usage records and search logs are written by a background thread: wait for what is queued.
         self.world.engine.flush_usage()
         store = self.store(tenant)
-        return (sum(u.calls for u in store.usage_summary()), len(store.search_log(10**6)))
+        return (sum(u.calls for u in store.usage.summary()), len(store.usage.searches(10**6)))
 
     def all_docs(self, tenant: str) -> dict[str, Doc]:
         return {d.id: d for c in COLLECTIONS for d in self.models[tenant].docs[c].values()}
@@ -506,10 +506,10 @@ class IsolationMachine(RuleBasedStateMachine):
     def logs(self, tenant: str) -> None:
         """The search log and usage of a tenant hold only its own searches."""
         self.operate("logs", tenant)
-        for row in self.store(tenant).search_log(10**6):
+        for row in self.store(tenant).usage.searches(10**6):
             self.check(row["query"] is None or row["query"].startswith(MARKERS[tenant]),
                        f"{tenant}: its search log shows the query {row['query']!r}")
-        calls = sum(u.calls for u in self.store(tenant).usage_summary())
+        calls = sum(u.calls for u in self.store(tenant).usage.summary())
         self.check(calls == sum(self.models[tenant].usage.values()),
                    f"{tenant}: usage shows {calls} records, expected {sum(self.models[tenant].usage.values())}")
 
@@ -555,11 +555,11 @@ class IsolationMachine(RuleBasedStateMachine):
         self.operate("ingest_outcome", tenant)
         path, model, store = f"/in/{source}", self.models[tenant], self.store(tenant)
         if succeeded:
-            store.record_ingest_outcome(collection, [], [path])
+            store.failures.record(collection, [], [path])
             model.failures.pop((collection, path), None)
         else:
             message = f"{MARKERS[tenant]} broken {self.new_id('failure')}"
-            store.record_ingest_outcome(collection, [IngestFailure(collection, path, "CorruptDocumentError",
+            store.failures.record(collection, [IngestFailure(collection, path, "CorruptDocumentError",
                                                                    "CORRUPT_DOCUMENT", message)])
             model.failures[(collection, path)] = message
 
@@ -630,14 +630,14 @@ class IsolationMachine(RuleBasedStateMachine):
                 "count": store.count(c),
                 "count_k0": store.count(c, filter={"category": "k0"}),
             }
-        out["conversations"] = {i: [(t.role, t.content) for t in store.conversation(i)]
-                                for i in store.conversation_ids()}
+        out["conversations"] = {i: [(t.role, t.content) for t in store.conversations.turns(i)]
+                                for i in store.conversations.ids()}
         out["jobs"] = sorted((j.id, j.user_id) for j in self.records.list_jobs(store))
         memory = Tenant(self.engine, store).memory
         out["memories"] = {u: sorted((m["metadata"]["memory_id"], m["content"]) for m in memory.list(u, limit=None))
                            for u in USERS[1:]}
         out["usage"], out["logs"] = self._counts(tenant)
-        out["failures"] = sorted((f.collection, f.source, f.message) for f in store.ingest_failures())
+        out["failures"] = sorted((f.collection, f.source, f.message) for f in store.failures.list())
         return out
 
     def expected(self, tenant: str) -> dict[str, Any]:
@@ -674,8 +674,8 @@ class IsolationMachine(RuleBasedStateMachine):
             got, want = self.snapshot(tenant), self.expected(tenant)
             self.check(got == want, f"{tenant} reads back\n  {got}\nexpected\n  {want}")
         scratch = self.store(SCRATCH)
-        self.check(scratch.list_collections() == [] and scratch.conversation_ids() == []
-                   and scratch.ingest_failures() == [],
+        self.check(scratch.list_collections() == [] and scratch.conversations.ids() == []
+                   and scratch.failures.list() == [],
                    "the copy target is not empty between steps")
 
 

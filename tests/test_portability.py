@@ -50,14 +50,14 @@ def source_db(tmp_path_factory: pytest.TempPathFactory, embedder: object) -> Ite
         acme.upsert("notes", [VectorRecord("a record that brings its own vector", {"kind": "given"}, id="given-1",
                                            vector=_unit(1)),
                               {"content": "非常用の水は一人一日3リットルを目安に備蓄します。", "id": "water"}])
-        acme.store.append_turns("chat-1", [ConversationTurn("user", "水は何日分？", {"lang": "ja"}),
+        acme.store.conversations.append("chat-1", [ConversationTurn("user", "水は何日分？", {"lang": "ja"}),
                                            ConversationTurn("assistant", "最低3日分です [1]。")])
         acme.memory.add([{"content": "繰り上がりの足し算が苦手", "memory_type": "weakness", "subject": "math"}],
                         user_id="child-a", session_id="s1")
         acme.memory.add(["九九の七の段を言えた"], user_id="child-b", session_id="s2")
         engine.tenant("other").memory.add(["other tenant's memory"], user_id="child-a", session_id="s9")
         engine.tenant("other").ingest([FIXTURES / "guide_ja.md"], "docs")
-        engine.tenant("other").store.append_turns("secret-chat", [ConversationTurn("user", "other's question")])
+        engine.tenant("other").store.conversations.append("secret-chat", [ConversationTurn("user", "other's question")])
         # A file that fails to load is remembered (documents list --failed) and travels with its tenant.
         broken = folder / "broken.pdf"
         broken.write_bytes(b"%PDF-1.4 not really a PDF")
@@ -159,7 +159,7 @@ def test_a_conflicting_target_is_refused_before_anything_is_written(
         with pytest.raises(CollectionNotFoundError):
             store.get_collection("docs")
         other = target.backend.for_tenant("acme2")
-        other.append_turns("chat-1", [ConversationTurn("user", "a different conversation")])
+        other.conversations.append("chat-1", [ConversationTurn("user", "a different conversation")])
         with pytest.raises(ArchiveError, match="conversation 'chat-1' exists"):
             import_tenant(other, tmp_path / "acme")
         assert other.list_collections() == []
@@ -239,11 +239,11 @@ def test_the_export_reads_are_tenant_bound(source_db: str, pg_url: str, embedder
             acme_ids = [d.id for d in acme.list_documents("docs")]
             assert sum(len(c) for c in acme.document_chunks("docs", acme_ids).values()) > 0
             assert all(chunks == [] for chunks in other.document_chunks("docs", acme_ids).values())
-            assert acme.conversation_ids() == ["chat-1"] and other.conversation_ids() == ["secret-chat"]
+            assert acme.conversations.ids() == ["chat-1"] and other.conversations.ids() == ["secret-chat"]
             assert {c.chunk.id for c in acme.loose_chunks("notes", 10)} == {"given-1", "water"}
             with pytest.raises(CollectionNotFoundError):
                 other.loose_chunks("notes", 10)
-            assert backend.for_tenant("nobody").conversation_ids() == []
+            assert backend.for_tenant("nobody").conversations.ids() == []
 
 
 def test_an_export_made_before_failure_records_existed_still_imports(embedder: object, tmp_path: Path) -> None:

@@ -107,11 +107,12 @@ def test_erasure_is_confined_to_the_user_and_the_tenant(backend: StoreBackend, r
         store.ensure_collection("default", EMBEDDER)
         store.write_documents("default", [_document(doc, f"text of {doc}")])
         records.create_job(store, Job(doc, "default", "a.txt", 9, user_id=user, status="completed"))
-        store.log_search(f"{user} query", 1, 2.0, "vector", user_id=user)  # type: ignore[call-arg]
-        store.record_usage([UsageEvent("search", "sqlite", items=1)], user_id=user)  # type: ignore[call-arg]
+        store.usage.record((), [(f"{user} query", 1, 2.0, "vector")], user_id=user)
+        store.usage.record([UsageEvent("search", "sqlite", items=1)], user_id=user)
         prefix = f"u.{user}:"
-        store.append_turns(prefix + "talk", [ConversationTurn("user", "hi"), ConversationTurn("assistant", "hello")])
-    acme.append_turns("u.alicia:talk", [ConversationTurn("user", "not alice's")])  # a longer name, same start
+        store.conversations.append(prefix + "talk", [ConversationTurn("user", "hi"),
+                                                  ConversationTurn("assistant", "hello")])
+    acme.conversations.append("u.alicia:talk", [ConversationTurn("user", "not alice's")])  # a longer name, same start
 
     erased = records.erase_user(acme, "alice")
     assert (erased.documents, erased.jobs, erased.search_logs, erased.usage_records, erased.conversation_turns) == (
@@ -119,15 +120,15 @@ def test_erasure_is_confined_to_the_user_and_the_tenant(backend: StoreBackend, r
     with pytest.raises(DocumentNotFoundError):
         acme.get_document("d-alice")
     assert acme.get_document("d-bob").chunks == 1 and globex.get_document("d-g").chunks == 1
-    assert [r["query"] for r in acme.search_log()] == ["bob query"]
-    assert [r["query"] for r in globex.search_log()] == ["alice query"]
-    assert acme.conversation("u.alice:talk") == [] and len(acme.conversation("u.alicia:talk")) == 1
-    assert len(globex.conversation("u.alice:talk")) == 2
+    assert [r["query"] for r in acme.usage.searches()] == ["bob query"]
+    assert [r["query"] for r in globex.usage.searches()] == ["alice query"]
+    assert acme.conversations.turns("u.alice:talk") == [] and len(acme.conversations.turns("u.alicia:talk")) == 1
+    assert len(globex.conversations.turns("u.alice:talk")) == 2
     assert [j.id for j in records.list_jobs(acme)] == ["d-bob"]
 
     everything = records.erase_tenant(acme)
     assert everything.documents == 1 and everything.collections == 1 and everything.jobs == 1
-    assert acme.list_collections() == [] and acme.search_log() == [] and acme.usage_summary() == []
-    assert acme.conversation("u.alicia:talk") == []
-    assert globex.get_document("d-g").chunks == 1 and len(globex.search_log()) == 1
+    assert acme.list_collections() == [] and acme.usage.searches() == [] and acme.usage.summary() == []
+    assert acme.conversations.turns("u.alicia:talk") == []
+    assert globex.get_document("d-g").chunks == 1 and len(globex.usage.searches()) == 1
     assert len(records.list_jobs(globex)) == 1

@@ -187,7 +187,7 @@ def test_a_rolled_back_tenant_row_is_not_remembered(backend: StoreBackend) -> No
     other = backend.for_tenant("other")
     other.ensure_collection("private", INFO)
     other.write_document("private", make_document("secret.txt", ["secret"], unit_vectors(1, 3)))
-    assert first.list_collections() == [] and first.usage_summary() == [] and first.search_log() == []
+    assert first.list_collections() == [] and first.usage.summary() == [] and first.usage.searches() == []
     first.ensure_collection("own", INFO)
     assert [c.name for c in first.list_collections()] == ["own"]
     assert [c.name for c in other.list_collections()] == ["private"]

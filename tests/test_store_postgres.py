@@ -374,9 +374,9 @@ def test_rls_confines_usage_search_logs_and_conversations(backend: PostgresBacke
 
     a, b = backend.for_tenant("tenant-a"), backend.for_tenant("tenant-b")
     for store in (a, b):
-        store.record_usage([UsageEvent("llm", "p", "m", input_tokens=1)])
-        store.log_search(f"{store.tenant} query", 1, 1.0, "vector")
-        store.append_turns("chat", [ConversationTurn("user", f"{store.tenant} question")])
+        store.usage.record([UsageEvent("llm", "p", "m", input_tokens=1)])
+        store.usage.record((), [(f"{store.tenant} query", 1, 1.0, "vector")])
+        store.conversations.append("chat", [ConversationTurn("user", f"{store.tenant} question")])
     tables = ("usage_records", "search_logs", "conversation_turns")
     with _admin(pg_url) as conn:
         conn.execute("SET ROLE bunko_app")

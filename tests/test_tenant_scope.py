@@ -33,7 +33,7 @@ def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine:
     engine.flush_usage()
 
     store = tenant.store
-    assert sorted(store.conversation_ids()) == ["c1", "t:c1", "u.alice:c1"]
+    assert sorted(store.conversations.ids()) == ["c1", "t:c1", "u.alice:c1"]
     assert [t.role for t in alice.conversation("c1")] == ["user", "assistant"]
     assert alice.conversation("c1") != [] and tenant.for_user("bob").conversation("c1") == []
     assert len(tenant.search_log(user_id="alice")) == 2  # the search and the ask's search
@@ -41,7 +41,7 @@ def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine:
 
     erasure = alice.jobs.erase_user("alice")
     assert erasure.usage_records > 0 and erasure.search_logs == 2 and erasure.conversation_turns == 2
-    assert sorted(store.conversation_ids()) == ["c1", "t:c1"]
+    assert sorted(store.conversations.ids()) == ["c1", "t:c1"]
 
 
 def test_jobs_go_first_then_the_data_then_the_spooled_files(engine: Bunko, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class Conversations:
             return ConversationContext()
         limit = self._history_turns
         stored = self._prefix + conversation_id
-        turns = await asyncio.to_thread(self._store.conversation, stored, limit) if limit else []
+        turns = await asyncio.to_thread(self._store.conversations.turns, stored, limit) if limit else []
         history = [LLMMessage(t.role, t.content[:HISTORY_TURN_CHARS]) for t in turns]
         last_question = next((t.content for t in reversed(turns) if t.role == "user"), None)
         return ConversationContext(conversation_id, history, last_question)
@@ -82,15 +82,15 @@ class Conversations:
 
     def append(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
         """Append turns to a conversation (created on first use)."""
-        self._store.append_turns(self._prefix + conversation_id, turns)
+        self._store.conversations.append(self._prefix + conversation_id, turns)
 
     def turns(self, conversation_id: str) -> list[ConversationTurn]:
         """The stored turns of a conversation, oldest first ([] if it does not exist)."""
-        return self._store.conversation(self._prefix + conversation_id)
+        return self._store.conversations.turns(self._prefix + conversation_id)
 
     def delete(self, conversation_id: str) -> int:
         """Delete a conversation; returns how many turns it had."""
-        return self._store.delete_conversation(self._prefix + conversation_id)
+        return self._store.conversations.delete(self._prefix + conversation_id)
 
     async def converse(self, conversation_id: str | None, question: str,
                        answer: Callable[[ConversationContext], AsyncIterator[StreamEvent]],

@@ -288,12 +288,12 @@ class Tenant(TenantScope["Bunko"]):
     def usage(self, since: datetime | None = None) -> list[UsageTotal]:
         """This tenant's usage (R13) per operation, provider and model, since ``since`` if given."""
         self._engine.flush_usage()
-        return self._store.usage_summary(since)
+        return self._store.usage.summary(since)
 
     def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
         """This tenant's latest searches (R33), newest first (only ``user_id``'s, when given)."""
         self._engine.flush_usage()
-        return self._store.search_log(limit, user_id=user_id)
+        return self._store.usage.searches(limit, user_id=user_id)
 
     def conversation(self, conversation_id: str) -> list[ConversationTurn]:
         """The stored turns of one of this tenant's conversations, oldest first."""
@@ -326,7 +326,7 @@ class Tenant(TenantScope["Bunko"]):
 
     def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
         """Files and URLs whose last ingest failed (in ``collection``, or in any), with the reason."""
-        return self._store.ingest_failures(collection)
+        return self._store.failures.list(collection)
 
     def delete_collection(self, name: str) -> Collection:
         """Delete a collection with its documents, failure records, upload jobs and spooled files; returns it as

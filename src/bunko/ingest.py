@@ -294,12 +294,12 @@ def note_outcome(store: RecordStore, collection: str, items: Sequence[IngestItem
     names = [str(os.fspath(p)) for p in paths]
     folders = [os.path.realpath(p) for p in names if "://" not in p and os.path.isdir(p)]
     if folders:
-        for earlier in store.ingest_failures(collection):
+        for earlier in store.failures.list(collection):
             source = earlier.source
             if earlier.source not in failed and "://" not in source and not os.path.exists(source) and any(
                     os.path.commonpath([folder, source]) == folder for folder in folders if os.path.isabs(source)):
                 done.append(source)
-    store.record_ingest_outcome(
+    store.failures.record(
         collection, [IngestFailure(collection, e.path, e.type, e.code, e.message) for e in failed.values()], done)
 
 

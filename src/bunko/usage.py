@@ -83,7 +83,7 @@ SearchRow = tuple[str | None, int, float, str]
 def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRow], *,
                   user_id: str | None = None) -> None:
     """Write usage records and search-log rows (of ``user_id``, if given) to a tenant's store, in one
-    transaction where the store can (``record_activity``); a failure is logged, not raised.
+    transaction (``store.usage.record``); a failure is logged, not raised.
 
     Accounting must never turn a good answer into an error; a store that cannot take the
     records is failing anyway, and the operation's own error (if any) is the one to show.
@@ -91,13 +91,7 @@ def write_records(store: Any, records: list[UsageEvent], searches: list[SearchRo
     if not records and not searches:
         return
     try:
-        together = getattr(store, "record_activity", None)
-        if together is not None:
-            together(records, searches, user_id=user_id)
-        else:
-            for row in searches:
-                store.log_search(*row, user_id=user_id)
-            store.record_usage(records, user_id=user_id)
+        store.usage.record(records, searches, user_id=user_id)
     except Exception as exc:  # any failure: see the docstring
         logger.warning("could not record %d usage event(s) for tenant %s: %s", len(records),
                        getattr(store, "tenant", "?"), exc)
@@ -160,7 +154,7 @@ class UsageWriter:
                 batch, self._pending = self._pending, []
             groups: dict[tuple[Any, ...], tuple[Any, str | None, list[UsageEvent], list[SearchRow]]] = {}
             for store, user_id, records, searches in batch:
-                key = (type(store), id(getattr(store, "_backend", None)), getattr(store, "tenant", None), user_id)
+                key = (type(store), getattr(store, "database", None), getattr(store, "tenant", None), user_id)
                 group = groups.setdefault(key, (store, user_id, [], []))
                 group[2].extend(records)
                 group[3].extend(searches)

@@ -127,7 +127,7 @@ def read_tenant(store: VectorStore, *, collections: Sequence[str] | None = None,
         yield from _read_documents(store, name)
         yield from _read_loose(store, name)
     if conversations:
-        for conversation_id in store.conversation_ids():
+        for conversation_id in store.conversations.ids():
             yield "conversations", _conversation_record(store, conversation_id)
         yield from _read_memories(store)
     yield from _read_failures(store, None if collections is None else set(names))
@@ -137,10 +137,7 @@ def _read_failures(store: VectorStore, collections: set[str] | None,
                    only: set[tuple[str, str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """The failed-ingest records (of ``collections``, or all; ``only``: these (collection, source) pairs).
     Their times and attempt counts stay behind: an import starts them again."""
-    failures = getattr(store, "ingest_failures", None)
-    if failures is None:
-        return
-    for f in sorted(failures(), key=lambda f: (f.collection, f.source)):
+    for f in sorted(store.failures.list(), key=lambda f: (f.collection, f.source)):
         if (collections is None or f.collection in collections) and (only is None or (f.collection, f.source) in only):
             yield "ingest_failures", {"collection": f.collection, "source": f.source, "error_type": f.error_type,
                                       "error_code": f.error_code, "message": f.message}
@@ -148,8 +145,7 @@ def _read_failures(store: VectorStore, collections: set[str] | None,
 
 def _memories_of(store: VectorStore) -> Any:
     """The tenant's agent memories, or None for a store that keeps none."""
-    memories = getattr(store, "memories", None)
-    return memories() if callable(memories) else None
+    return store.memories()
 
 
 def _read_memories(store: VectorStore, only: dict[str, set[str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -180,7 +176,7 @@ def _collection_record(c: Collection) -> dict[str, Any]:
 def _conversation_record(store: VectorStore, conversation_id: str) -> dict[str, Any]:
     return {"id": conversation_id, "turns": [
         {"role": t.role, "content": t.content, "metadata": t.metadata, "created_at": t.created_at}
-        for t in store.conversation(conversation_id)]}
+        for t in store.conversations.turns(conversation_id)]}
 
 
 def _read_documents(store: VectorStore, collection: str,
@@ -286,7 +282,7 @@ class _Writer:
 
     def check_conversation(self, record: dict[str, Any]) -> bool:
         """True when the conversation must be written; False when the target already holds it as is."""
-        stored = self.store.conversation(record["id"])
+        stored = self.store.conversations.turns(record["id"])
         if not stored:
             return True
         same = [(t.role, t.content, t.metadata) for t in stored] == \
@@ -326,7 +322,7 @@ class _Writer:
             self.end_load()
             if self.check_conversation(record):
                 turns = [ConversationTurn(t["role"], t["content"], t.get("metadata") or {}) for t in record["turns"]]
-                self.store.append_turns(record["id"], turns)
+                self.store.conversations.append(record["id"], turns)
             else:
                 self.summary.skipped_conversations += 1
             self.conversations.append(record["id"])
@@ -357,7 +353,7 @@ class _Writer:
 
             failure = IngestFailure(str(record["collection"]), str(record["source"]), str(record["error_type"]),
                                     str(record["error_code"]), str(record["message"]))
-            self.store.record_ingest_outcome(failure.collection, [failure])
+            self.store.failures.record(failure.collection, [failure])
             self.written_failures.add((failure.collection, failure.source))
         else:
             raise ArchiveError(f"unknown record kind {kind!r}")
@@ -427,7 +423,7 @@ class _Writer:
             if ids["chunks"]:
                 yield from _read_loose(self.store, collection, ids["chunks"])
         for conversation_id in self.conversations:
-            turns = self.store.conversation(conversation_id)
+            turns = self.store.conversations.turns(conversation_id)
             yield "conversations", {"id": conversation_id, "turns": [
                 {"role": t.role, "content": t.content, "metadata": t.metadata} for t in turns]}
         if self.written_memories:
@@ -584,7 +580,7 @@ def copy_tenant(source: VectorStore, target: VectorStore, *, collections: Sequen
     for name in known if collections is None else collections:
         if name in known:
             writer.check_collection(_collection_record(known[name]))
-    for conversation_id in source.conversation_ids():
+    for conversation_id in source.conversations.ids():
         writer.check_conversation(_conversation_record(source, conversation_id))
     digest = Digest()
     for kind, record in read_tenant(source, collections=collections):

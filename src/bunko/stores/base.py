@@ -230,57 +230,77 @@ class CollectionReader(Protocol):
         ...
 
 
-@runtime_checkable
-class RecordStore(Protocol):
-    """Per-tenant records next to the data (R13, R33, conversations); every store has them."""
+class UsageRecords(Protocol):
+    """A tenant's usage records and search logs (R13, R33): ``store.usage``."""
 
-    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
-        """Store metered operations (embedding, llm, search, upsert, ...) for this tenant (and user, if given)."""
+    def record(self, events: Sequence[UsageEvent], searches: Sequence[tuple[str | None, int, float, str]] = (), *,
+               user_id: str | None = None) -> None:
+        """Store metered operations and search-log rows ``(query or None, result count, ms, search type)``
+        together, in one transaction (for ``user_id``, if given)."""
         ...
 
-    def record_activity(self, events: Sequence[UsageEvent],
-                        searches: Sequence[tuple[str | None, int, float, str]] = (), *,
-                        user_id: str | None = None) -> None:
-        """Store usage records and search-log rows ``(query, result count, ms, search type)`` together,
-        in one transaction (the background writer's batch)."""
+    def summary(self, since: datetime | None = None) -> list[UsageTotal]:
+        """The tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
         ...
 
-    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
-        """This tenant's usage grouped by operation, provider and model (since ``since`` if given)."""
+    def searches(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The tenant's latest searches (only ``user_id``'s when given), newest first."""
         ...
 
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
-                   user_id: str | None = None) -> None:
-        """Record one search (``query`` None when search logs are anonymised; ``user_id`` who searched)."""
+
+class ConversationRecords(Protocol):
+    """A tenant's conversations: ``store.conversations``."""
+
+    def append(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
+        """Append turns to a conversation (created on first use)."""
         ...
 
-    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
-        """This tenant's latest searches (only ``user_id``'s when given), newest first."""
-        ...
-
-    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
-        """Append turns to one of this tenant's conversations (created on first use)."""
-        ...
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
+    def turns(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
         """The last ``limit`` turns (all if None) of a conversation, oldest first; [] if it does not exist."""
         ...
 
-    def conversation_ids(self) -> list[str]:
-        """The ids of this tenant's conversations, oldest first."""
+    def ids(self) -> list[str]:
+        """The ids of the tenant's conversations, oldest first."""
         ...
 
-    def delete_conversation(self, conversation_id: str) -> int:
+    def delete(self, conversation_id: str) -> int:
         """Delete a conversation; returns how many turns it had."""
         ...
 
-    def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
-                              succeeded: Sequence[str] = ()) -> None:
-        """Remember sources of ``collection`` whose ingest failed; forget those in ``succeeded``."""
+
+class FailureRecords(Protocol):
+    """The sources of a tenant's collections whose last ingest failed: ``store.failures``."""
+
+    def record(self, collection: str, failed: Sequence[IngestFailure], succeeded: Sequence[str] = ()) -> None:
+        """Remember the sources of ``collection`` whose ingest failed; forget those in ``succeeded``."""
         ...
 
-    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
+    def list(self, collection: str | None = None) -> list[IngestFailure]:
         """The sources whose last ingest failed (in ``collection``, or in any), latest first."""
+        ...
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    """The records a tenant keeps beside its documents, as repositories bound to its tenant."""
+
+    @property
+    def usage(self) -> UsageRecords:
+        """Usage records and search logs."""
+        ...
+
+    @property
+    def conversations(self) -> ConversationRecords:
+        """Conversations."""
+        ...
+
+    @property
+    def failures(self) -> FailureRecords:
+        """Failed ingests."""
+        ...
+
+    def memories(self) -> Any:
+        """Agent memories (a SQL store's are :class:`~bunko.stores.sql.memory.SQLMemories`)."""
         ...
 
 
@@ -296,6 +316,11 @@ class VectorStore(RecordStore, Protocol):
     @property
     def kind(self) -> str:
         """The kind of database behind this store (its backend's URL scheme: ``sqlite``, ``postgresql``)."""
+        ...
+
+    @property
+    def database(self) -> int:
+        """Which database this store works in: equal for the stores of one backend (a grouping key)."""
         ...
 
     # Collections (R3)

@@ -197,53 +197,5 @@ class TenantRecords:
         """Agent memories (:mod:`bunko.stores.sql.memory`)."""
         return SQLMemories(self)  # type: ignore[arg-type]
 
-    # The record methods of the store contract, as the repositories do them.
-    def record_usage(self, events: Sequence[UsageEvent], *, user_id: str | None = None) -> None:
-        """Store metered operations for this tenant (and user, if given)."""
-        self.usage.record(events, user_id=user_id)
-
-    def record_activity(self, events: Sequence[UsageEvent], searches: Sequence[SearchRow] = (), *,
-                        user_id: str | None = None) -> None:
-        """Store usage records and search-log rows in one transaction."""
-        self.usage.record(events, searches, user_id=user_id)
-
-    def usage_summary(self, since: datetime | None = None) -> list[UsageTotal]:
-        """This tenant's usage grouped by operation, provider and model."""
-        return self.usage.summary(since)
-
-    def log_search(self, query: str | None, result_count: int, search_time_ms: float, search_type: str, *,
-                   user_id: str | None = None) -> None:
-        """Record one search."""
-        self.usage.record((), [(query, result_count, search_time_ms, search_type)], user_id=user_id)
-
-    def search_log(self, limit: int = 100, *, user_id: str | None = None) -> list[dict[str, Any]]:
-        """This tenant's latest searches, newest first."""
-        return self.usage.searches(limit, user_id=user_id)
-
-    def append_turns(self, conversation_id: str, turns: Sequence[ConversationTurn]) -> None:
-        """Append turns to a conversation."""
-        self.conversations.append(conversation_id, turns)
-
-    def conversation(self, conversation_id: str, limit: int | None = None) -> list[ConversationTurn]:
-        """The last turns of a conversation, oldest first."""
-        return self.conversations.turns(conversation_id, limit)
-
-    def conversation_ids(self) -> list[str]:
-        """The ids of this tenant's conversations, oldest first."""
-        return self.conversations.ids()
-
-    def delete_conversation(self, conversation_id: str) -> int:
-        """Delete a conversation; returns how many turns it had."""
-        return self.conversations.delete(conversation_id)
-
-    def record_ingest_outcome(self, collection: str, failed: Sequence[IngestFailure],
-                              succeeded: Sequence[str] = ()) -> None:
-        """Remember failed sources of ``collection`` and forget those in ``succeeded``."""
-        self.failures.record(collection, failed, succeeded)
-
-    def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
-        """The sources whose last ingest failed, latest first."""
-        return self.failures.list(collection)
-
 
 __all__ = ["SQLConversations", "SQLIngestFailures", "SQLUsageRecords", "SearchRow", "TenantRecords"]

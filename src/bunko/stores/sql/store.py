@@ -199,6 +199,11 @@ class SQLStore:
         return self._backend.scheme
 
     @property
+    def database(self) -> int:
+        """Which database this store works in: equal for the stores of one backend (a grouping key)."""
+        return id(self._backend)
+
+    @property
     def dialect(self) -> Dialect:
         """The SQL dialect of this store's database."""
         return self._d
