@@ -15,10 +15,11 @@ read and delete names the user, and search never leaves that user's memories.
 Search is hybrid by default: cosine over the user's memory vectors and BM25 over their keyword
 tokens (the store's analyzer, Japanese-aware) with the same terms, idf and scoring as a collection's
 keyword search (:func:`bunko.search.keyword.rank_texts`, statistics of the user's memories alone),
-fused by the documents' fusion (:func:`bunko.search.fusion.fuse_keys`) with their default weights,
-by normalised scores so that ``relevance_score`` reads as a relevance from 0 to 1. The query is embedded while
-the user's memories are read. When that semantic leg fails (embedder down, an error, or slower
-than ``[memory] semantic_timeout``), the keyword leg answers alone: the answer says
+fused by the documents' fusion (:func:`bunko.search.fusion.fuse_keys`, reciprocal ranks with their
+default constant and weights), so ``relevance_score`` is the fused score: it orders memories, it is not a
+probability. The query is embedded while the user's memories are read. When that semantic leg fails
+(embedder down, an error, or slower than ``[memory] semantic_timeout``), the keyword leg answers alone: the
+answer says
 ``"fallback": true``, a warning is logged, and it is counted (``fallback_count()`` in this process;
 a ``search`` usage record with model ``memory-keyword-fallback`` per tenant, R35). A search over
 ``[memory] timeout`` (2 s) raises ``RagSearchTimeoutError``; a named store that does not exist
@@ -51,7 +52,7 @@ from .errors import (
     RagSearchTimeoutError,
 )
 from .scope import EngineServices, TenantScope
-from .search.fusion import DEFAULT_FUSION, Fusion, fuse_keys
+from .search.fusion import DEFAULT_FUSION, fuse_keys
 from .search.keyword import rank_texts
 from .stores.sql.memory import (
     MemoryStoreInfo,
@@ -416,13 +417,14 @@ def _same_embedder(info: MemoryStoreInfo, embedder: Any) -> None:
         check_embedder(info, EmbedderInfo(provider, model, info.dimension))
 
 
-# Memories fuse as documents do, with the same weights, by normalised scores (relevance from 0 to 1).
-MEMORY_FUSION = Fusion("score", DEFAULT_FUSION.vector_weight, DEFAULT_FUSION.keyword_weight, floor=DEFAULT_FUSION.floor)
+# Memories fuse as documents do: the same method, constant and weights.
+MEMORY_FUSION = DEFAULT_FUSION
 
 
 def _rank(memories: list[StoredMemory], vectors: np.ndarray, query_vector: Any, analyzer: str, query: str,
           top_k: int, mode: str) -> list[tuple[int, float]]:
-    """(position, relevance in [0, 1]) of the best ``top_k`` memories for the legs of ``mode``."""
+    """(position, fused score) of the best ``top_k`` memories for the legs of ``mode`` (one leg alone: its
+    reciprocal ranks)."""
     if not memories:
         return []
     n = len(memories)
