@@ -17,6 +17,8 @@ Every other read and write is the tenant's, as it always was.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
@@ -31,7 +33,8 @@ from .search import Retriever
 from .splitters import splitter_spec
 from .spool import spool_root
 from .stores.service import conversation_prefix, service_records
-from .usage import Meter
+from .types import SearchHit, UsageEvent
+from .usage import Meter, route, store_kind
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -163,6 +166,21 @@ class TenantScope(Generic[E]):
         """A ``RAGPipeline`` over one collection, answering with ``generator`` (default: :meth:`generator`)."""
         return RAGPipeline(self.index_manager(collection, splitter=splitter, analyzer=analyzer),
                            self.retriever(collection), generator or self.generator())
+
+    def delete_records(self, collection: str, ids: Sequence[str]) -> int:
+        """Delete records (chunks) of one collection by id (R14); returns how many there were. A missing
+        collection raises ``CollectionNotFoundError``; the deletion is metered as a ``delete``."""
+        started = time.perf_counter()
+        self._store.get_collection(collection)
+        deleted = self._store.delete(collection, list(ids))
+        route(UsageEvent("delete", store_kind(self._store), items=deleted,
+                         latency_ms=(time.perf_counter() - started) * 1000,
+                         metadata={"collection": collection, "requested": len(ids)}))
+        return deleted
+
+    def records(self, collection: str, ids: Sequence[str]) -> list[SearchHit]:
+        """Records (chunks) of one collection by id, in the order asked; unknown ids are left out."""
+        return self._store.get_chunks(collection, ids)
 
     def conversations(self) -> Conversations:
         """This tenant's conversations (in its user's namespace), as questions with a ``conversation_id`` use them."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -277,18 +276,13 @@ class VectorService:
         """Delete records of ``collection`` by id (this tenant's only): ``{"deleted_count"}``."""
         if not all(isinstance(i, str) and i for i in ids):
             raise BlockInputError("INPUT_001", "ids must be non-empty strings")
-        store = self._execution.tenant.store
-        started = time.perf_counter()
-        await asyncio.to_thread(store.get_collection, collection)  # a missing collection is COLLECTION_NOT_FOUND
-        deleted = await asyncio.to_thread(store.delete, collection, list(ids))
-        metering.route(UsageEvent("delete", metering.store_kind(store), items=deleted,
-                                  latency_ms=(time.perf_counter() - started) * 1000,
-                                  metadata={"collection": collection, "requested": len(ids)}))
+        # A missing collection is COLLECTION_NOT_FOUND.
+        deleted = await asyncio.to_thread(self._execution.tenant.delete_records, collection, list(ids))
         return {"deleted_count": deleted}
 
     async def list_collections(self) -> list[dict[str, Any]]:
         """This tenant's collections: ``[{name, document_count, chunk_count, dimension, created_at, ...}]``."""
-        collections = await asyncio.to_thread(self._execution.tenant.store.list_collections)
+        collections = await asyncio.to_thread(self._execution.tenant.store.list_collections)  # the tenant's only
         return [{"name": c.name, "document_count": c.document_count, "chunk_count": c.chunk_count,
                  "dimension": c.dimension, "embedding_provider": c.embedding_provider,
                  "embedding_model": c.embedding_model, "created_at": c.created_at} for c in collections]

@@ -137,7 +137,7 @@ class BunkoVectorStore(VectorStore):
             if ids is None:
                 self.tenant.delete_collection(self.collection)  # with its upload jobs, if any (bunko.jobs)
             else:
-                self.tenant.store.delete(self.collection, ids)
+                self.tenant.delete_records(self.collection, ids)
         except CollectionNotFoundError:
             pass
         return True
@@ -149,7 +149,7 @@ class BunkoVectorStore(VectorStore):
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The records with these ids (unknown ids are left out)."""
         try:
-            hits = self.tenant.store.get_chunks(self.collection, list(ids))
+            hits = self.tenant.records(self.collection, list(ids))
         except CollectionNotFoundError:
             return []
         return [_document(h) for h in hits]
