@@ -321,8 +321,9 @@ class Tenant(TenantScope["Bunko"]):
         return self._store.get_document(document_id, collection)
 
     def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
-        """Delete documents by id (in any of this tenant's collections unless one is named)."""
-        return self._store.delete_documents(document_ids, collection)
+        """Delete documents by id (in any of this tenant's collections unless one is named), their upload jobs
+        first and their spooled files after (``bunko.jobs``)."""
+        return self.jobs.delete_documents(document_ids, collection)
 
     def ingest_failures(self, collection: str | None = None) -> list[IngestFailure]:
         """Files and URLs whose last ingest failed (in ``collection``, or in any), with the reason."""

@@ -101,15 +101,19 @@ class TenantJobs:
         remove_job_files(self.spool, self.tenant, job_ids)
         return result
 
-    def delete_documents(self, document_ids: Sequence[str]) -> int:
-        """Delete documents with their jobs and spooled files; returns how many documents there were."""
+    def delete_documents(self, document_ids: Sequence[str], collection: str | None = None) -> int:
+        """Delete documents (of ``collection``, if named) with their jobs and spooled files; returns how many
+        documents there were."""
         ids = list(document_ids)
+        if collection is not None:  # only those of that collection, and their jobs
+            wanted = set(ids)
+            ids = [d.id for d in self._store.list_documents(collection) if d.id in wanted]
 
         def jobs() -> list[str]:
             self._records.delete_jobs(self._store, ids)
             return ids
 
-        return self.delete(jobs, lambda: self._store.delete_documents(ids))
+        return self.delete(jobs, lambda: self._store.delete_documents(ids, collection))
 
     def delete_collection(self, name: str) -> Collection:
         """Delete a collection with its documents and their jobs and spooled files; returns the collection as it
