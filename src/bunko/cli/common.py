@@ -159,6 +159,16 @@ def json_option(help: str = "Print machine-readable JSON on stdout.") -> Callabl
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def json_command(help: str = "Print machine-readable JSON on stdout.") -> Callable[[F], F]:
+    """What every command ends with: :func:`json_option`, the click context as its first argument, and
+    :func:`handle_errors` around its body (put decorators that change its arguments below this one)."""
+
+    def decorate(func: F) -> F:
+        return json_option(help)(click.pass_context(handle_errors(func)))  # type: ignore[return-value]
+
+    return decorate
+
+
 def quiet_option(help: str = "No progress output on stderr.") -> Callable[[FC], FC]:
     """``--quiet/-q``: no progress (the ``bunko`` group's own --quiet turns it off for every command)."""
     return click.option("--quiet", "-q", is_flag=True, help=help)

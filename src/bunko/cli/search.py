@@ -23,8 +23,7 @@ from .common import (
     embedder_option,
     emit_json,
     get_engine,
-    handle_errors,
-    json_option,
+    json_command,
     stderr,
     stdout,
     tenant_option,
@@ -111,9 +110,7 @@ mode_option = click.option("--mode", type=click.Choice(["hybrid", "vector", "key
 @click.option("--threshold", type=click.FloatRange(-1.0, 1.0), default=None,
               help="Drop vector hits with cosine similarity below this.")
 @embedder_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 @ranking_options
 def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
            document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
@@ -176,9 +173,7 @@ def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: st
 @click.option("--stream", is_flag=True,
               help="Print the answer as it is written (with --json: one JSON event per line).")
 @embedder_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 @ranking_options
 def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int, document_ids: tuple[str, ...],
         filter_json: str | None, file_types: tuple[str, ...], since: str | None, until: str | None,
