@@ -142,6 +142,18 @@ def reporter(ctx: click.Context, quiet: bool = False) -> Reporter:
 
 
 # -- options ----------------------------------------------------------------------------------------
+def options(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """One decorator that applies ``decorators`` as if they were written one above the other, in this order
+    (so ``--help`` lists their options in this order)."""
+
+    def decorate(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return decorate
+
+
 def tenant_option(help: str = "Tenant whose data to use (env BUNKO_TENANT).") -> Callable[[FC], FC]:
     """``--tenant/-t``, default ``default``, from ``BUNKO_TENANT``."""
     return click.option("--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
