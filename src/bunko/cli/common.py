@@ -166,12 +166,15 @@ def collection_option(help: str = "Collection inside the tenant (env BUNKO_COLLE
                         envvar="BUNKO_COLLECTION", help=help)
 
 
-def json_option(help: str = "Print machine-readable JSON on stdout.") -> Callable[[FC], FC]:
+JSON_HELP = "Print machine-readable JSON on stdout."
+
+
+def json_option(help: str = JSON_HELP) -> Callable[[FC], FC]:
     """``--json``, passed to the command as ``as_json`` (which :func:`handle_errors` reads too)."""
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
-def json_command(help: str = "Print machine-readable JSON on stdout.") -> Callable[[F], F]:
+def json_command(help: str = JSON_HELP) -> Callable[[F], F]:
     """What every command ends with: :func:`json_option`, the click context as its first argument, and
     :func:`handle_errors` around its body (put decorators that change its arguments below this one)."""
 
