@@ -30,6 +30,7 @@ pytest.importorskip("pypdfium2")
 pytest.importorskip("pdfminer")
 
 from bunko.loaders import pdf as pdf_loader
+from bunko.loaders import pdf_layout
 from bunko.loaders.pdf import load_pdf
 
 shared_data = pytest.mark.shared_data
@@ -290,13 +291,13 @@ def test_load_path_sniffs_the_content(tmp_path: Path, folder: Path, horizontal: 
 def test_pdfminer_only_where_needed(monkeypatch: pytest.MonkeyPatch, folder: Path, plain: list[str],
                                     consulted: list[str]) -> None:
     asked: list[set[int] | None] = []
-    original = pdf_loader._pdfminer_texts
+    original = pdf_loader.pdfminer_texts
 
     def spy(document: Any, wanted: set[int] | None) -> Any:
         asked.append(wanted)
         return original(document, wanted)
 
-    monkeypatch.setattr(pdf_loader, "_pdfminer_texts", spy)
+    monkeypatch.setattr(pdf_loader, "pdfminer_texts", spy)
     for name in plain:
         load_pdf(folder / name, LoadOptions())
     assert asked == []
@@ -537,21 +538,21 @@ def test_tiers_are_read_one_after_the_other() -> None:
 
 def test_reading_order_of_blocks() -> None:
     def block(x0: float, y0: float, x1: float, y1: float, text: str, vertical: bool = False) -> Any:
-        return pdf_loader._Block(x0, y0, x1, y1, text, vertical)
+        return pdf_layout.TextBlock(x0, y0, x1, y1, text, vertical)
 
     horizontal = [  # a title over two columns of two paragraphs each, and a page number under them
         block(300, 500, 550, 600, "right-top"), block(50, 700, 550, 750, "title"),
         block(50, 300, 280, 480, "left-bottom"), block(300, 300, 550, 480, "right-bottom"),
         block(50, 500, 280, 600, "left-top"), block(280, 250, 320, 270, "page"),
     ]
-    assert [b.text for b in pdf_loader._reading_order(horizontal)] == [
+    assert [b.text for b in pdf_layout.reading_order(horizontal)] == [
         "title", "left-top", "left-bottom", "right-top", "right-bottom", "page"]
     vertical = [  # two tiers of three columns each (right to left), the columns of both tiers at one x
         block(x, y0, x + 10, y1, f"{tier}{n}", True)
         for tier, (y0, y1) in (("lower", (100, 300)), ("upper", (400, 600)))
         for n, x in enumerate((500, 480, 460))
     ]
-    assert [b.text for b in pdf_loader._reading_order(vertical)] == [
+    assert [b.text for b in pdf_layout.reading_order(vertical)] == [
         "upper0", "upper1", "upper2", "lower0", "lower1", "lower2"]
 
 

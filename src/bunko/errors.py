@@ -8,6 +8,8 @@ translated at the seam that sees them, with the original kept as ``__cause__``.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BunkoError(Exception):
     """Base class of every error bunko raises on purpose; safe to show to a user."""
@@ -144,34 +146,35 @@ class ProviderAuthFailed(ProviderFailure):
     """The provider rejected the API key (HTTP 401 or 403)."""
 
 
+def _provider_errors(seam: type[BunkoError], name: str, api: str,
+                     failures: str) -> tuple[type[Any], type[Any], type[Any], type[Any]]:
+    """The four errors a hosted API of one seam raises: ``<name>ProviderError`` (a subclass of ``seam`` and of
+    :class:`ProviderFailure`: ``failures``, e.g. "an HTTP error or a malformed body") and its rate-limit, timeout
+    and auth subclasses, each also a subclass of its marker. Their codes are ``<API>_PROVIDER_ERROR``,
+    ``<API>_RATE_LIMITED``, ``<API>_TIMEOUT`` and ``<API>_AUTH``."""
+    prefix = api.upper()
+
+    def error(suffix: str, bases: tuple[type, ...], code: str, doc: str) -> type[Any]:
+        # Named and placed as if written out in this module, so that pickle and tracebacks find them.
+        return type(name + suffix, bases, {"__module__": __name__, "__qualname__": name + suffix,
+                                           "__doc__": doc, "code": f"{prefix}_{code}"})
+
+    generic = error("ProviderError", (seam, ProviderFailure), "PROVIDER_ERROR",
+                    f"A hosted {api} API failed: {failures}.")
+    return (generic,
+            error("RateLimitError", (generic, RateLimited), "RATE_LIMITED", f"The {api} API kept answering 429."),
+            error("TimeoutError", (generic, ProviderTimeout), "TIMEOUT", f"The {api} API did not answer in time."),
+            error("AuthError", (generic, ProviderAuthFailed), "AUTH", f"The {api} API rejected the API key."))
+
+
 class EmbeddingError(BunkoError):
     """An embedder failed or was given invalid input (empty text or list)."""
 
     code = "EMBEDDING_ERROR"
 
 
-class EmbeddingProviderError(EmbeddingError, ProviderFailure):
-    """A hosted embedding API failed: an HTTP error, a malformed body or a wrong dimension."""
-
-    code = "EMBEDDING_PROVIDER_ERROR"
-
-
-class EmbeddingRateLimitError(EmbeddingProviderError, RateLimited):
-    """The embedding API kept answering 429."""
-
-    code = "EMBEDDING_RATE_LIMITED"
-
-
-class EmbeddingTimeoutError(EmbeddingProviderError, ProviderTimeout):
-    """The embedding API did not answer in time."""
-
-    code = "EMBEDDING_TIMEOUT"
-
-
-class EmbeddingAuthError(EmbeddingProviderError, ProviderAuthFailed):
-    """The embedding API rejected the API key."""
-
-    code = "EMBEDDING_AUTH"
+EmbeddingProviderError, EmbeddingRateLimitError, EmbeddingTimeoutError, EmbeddingAuthError = _provider_errors(
+    EmbeddingError, "Embedding", "embedding", "an HTTP error, a malformed body or a wrong dimension")
 
 
 class VectorStoreError(BunkoError):
@@ -234,28 +237,8 @@ class RerankError(RetrievalError):
     code = "RERANK_ERROR"
 
 
-class RerankProviderError(RerankError, ProviderFailure):
-    """A hosted rerank API failed: an HTTP error or a malformed body."""
-
-    code = "RERANK_PROVIDER_ERROR"
-
-
-class RerankRateLimitError(RerankProviderError, RateLimited):
-    """The rerank API kept answering 429."""
-
-    code = "RERANK_RATE_LIMITED"
-
-
-class RerankTimeoutError(RerankProviderError, ProviderTimeout):
-    """The rerank API did not answer in time."""
-
-    code = "RERANK_TIMEOUT"
-
-
-class RerankAuthError(RerankProviderError, ProviderAuthFailed):
-    """The rerank API rejected the API key."""
-
-    code = "RERANK_AUTH"
+RerankProviderError, RerankRateLimitError, RerankTimeoutError, RerankAuthError = _provider_errors(
+    RerankError, "Rerank", "rerank", "an HTTP error or a malformed body")
 
 
 class FilterProblem:
@@ -300,28 +283,8 @@ class GenerationError(BunkoError):
     code = "GENERATION_ERROR"
 
 
-class LLMProviderError(GenerationError, ProviderFailure):
-    """A hosted LLM API failed: an HTTP error, a malformed body or a broken stream."""
-
-    code = "LLM_PROVIDER_ERROR"
-
-
-class LLMRateLimitError(LLMProviderError, RateLimited):
-    """The LLM API kept answering 429."""
-
-    code = "LLM_RATE_LIMITED"
-
-
-class LLMTimeoutError(LLMProviderError, ProviderTimeout):
-    """The LLM API did not answer in time."""
-
-    code = "LLM_TIMEOUT"
-
-
-class LLMAuthError(LLMProviderError, ProviderAuthFailed):
-    """The LLM API rejected the API key."""
-
-    code = "LLM_AUTH"
+LLMProviderError, LLMRateLimitError, LLMTimeoutError, LLMAuthError = _provider_errors(
+    GenerationError, "LLM", "LLM", "an HTTP error, a malformed body or a broken stream")
 
 
 class ArchiveError(BunkoError):

@@ -19,17 +19,16 @@ Plugins come from the ``bunko.rerankers`` entry-point group.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from .errors import BunkoError, ConfigError, RerankError
+from .errors import BunkoError, RerankError
 from .providers._base import HostedClient
 from .providers._http import RERANK_ERRORS
 from .providers.cohere import CohereAPI
-from .providers.local import import_sentence_transformers, load_error
+from .providers.local import LocalModel
 from .providers.voyage import VoyageAPI
 from .registry import Registry
 from .types import SearchHit, UsageEvent
@@ -168,45 +167,25 @@ class JinaReranker(HostedReranker):
     extra_body: ClassVar[Mapping[str, Any]] = {"return_documents": False}
 
 
-class CrossEncoderReranker(BaseReranker):
+class CrossEncoderReranker(LocalModel, BaseReranker):
     """A local sentence-transformers ``CrossEncoder`` (the ``local`` extra), run in a worker thread."""
 
     provider = "cross-encoder"
+    example = "/models/bge-reranker"
 
     def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 32,
                  max_length: int | None = None, allow_download: bool = False, trust_remote_code: bool = False,
                  usage_sink: Callable[[UsageEvent], None] | None = None) -> None:
-        if not model:
-            raise ConfigError("cross-encoder: give a model folder or name, e.g. 'cross-encoder:/models/bge-reranker'")
-        self._module = import_sentence_transformers()
-        self.model = model
-        self.device = device
+        super().__init__(model, device=device, allow_download=allow_download, trust_remote_code=trust_remote_code,
+                         usage_sink=usage_sink)
         self.batch_size = batch_size
         self.max_length = max_length
-        self.allow_download = allow_download
-        self.trust_remote_code = trust_remote_code
-        self.usage_sink = usage_sink
-        self._encoder: Any = None
-        self._lock = threading.Lock()
 
-    def _load(self) -> Any:
-        with self._lock:
-            if self._encoder is None:
-                try:
-                    self._encoder = self._module.CrossEncoder(
-                        self.model, device=self.device, max_length=self.max_length,
-                        local_files_only=not self.allow_download, trust_remote_code=self.trust_remote_code,
-                    )
-                except Exception as exc:
-                    raise load_error("cross-encoder", self.model, exc, self.allow_download) from exc
-            return self._encoder
-
-    def warm_up(self) -> None:
-        """Load the model ahead of the first call."""
-        self._load()
+    def _model(self) -> Any:
+        return self._load("cross-encoder", "CrossEncoder", max_length=self.max_length)
 
     def _predict(self, query: str, documents: list[str]) -> list[float]:
-        scores = self._load().predict([(query, d) for d in documents], batch_size=self.batch_size,
+        scores = self._model().predict([(query, d) for d in documents], batch_size=self.batch_size,
                                       show_progress_bar=False)
         return [float(s) for s in scores]
 

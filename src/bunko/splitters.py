@@ -417,24 +417,16 @@ class TokenSplitter:
 
     # -- packing -------------------------------------------------------------------
     def _pack(self, units: list[_Unit]) -> list[tuple[int, int]]:
-        spans: list[tuple[int, int]] = []
-        current: list[_Unit] = []
-        total = 0
-        for unit in units:
+        def carry(current: list[_Unit], total: int, unit: _Unit) -> list[_Unit] | None:
             only_headings = all(u.heading for u in current)
             full = total + unit.tokens > self.max_tokens
             section_break = unit.heading and total * 2 >= self.max_tokens
-            if current and (full or section_break) and not (only_headings and not full):
-                spans.append((current[0].start, current[-1].end))
-                current = self._overlap(current) if not unit.heading else []
-                total = sum(u.tokens for u in current)
-                if total + unit.tokens > self.max_tokens:
-                    current, total = [], 0
-            current.append(unit)
-            total += unit.tokens
-        if current:
-            spans.append((current[0].start, current[-1].end))
-        return spans
+            if not (full or section_break) or (only_headings and not full):
+                return None
+            carried = self._overlap(current) if not unit.heading else []
+            return carried if sum(u.tokens for u in carried) + unit.tokens <= self.max_tokens else []
+
+        return _packed(units, carry)
 
     def _overlap(self, previous: list[_Unit]) -> list[_Unit]:
         carried: list[_Unit] = []
@@ -461,18 +453,26 @@ class TokenSplitter:
 
     @staticmethod
     def _pack_plain(units: list[_Unit], budget: int) -> list[tuple[int, int]]:
-        spans: list[tuple[int, int]] = []
-        current: list[_Unit] = []
-        total = 0
-        for unit in units:
-            if current and total + unit.tokens > budget:
-                spans.append((current[0].start, current[-1].end))
-                current, total = [], 0
-            current.append(unit)
-            total += unit.tokens
-        if current:
+        return _packed(units, lambda current, total, unit: [] if total + unit.tokens > budget else None)
+
+
+def _packed(units: list[_Unit],
+            carry: Callable[[list[_Unit], int, _Unit], list[_Unit] | None]) -> list[tuple[int, int]]:
+    """Chunks of consecutive units, as spans. Before each unit, ``carry(chunk, its tokens, unit)`` says whether
+    the chunk ends there: None, it goes on; else the units of it the next chunk starts with (the overlap)."""
+    spans: list[tuple[int, int]] = []
+    current: list[_Unit] = []
+    total = 0
+    for unit in units:
+        carried = carry(current, total, unit) if current else None
+        if carried is not None:
             spans.append((current[0].start, current[-1].end))
-        return spans
+            current, total = carried, sum(u.tokens for u in carried)
+        current.append(unit)
+        total += unit.tokens
+    if current:
+        spans.append((current[0].start, current[-1].end))
+    return spans
 
 
 def _lstrip(text: str, start: int, end: int) -> int:

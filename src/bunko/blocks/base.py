@@ -57,8 +57,13 @@ class Block:
 
     @property
     def config_schema(self) -> dict[str, Any]:
-        """The JSON Schema of the block's config."""
-        return {"type": "object", "properties": {}, "additionalProperties": False}
+        """The JSON Schema of the block's config: an object with :meth:`config_properties` and no other field."""
+        return {"type": "object", "additionalProperties": False, "properties": self.config_properties()}
+
+    def config_properties(self) -> dict[str, Any]:
+        """The fields of the block's config as JSON Schema properties, built when asked (provider enums list
+        the providers registered then)."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """``{"name", "category", "description", "config_schema"}``: the seed's BLOCK_REGISTRY entry."""

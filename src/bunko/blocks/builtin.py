@@ -68,9 +68,11 @@ def _documents(input: dict[str, Any], block: str) -> list[dict[str, Any]]:
     return documents
 
 
-def _collection(config: dict[str, Any], input: dict[str, Any], code: str) -> str:
+def _collection(block: Block, config: dict[str, Any], input: dict[str, Any]) -> str:
+    """The collection the config names, else the input; the block's ``collection_code`` when neither does."""
     collection = config.get("collection") or input.get("collection")
     if not collection:
+        code = block.collection_code or "VECTOR_001"
         raise BlockInputError(code, "collection is required (in the config or the input)")
     if not isinstance(collection, str):
         raise BlockInputError("INPUT_001", "input.collection must be a string")
@@ -111,9 +113,8 @@ class DocLoader(Block):
     category = "data"
     description = "URL、テキスト、APIからドキュメントを読み込み (load a document from a URL, a text or JSON)"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "source_type": {"type": "string", "enum": ["url", "text", "json"], "default": "url",
                             "title": "ソースタイプ"},
             "url": {"type": "string", "title": "URL", "description": "source_type=url の場合に使用"},
@@ -123,7 +124,7 @@ class DocLoader(Block):
             "content_path": {"type": "string", "title": "JSONの本文パス",
                              "description": "source_type=json: dotted path of the text (data.body)"},
             "metadata": {"type": "object", "title": "メタデータ", "description": "Added to the document's metadata"},
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         source_type = config["source_type"]
@@ -177,14 +178,13 @@ class TextSplitter(Block):
     category = "data"
     description = "テキストを指定サイズのチャンクに分割 (split documents into overlapping chunks)"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "chunk_size": {"type": "integer", "default": 1000, "minimum": 100, "maximum": 8000,
                            "title": "チャンクサイズ（文字数）"},
             "chunk_overlap": {"type": "integer", "default": 200, "minimum": 0, "title": "オーバーラップ（文字数）"},
             "separator": {"type": "string", "default": "\n\n", "title": "区切り文字"},
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         size, overlap = config["chunk_size"], config["chunk_overlap"]
@@ -213,12 +213,11 @@ class Embedding(Block):
     category = "ai"
     description = "テキストをベクトル埋め込みに変換 (embed documents)"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "provider": _embedding_provider(["openai", "cohere", "voyage"]),
             "model": {**_embedding_model(), "title": "モデル"},
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         documents = _documents(input, self.name)
@@ -237,17 +236,16 @@ class VectorUpsert(Block):
     description = "ドキュメントをベクトルDBに保存 (store documents in a collection)"
     collection_code = "VECTOR_001"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "collection": {**_COLLECTION, "description": "ベクトルを保存するコレクション (config, else input)"},
             "embedding_provider": {**_embedding_provider(["openai", "cohere"]),
                                    "description": "ベクトルが未設定の場合に使用; default: the collection's embedder"},
             "embedding_model": _embedding_model(),
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        collection = _collection(config, input, "VECTOR_001")
+        collection = _collection(self, config, input)
         documents = input.get("documents")
         if not documents:
             raise BlockInputError("VECTOR_002", "documents array is required")
@@ -266,9 +264,8 @@ class VectorSearch(Block):
     description = "ベクトル類似検索を実行 (search a collection by vector or text)"
     collection_code = "VECTOR_001"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "collection": _COLLECTION,
             "top_k": {"type": "integer", "default": 5, "minimum": 1, "maximum": MAX_TOP_K, "title": "取得件数"},
             "threshold": {"type": "number", "minimum": 0, "maximum": 1, "title": "類似度閾値",
@@ -280,10 +277,10 @@ class VectorSearch(Block):
             "filter": _FILTER,
             "mode": {"type": "string", "enum": list(MODES), "default": "vector", "title": "検索モード",
                      "description": "vector (the seed's), keyword (BM25) or hybrid; a query text only"},
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        collection = _collection(config, input, "VECTOR_001")
+        collection = _collection(self, config, input)
         vectors = input.get("vectors")
         vector = input.get("vector") or (vectors[0] if isinstance(vectors, list) and vectors else None)
         query = input.get("query")
@@ -312,12 +309,11 @@ class VectorDelete(Block):
     description = "ベクトルDBからドキュメントを削除 (delete records by id)"
     collection_code = "VECTOR_001"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {"collection": _COLLECTION}}
+    def config_properties(self) -> dict[str, Any]:
+        return {"collection": _COLLECTION}
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        collection = _collection(config, input, "VECTOR_001")
+        collection = _collection(self, config, input)
         ids = input.get("ids") or ([input["id"]] if input.get("id") else None)
         if not ids:
             raise BlockInputError("VECTOR_004", "ids array is required")
@@ -335,9 +331,8 @@ class RagQuery(Block):
     description = "RAGパイプライン（検索→コンテキスト構築→LLM回答） (answer a question from a collection)"
     collection_code = "RAG_002"
 
-    @property
-    def config_schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": {
+    def config_properties(self) -> dict[str, Any]:
+        return {
             "collection": _COLLECTION,
             "top_k": {"type": "integer", "default": 5, "minimum": 1, "maximum": MAX_TOP_K, "title": "検索件数"},
             "embedding_provider": _embedding_provider(["openai", "cohere"]),
@@ -353,13 +348,13 @@ class RagQuery(Block):
             "filter": _FILTER,
             "mode": {"type": "string", "enum": list(MODES), "title": "検索モード",
                      "description": "vector, keyword or hybrid; left out: the engine's default, as ask uses"},
-        }}
+        }
 
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         query = input.get("query") or input.get("question")
         if not isinstance(query, str) or not query.strip():
             raise BlockInputError("RAG_001", "query is required")
-        collection = _collection(config, input, "RAG_002")
+        collection = _collection(self, config, input)
         options: dict[str, Any] = {"top_k": config["top_k"], "filter": config.get("filter"),
                                    "embedding_provider": config["embedding_provider"],
                                    "embedding_model": config.get("embedding_model")}

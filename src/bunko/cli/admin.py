@@ -16,8 +16,7 @@ from .common import (
     confirm,
     emit_json,
     fail,
-    handle_errors,
-    json_option,
+    json_command,
     open_records,
     resolve_settings,
     stderr,
@@ -43,9 +42,7 @@ def admin_keys() -> None:
 
 @admin_tenants.command("create")
 @click.argument("name")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def admin_tenants_create(ctx: click.Context, name: str, as_json: bool) -> None:
     """Register tenant NAME (nothing happens if it exists)."""
     created = open_records(ctx).create_tenant(name)
@@ -60,9 +57,7 @@ def admin_tenants_create(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.option("--user", "user_id", default=None,
               help="The user the key acts for (uploads made with it belong to this user).")
 @click.option("--admin", "is_admin", is_flag=True, help="A tenant admin key: may erase any user's or all data.")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def admin_keys_create(ctx: click.Context, tenant: str, user_id: str | None, is_admin: bool, as_json: bool) -> None:
     """Create an API key; it is printed once and only its hash is stored."""
     key, record = open_records(ctx).create_api_key(tenant, user_id, admin=is_admin)
@@ -77,9 +72,7 @@ def admin_keys_create(ctx: click.Context, tenant: str, user_id: str | None, is_a
 
 @admin_keys.command("list")
 @click.option("--tenant", "-t", required=True, help="The tenant whose keys to list.")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def admin_keys_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
     """List a tenant's keys (id, prefix, user, admin, revoked), never the keys themselves."""
     keys = open_records(ctx).list_api_keys(tenant)
@@ -93,9 +86,7 @@ def admin_keys_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
 
 @admin_keys.command("revoke")
 @click.argument("key_id", type=int)
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
     """Revoke key KEY_ID; requests with it are refused from then on."""
     if not open_records(ctx).revoke_api_key(key_id):
@@ -107,9 +98,7 @@ def admin_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
 
 
 @admin_tenants.command("list")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def tenants_list(ctx: click.Context, as_json: bool) -> None:
     """List every tenant with its collections, documents and active API keys (on PostgreSQL: the owner login)."""
     tenants = open_records(ctx).list_tenants()
@@ -126,9 +115,7 @@ def tenants_list(ctx: click.Context, as_json: bool) -> None:
 @admin_tenants.command("delete")
 @click.argument("name")
 @yes_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def tenants_delete(ctx: click.Context, name: str, yes: bool, as_json: bool) -> None:
     """Delete tenant NAME: every collection, document, job, log, usage record, conversation, memory and
     API key it has, and the tenant itself (asks first; --yes to skip). Spooled uploads go too."""

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from ..blocks.errors import BlockError, BlockInputError
-from .common import EXIT_ERROR, emit_json, get_engine, handle_errors, json_option, tenant_option
+from .common import EXIT_ERROR, emit_json, get_engine, handle_errors, json_command, json_option, tenant_option
 
 
 @click.group("blocks")
@@ -85,9 +85,7 @@ def _print_output(output: dict[str, Any]) -> None:
 @click.option("--input", "input_json", default=None, metavar="JSON",
               help="The workflow input: a JSON object, or @FILE holding one (default: {}).")
 @tenant_option("Tenant the workflow runs in; every block works in this tenant only (env BUNKO_TENANT).")
-@json_option("Print {workflow, steps, output} as JSON.")
-@click.pass_context
-@handle_errors
+@json_command("Print {workflow, steps, output} as JSON.")
 def workflow_run(ctx: click.Context, file: str, input_json: str | None, tenant: str, as_json: bool) -> None:
     """Run the workflow in FILE (JSON or YAML) in one tenant."""
     from ..blocks.ctx import aclose_clients

@@ -142,6 +142,18 @@ def reporter(ctx: click.Context, quiet: bool = False) -> Reporter:
 
 
 # -- options ----------------------------------------------------------------------------------------
+def options(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """One decorator that applies ``decorators`` as if they were written one above the other, in this order
+    (so ``--help`` lists their options in this order)."""
+
+    def decorate(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return decorate
+
+
 def tenant_option(help: str = "Tenant whose data to use (env BUNKO_TENANT).") -> Callable[[FC], FC]:
     """``--tenant/-t``, default ``default``, from ``BUNKO_TENANT``."""
     return click.option("--tenant", "-t", default=DEFAULT_TENANT, show_default=True, envvar="BUNKO_TENANT",
@@ -154,9 +166,22 @@ def collection_option(help: str = "Collection inside the tenant (env BUNKO_COLLE
                         envvar="BUNKO_COLLECTION", help=help)
 
 
-def json_option(help: str = "Print machine-readable JSON on stdout.") -> Callable[[FC], FC]:
+JSON_HELP = "Print machine-readable JSON on stdout."
+
+
+def json_option(help: str = JSON_HELP) -> Callable[[FC], FC]:
     """``--json``, passed to the command as ``as_json`` (which :func:`handle_errors` reads too)."""
     return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def json_command(help: str = JSON_HELP) -> Callable[[F], F]:
+    """What every command ends with: :func:`json_option`, the click context as its first argument, and
+    :func:`handle_errors` around its body (put decorators that change its arguments below this one)."""
+
+    def decorate(func: F) -> F:
+        return json_option(help)(click.pass_context(handle_errors(func)))  # type: ignore[return-value]
+
+    return decorate
 
 
 def quiet_option(help: str = "No progress output on stderr.") -> Callable[[FC], FC]:

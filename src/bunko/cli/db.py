@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .common import database_url, emit_json, handle_errors, json_option, stderr, stdout
+from .common import database_url, emit_json, json_command, stderr, stdout
 
 
 @click.group()
@@ -22,9 +22,7 @@ def _postgres_url(ctx: click.Context) -> str | None:
 
 
 @db.command("migrate")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def db_migrate(ctx: click.Context, as_json: bool) -> None:
     """Create or upgrade the schema (run as the schema owner)."""
     url = _postgres_url(ctx)
@@ -45,9 +43,7 @@ def db_migrate(ctx: click.Context, as_json: bool) -> None:
 
 
 @db.command("status")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def db_status(ctx: click.Context, as_json: bool) -> None:
     """Show the schema version, pending migrations and server versions."""
     url = _postgres_url(ctx)

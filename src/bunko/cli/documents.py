@@ -13,7 +13,7 @@ from .common import (
     confirm,
     emit_json,
     get_engine,
-    handle_errors,
+    json_command,
     json_option,
     stderr,
     stdout,
@@ -36,9 +36,7 @@ def documents() -> None:
 @click.option("--failed", is_flag=True,
               help="List the files and URLs whose last ingest failed, with the reason, instead (kept until "
                    "one is ingested; with --collection given, only that collection's).")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def documents_list(ctx: click.Context, collection: str, tenant: str, limit: int | None, offset: int, failed: bool,
                    as_json: bool) -> None:
     """List the documents of a collection (or, with --failed, what failed to go in).
@@ -76,9 +74,7 @@ def documents_list(ctx: click.Context, collection: str, tenant: str, limit: int 
 @click.argument("document_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--collection", "-c", default=None, help="Only delete from this collection (default: any).")
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def documents_delete(ctx: click.Context, document_ids: tuple[str, ...], collection: str | None, tenant: str,
                      as_json: bool) -> None:
     """Delete documents (and their chunks and vectors) by id."""
@@ -99,9 +95,7 @@ def documents_delete(ctx: click.Context, document_ids: tuple[str, ...], collecti
 @click.argument("document_id", metavar="ID")
 @click.option("--collection", "-c", default=None, help="Only look in this collection (default: any).")
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def documents_show(ctx: click.Context, document_id: str, collection: str | None, tenant: str,
                    as_json: bool) -> None:
     """Show one document: its collection, source, version, chunk count, times and metadata."""
@@ -140,9 +134,7 @@ def collections(ctx: click.Context, tenant: str, as_json: bool) -> None:
 
 @collections.command("list")
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def collections_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
     """List the tenant's collections with their document and chunk counts."""
     tenant, as_json = _inherited(ctx, tenant, as_json)
@@ -161,9 +153,7 @@ def collections_list(ctx: click.Context, tenant: str, as_json: bool) -> None:
 @click.argument("name")
 @tenant_option()
 @yes_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def collections_delete(ctx: click.Context, name: str, tenant: str, yes: bool, as_json: bool) -> None:
     """Delete collection NAME with all its documents, chunks and vectors (asks first; --yes to skip)."""
     tenant, as_json = _inherited(ctx, tenant, as_json)

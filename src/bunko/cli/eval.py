@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..engine import Bunko
 from ..evaluation import MODES as EVAL_MODES
-from .common import emit_json, get_engine, handle_errors, json_option, reporter, stderr, stdout, tenant_option
+from .common import emit_json, get_engine, json_command, reporter, stderr, stdout, tenant_option
 
 
 @click.command("eval")
@@ -32,9 +32,7 @@ from .common import emit_json, get_engine, handle_errors, json_option, reporter,
               help="An LLM to score with --answers as well (env BUNKO_LLM; config [llm] model).")
 @click.option("--base-url", metavar="URL", default=None, help="The LLM server (env BUNKO_LLM_BASE_URL).")
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def eval_command(ctx: click.Context, dataset_dir: str, mode: str, top_k: int, limit_queries: int | None,
                  analyzer: str | None, answers: bool, llm: str | None, base_url: str | None, tenant: str,
                  as_json: bool) -> None:

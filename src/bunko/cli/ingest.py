@@ -18,8 +18,7 @@ from .common import (
     embedder_option,
     emit_json,
     get_engine,
-    handle_errors,
-    json_option,
+    json_command,
     quiet_option,
     reporter,
     stderr,
@@ -45,9 +44,7 @@ from .common import (
               help="JSON files: dotted path of the text field (e.g. data.body).")
 @embedder_option()
 @quiet_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
            analyzer: str | None, password: str | None, content_path: str | None, embedder: str | None,
            quiet: bool, as_json: bool) -> None:

@@ -13,8 +13,7 @@ from .common import (
     embedder_option,
     emit_json,
     get_engine,
-    handle_errors,
-    json_option,
+    json_command,
     stdout,
     tenant_option,
 )
@@ -41,9 +40,7 @@ def memory() -> None:
 @store_option
 @tenant_option()
 @embedder_option(MEMORY_EMBEDDER_HELP)
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def memory_add(ctx: click.Context, text: str, user_id: str, session_id: str | None, memory_type: str,
                subject: str | None, metadata_json: str | None, timestamp: str | None, store: str, tenant: str,
                embedder: str | None, as_json: bool) -> None:
@@ -81,9 +78,7 @@ def _metadata(text: str | None) -> dict[str, Any]:
 @store_option
 @tenant_option()
 @embedder_option(MEMORY_EMBEDDER_HELP)
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def memory_search(ctx: click.Context, query: str, user_id: str, top_k: int, mode: str, timeout: float | None,
                   store: str, tenant: str, embedder: str | None, as_json: bool) -> None:
     """A user's memories for QUERY, best first (--json prints the memories with their scores and metadata)."""
@@ -109,9 +104,7 @@ def memory_search(ctx: click.Context, query: str, user_id: str, top_k: int, mode
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @store_option
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def memory_list(ctx: click.Context, user_id: str, session_id: str | None, limit: int, store: str, tenant: str,
                 as_json: bool) -> None:
     """A user's memories, oldest first."""
@@ -131,9 +124,7 @@ def memory_list(ctx: click.Context, user_id: str, session_id: str | None, limit:
 @click.option("--id", "memory_ids", multiple=True, help="Only these memories (repeatable).")
 @store_option
 @tenant_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def memory_delete(ctx: click.Context, user_id: str, session_id: str | None, memory_ids: tuple[str, ...], store: str,
                   tenant: str, as_json: bool) -> None:
     """Delete a user's memories: all of them in every store, or a session's, or some by id."""

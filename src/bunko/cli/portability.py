@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..portability import KINDS, Summary, copy_tenant, export_tenant, import_tenant, read_manifest
 from ..progress import Reporter
 from ..stores import open_backend
-from .common import emit_json, get_engine, handle_errors, json_option, quiet_option, reporter, stdout, tenant_option
+from .common import emit_json, get_engine, json_command, quiet_option, reporter, stdout, tenant_option
 
 
 def _progress(bar: Reporter, verb: str, total: int | None = None) -> Callable[[str, int], None]:
@@ -48,9 +48,7 @@ def _report(summary: Summary, verb: str, as_json: bool) -> None:
 @click.option("--collection", "-c", "collections", multiple=True,
               help="Export only this collection (repeatable; default: all of the tenant's collections).")
 @quiet_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def export_command(ctx: click.Context, tenant: str, output: Path, collections: tuple[str, ...], quiet: bool,
                    as_json: bool) -> None:
     """Write a tenant's collections, documents, vectors and conversations to a folder.
@@ -70,9 +68,7 @@ def export_command(ctx: click.Context, tenant: str, output: Path, collections: t
 @click.option("--tenant", "-t", default=None,
               help="Tenant to import into (default: the tenant the export was made from).")
 @quiet_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bool, as_json: bool) -> None:
     """Read an export made by `bunko export` into the store of --db.
 
@@ -96,9 +92,7 @@ def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bo
 @click.option("--collection", "-c", "collections", multiple=True,
               help="Copy only this collection (repeatable; default: all).")
 @quiet_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def copy_command(ctx: click.Context, tenant: str, target_url: str, to_tenant: str | None,
                  collections: tuple[str, ...], quiet: bool, as_json: bool) -> None:
     """Copy a tenant from the store of --db to another store, vectors as they are (no re-embedding).

@@ -23,8 +23,8 @@ from .common import (
     embedder_option,
     emit_json,
     get_engine,
-    handle_errors,
-    json_option,
+    json_command,
+    options,
     stderr,
     stdout,
     tenant_option,
@@ -36,25 +36,21 @@ document_id_option = click.option("--document-id", "document_ids", multiple=True
                                   help="Search only inside this document (repeatable).")
 
 
-def filter_options(func: F) -> F:
-    """The restriction options of search and ask (R18, R21)."""
-    options = [
-        click.option("--filter", "filter_json", metavar="JSON", default=None,
-                     help='Metadata filter, e.g. \'{"year": {"$gte": 2020}}\' (operators: $eq $ne $gt $gte $lt $lte '
-                          '$in $nin $and $or $not $exists $contains).'),
-        click.option("--file-type", "file_types", multiple=True, metavar="TYPE",
-                     help="Only these file types: pdf, docx, pptx, html, markdown/md, text/txt, json, or a MIME "
-                          "type (repeatable)."),
-        click.option("--since", default=None, metavar="DATE",
-                     help="Only documents whose date field is on or after this ISO-8601 date or datetime."),
-        click.option("--until", default=None, metavar="DATE",
-                     help="Only documents whose date field is on or before this date (a day counts whole)."),
-        click.option("--date-field", default=None, metavar="FIELD",
-                     help="The metadata field --since/--until read (default: created_at)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+# The restriction options of search and ask (R18, R21).
+filter_options = options(
+    click.option("--filter", "filter_json", metavar="JSON", default=None,
+                 help='Metadata filter, e.g. \'{"year": {"$gte": 2020}}\' (operators: $eq $ne $gt $gte $lt $lte '
+                      '$in $nin $and $or $not $exists $contains).'),
+    click.option("--file-type", "file_types", multiple=True, metavar="TYPE",
+                 help="Only these file types: pdf, docx, pptx, html, markdown/md, text/txt, json, or a MIME "
+                      "type (repeatable)."),
+    click.option("--since", default=None, metavar="DATE",
+                 help="Only documents whose date field is on or after this ISO-8601 date or datetime."),
+    click.option("--until", default=None, metavar="DATE",
+                 help="Only documents whose date field is on or before this date (a day counts whole)."),
+    click.option("--date-field", default=None, metavar="FIELD",
+                 help="The metadata field --since/--until read (default: created_at)."),
+)
 
 
 _RANKING_KEYS = ("fusion_method", "vector_weight", "keyword_weight", "rrf_k", "mmr_lambda", "dedupe", "rerank")
@@ -73,7 +69,7 @@ def ranking_options(func: F) -> F:
                              "dedupe": given["dedupe"], "rerank": given["rerank"]}
         return func(*args, **kwargs)
 
-    options = [
+    return options(
         click.option("--fusion", "fusion_method", type=click.Choice(["rrf", "score"]), default=None,
                      help="Hybrid fusion: weighted reciprocal ranks (rrf, the default) or normalised scores "
                           "(score)."),
@@ -88,10 +84,7 @@ def ranking_options(func: F) -> F:
         click.option("--rerank", default=None, metavar="PROVIDER:MODEL",
                      help="Rerank the candidates, e.g. cohere:rerank-v3.5, voyage:rerank-2, jina:jina-reranker-v2-"
                           "base-multilingual, cross-encoder:/path/to/model (API keys from the environment)."),
-    ]
-    for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper  # type: ignore[return-value]
+    )(wrapper)  # type: ignore[return-value]
 
 
 mode_option = click.option("--mode", type=click.Choice(["hybrid", "vector", "keyword"]), default="hybrid",
@@ -99,21 +92,18 @@ mode_option = click.option("--mode", type=click.Choice(["hybrid", "vector", "key
                            help="hybrid: meaning and exact words, fused (see --fusion); vector: meaning only; "
                                 "keyword: exact words only (BM25).")
 
+# What search and ask both take, after their argument: where to search, how many, the restrictions, the mode.
+retrieval_options = options(collection_option(), tenant_option(), top_k_option, document_id_option, filter_options,
+                            mode_option)
+
 
 @click.command()
 @click.argument("query")
-@collection_option()
-@tenant_option()
-@top_k_option
-@document_id_option
-@filter_options
-@mode_option
+@retrieval_options
 @click.option("--threshold", type=click.FloatRange(-1.0, 1.0), default=None,
               help="Drop vector hits with cosine similarity below this.")
 @embedder_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 @ranking_options
 def search(ctx: click.Context, query: str, collection: str, tenant: str, top_k: int,
            document_ids: tuple[str, ...], filter_json: str | None, file_types: tuple[str, ...], since: str | None,
@@ -152,12 +142,7 @@ def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: st
 
 @click.command()
 @click.argument("question")
-@collection_option()
-@tenant_option()
-@top_k_option
-@document_id_option
-@filter_options
-@mode_option
+@retrieval_options
 @click.option("--llm", metavar="PROVIDER:MODEL", default=None,
               help="LLM that writes the answer, e.g. openai-compatible:qwen2.5-7b (env BUNKO_LLM; config [llm] "
                    "model). Without one the answer is extractive. Keys: BUNKO_LLM_API_KEY or the provider's "
@@ -176,9 +161,7 @@ def _restriction(filter_json: str | None, file_types: tuple[str, ...], since: st
 @click.option("--stream", is_flag=True,
               help="Print the answer as it is written (with --json: one JSON event per line).")
 @embedder_option()
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 @ranking_options
 def ask(ctx: click.Context, question: str, collection: str, tenant: str, top_k: int, document_ids: tuple[str, ...],
         filter_json: str | None, file_types: tuple[str, ...], since: str | None, until: str | None,

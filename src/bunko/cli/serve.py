@@ -7,7 +7,13 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from .common import handle_errors, resolve_settings, stderr
+from .common import LOG_LEVELS, handle_errors, resolve_settings, stderr
+
+
+def _setting(flag: str, metavar: str, help: str) -> Any:
+    """A whole-number server setting handed on as an override; left out, the environment, the config file or
+    the default decides."""
+    return click.option(flag, type=int, default=None, metavar=metavar, help=help)
 
 
 @click.command()
@@ -15,23 +21,17 @@ from .common import handle_errors, resolve_settings, stderr
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Worker processes; all state is in the store, so any number is safe.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(LOG_LEVELS))
 @click.option("--log-format", default="json", show_default=True, type=click.Choice(["json", "text"]),
               help="Log lines as JSON objects (with the request id) or plain text.")
-@click.option("--max-upload-mb", type=int, default=None, metavar="MIB",
-              help="Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
-@click.option("--max-json-mb", type=int, default=None, metavar="MIB",
-              help="Largest JSON request body (env BUNKO_MAX_JSON_MB; default 4).")
-@click.option("--rate-limit", type=int, default=None, metavar="N",
-              help="Requests per minute per API key, 0 = off (env BUNKO_RATE_LIMIT; default 600).")
-@click.option("--job-concurrency", type=int, default=None, metavar="N",
-              help="Uploads processed at once per worker (env BUNKO_JOB_CONCURRENCY; default 2).")
-@click.option("--blas-threads", type=int, default=None, metavar="N",
-              help="BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
-@click.option("--job-workers", type=int, default=None, metavar="N",
-              help="Upload workers each API process starts; 0 when separate `bunko worker` processes run "
-                   "(env BUNKO_JOB_WORKERS; default 1).")
+@_setting("--max-upload-mb", "MIB",
+          "Largest upload (env BUNKO_MAX_UPLOAD_MB; config [server] max_upload_mb; default 50).")
+@_setting("--max-json-mb", "MIB", "Largest JSON request body (env BUNKO_MAX_JSON_MB; default 4).")
+@_setting("--rate-limit", "N", "Requests per minute per API key, 0 = off (env BUNKO_RATE_LIMIT; default 600).")
+@_setting("--job-concurrency", "N", "Uploads processed at once per worker (env BUNKO_JOB_CONCURRENCY; default 2).")
+@_setting("--blas-threads", "N", "BLAS threads per worker process (env BUNKO_BLAS_THREADS; default 1).")
+@_setting("--job-workers", "N", "Upload workers each API process starts; 0 when separate `bunko worker` "
+          "processes run (env BUNKO_JOB_WORKERS; default 1).")
 @click.option("--spool-dir", default=None, metavar="DIR",
               help="Folder uploads wait in, shared with the workers (env BUNKO_SPOOL_DIR; default BUNKO_HOME/spool).")
 @click.pass_context

@@ -15,7 +15,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .common import emit_json, get_engine, handle_errors, json_option, resolve_settings, stderr, stdout, tenant_option
+from .common import emit_json, get_engine, json_command, resolve_settings, stderr, stdout, tenant_option
 
 
 def parse_since(value: str | None) -> datetime | None:
@@ -38,9 +38,7 @@ def parse_since(value: str | None) -> datetime | None:
 @tenant_option()
 @click.option("--since", default=None, metavar="WHEN",
               help="Only usage since then: 7d, 24h, 30m, or an ISO date/time like 2026-11-01.")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> None:
     """Summarise a tenant's usage: embedding and LLM tokens, searches and upserts."""
     start = parse_since(since)
@@ -68,9 +66,7 @@ def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> 
 
 
 @click.command("stats")
-@json_option()
-@click.pass_context
-@handle_errors
+@json_command()
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Request, search, provider, job and cache figures of the server under this BUNKO_HOME."""
     from .. import metrics

@@ -29,65 +29,8 @@ and every predicate is two-valued (never SQL NULL), so negation is exact. :func:
 evaluates a filter in Python with the same rules; the tests check SQL against it.
 """
 
-from .language import (
-    DATE_RE,
-    DEFAULT_DATE_FIELD,
-    FIELD_OPERATORS,
-    LOGICAL_OPERATORS,
-    MAX_DEPTH,
-    MAX_IN_ITEMS,
-    MAX_NODES,
-    MAX_PATH_SEGMENTS,
-    MAX_STRING,
-    And,
-    Compare,
-    Contains,
-    Exists,
-    Filter,
-    FilterError,
-    FilterLike,
-    In,
-    Node,
-    Not,
-    Operand,
-    Or,
-    as_filter,
-    build_filter,
-    date_window_filter,
-    file_type_filter,
-    parse_date,
-    parse_filter,
-)
-from .sql import compile_postgres, compile_sqlite
+from . import language, sql
+from .language import *  # noqa: F403 - the package's names are its modules' public names
+from .sql import *  # noqa: F403
 
-__all__ = [
-    "DATE_RE",
-    "DEFAULT_DATE_FIELD",
-    "FIELD_OPERATORS",
-    "LOGICAL_OPERATORS",
-    "MAX_DEPTH",
-    "MAX_IN_ITEMS",
-    "MAX_NODES",
-    "MAX_PATH_SEGMENTS",
-    "MAX_STRING",
-    "And",
-    "Compare",
-    "Contains",
-    "Exists",
-    "Filter",
-    "FilterError",
-    "FilterLike",
-    "In",
-    "Node",
-    "Not",
-    "Operand",
-    "Or",
-    "as_filter",
-    "build_filter",
-    "compile_postgres",
-    "compile_sqlite",
-    "date_window_filter",
-    "file_type_filter",
-    "parse_date",
-    "parse_filter",
-]
+__all__ = [*language.__all__, *sql.__all__]

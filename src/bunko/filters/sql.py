@@ -8,7 +8,6 @@ coalesce(..., false), so NOT and OR see true or false, never NULL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from .language import DATE_PATTERN, DATE_RE, And, Contains, Exists, Filter, In, Node, Not, Operand, Or
@@ -25,6 +24,59 @@ class _Sql:
         return "?"
 
 
+class _Field:
+    """What one dialect writes for a condition on one field; :func:`_compile` writes the rest.
+
+    Each method returns SQL whose placeholders it appends to ``out`` in the order they appear in the text.
+    """
+
+    true = "1"
+    false = "0"
+
+    def __init__(self, out: _Sql, field: tuple[str, ...]) -> None:
+        self.out = out
+        self.field = field
+
+    def exists(self) -> str:
+        raise NotImplementedError
+
+    def equal_any(self, kind: str, operands: list[Operand]) -> str:
+        """The value is of ``kind`` and equals one of ``operands`` (all of that kind)."""
+        raise NotImplementedError
+
+    def contains(self, operand: Operand) -> str:
+        raise NotImplementedError
+
+    def compare(self, op: str, operand: Operand) -> str:
+        """``value <op> operand`` for an order operator (``<``, ``<=``, ``>``, ``>=``)."""
+        raise NotImplementedError
+
+
+def _compile(node: Node, out: _Sql, dialect: type[_Field]) -> str:
+    """``node`` as SQL: AND, OR, NOT and the choice of leaf here, each leaf in ``dialect``."""
+    if isinstance(node, And):
+        return "(" + " AND ".join(_compile(i, out, dialect) for i in node.items) + ")" if node.items else dialect.true
+    if isinstance(node, Or):
+        return "(" + " OR ".join(_compile(i, out, dialect) for i in node.items) + ")" if node.items else dialect.false
+    if isinstance(node, Not):
+        return f"(NOT {_compile(node.item, out, dialect)})"
+    field = dialect(out, node.field)
+    if isinstance(node, Exists):
+        sql = field.exists()
+    elif isinstance(node, In):
+        groups: dict[str, list[Operand]] = {}
+        for o in node.operands:
+            groups.setdefault(o.kind, []).append(o)
+        sql = " OR ".join(field.equal_any(kind, operands) for kind, operands in groups.items()) or dialect.false
+    elif isinstance(node, Contains):
+        sql = field.contains(node.operand)
+    elif node.op == "eq":
+        sql = field.equal_any(node.operand.kind, [node.operand])
+    else:
+        sql = field.compare(_SQL_OPS[node.op], node.operand)
+    return f"coalesce({sql}, {dialect.false})"
+
+
 def _sqlite_path(field: tuple[str, ...]) -> str:
     return "$" + "".join(f'."{segment}"' for segment in field)
 
@@ -35,71 +87,61 @@ def compile_sqlite(flt: Filter) -> tuple[str, list[Any]]:
     Dates go through the SQL function ``bunko_date`` (register :func:`parse_date` on the connection).
     """
     out = _Sql()
-    return _sqlite(flt.root, out), out.params
+    return _compile(flt.root, out, _SqliteField), out.params
 
 
-def _sqlite(node: Node, out: _Sql) -> str:
-    if isinstance(node, And):
-        return "(" + " AND ".join(_sqlite(i, out) for i in node.items) + ")" if node.items else "1"
-    if isinstance(node, Or):
-        return "(" + " OR ".join(_sqlite(i, out) for i in node.items) + ")" if node.items else "0"
-    if isinstance(node, Not):
-        return f"(NOT {_sqlite(node.item, out)})"
-    path = _sqlite_path(node.field)
+class _SqliteField(_Field):
+    def __init__(self, out: _Sql, field: tuple[str, ...]) -> None:
+        super().__init__(out, field)
+        self.path = _sqlite_path(field)
 
-    def src() -> str:
-        return f"(CASE WHEN json_type(c.metadata, {out.p(path)}) IS NOT NULL THEN c.metadata ELSE d.metadata END)"
+    def src(self) -> str:
+        p = self.out.p(self.path)
+        return f"(CASE WHEN json_type(c.metadata, {p}) IS NOT NULL THEN c.metadata ELSE d.metadata END)"
 
-    def jtype() -> str:
-        return f"json_type({src()}, {out.p(path)})"
+    def jtype(self) -> str:
+        return f"json_type({self.src()}, {self.out.p(self.path)})"
 
-    def jvalue() -> str:
-        return f"json_extract({src()}, {out.p(path)})"
+    def jvalue(self) -> str:
+        return f"json_extract({self.src()}, {self.out.p(self.path)})"
 
-    def equal_any(kind: str, values: list[Any]) -> str:
+    def exists(self) -> str:
+        return f"{self.jtype()} IS NOT NULL"
+
+    def equal_any(self, kind: str, operands: list[Operand]) -> str:
+        p = self.out.p
+        values = [o.value for o in operands]
         if kind == "number":
-            return f"({jtype()} IN ('integer', 'real') AND {jvalue()} IN ({', '.join(out.p(v) for v in values)}))"
+            return f"({self.jtype()} IN ('integer', 'real') AND {self.jvalue()} IN ({', '.join(p(v) for v in values)}))"
         if kind == "string":
-            return f"({jtype()} = 'text' AND {jvalue()} IN ({', '.join(out.p(v) for v in values)}))"
+            return f"({self.jtype()} = 'text' AND {self.jvalue()} IN ({', '.join(p(v) for v in values)}))"
         if kind == "date":
-            return (f"({jtype()} = 'text' AND bunko_date({jvalue()}) IN "
-                    f"({', '.join(out.p(v) for v in values)}))")
+            return (f"({self.jtype()} = 'text' AND bunko_date({self.jvalue()}) IN "
+                    f"({', '.join(p(v) for v in values)}))")
         if kind == "bool":
-            return f"({jtype()} IN ({', '.join(out.p('true' if v else 'false') for v in values)}))"
-        return f"({jtype()} = 'null')"
+            return f"({self.jtype()} IN ({', '.join(p('true' if v else 'false') for v in values)}))"
+        return f"({self.jtype()} = 'null')"
 
-    if isinstance(node, Exists):
-        sql = f"{jtype()} IS NOT NULL"
-    elif isinstance(node, In):
-        groups: dict[str, list[Any]] = {}
-        for o in node.operands:
-            groups.setdefault(o.kind, []).append(o.value)
-        sql = " OR ".join(equal_any(kind, values) for kind, values in groups.items()) or "0"
-    elif isinstance(node, Contains):
-        # Parameters are appended in the order their placeholders appear in the text.
-        o = node.operand
+    def contains(self, operand: Operand) -> str:
+        o, p = operand, self.out.p
         element = {"string": "e.type = 'text'", "number": "e.type IN ('integer', 'real')",
                    "bool": "e.type = " + ("'true'" if o.value else "'false'")}[o.kind]
         sql = ""
         if o.kind == "string":
-            sql = f"({jtype()} = 'text' AND instr({jvalue()}, {out.p(o.value)}) > 0) OR "
-        sql += f"({jtype()} = 'array' AND EXISTS (SELECT 1 FROM json_each({src()}, {out.p(path)}) e WHERE {element}"
+            sql = f"({self.jtype()} = 'text' AND instr({self.jvalue()}, {p(o.value)}) > 0) OR "
+        sql += (f"({self.jtype()} = 'array' AND EXISTS (SELECT 1 FROM json_each({self.src()}, {p(self.path)}) e "
+                f"WHERE {element}")
         if o.kind != "bool":
-            sql += f" AND e.value = {out.p(o.value)}"
-        sql = f"({sql})))"
-    else:
-        o = node.operand
-        if node.op == "eq":
-            sql = equal_any(o.kind, [o.value])
-        else:
-            op = _SQL_OPS[node.op]
-            if o.kind == "number":
-                sql = f"({jtype()} IN ('integer', 'real') AND {jvalue()} {op} {out.p(o.value)})"
-            elif o.kind == "date":
-                sql = f"({jtype()} = 'text' AND bunko_date({jvalue()}) {op} {out.p(o.value)})"
-            else:
-                sql = f"({jtype()} = 'text' AND {jvalue()} {op} {out.p(o.value)})"
-    return f"coalesce({sql}, 0)"
+            sql += f" AND e.value = {p(o.value)}"
+        return f"({sql})))"
+
+    def compare(self, op: str, operand: Operand) -> str:
+        o = operand
+        if o.kind == "number":
+            return f"({self.jtype()} IN ('integer', 'real') AND {self.jvalue()} {op} {self.out.p(o.value)})"
+        if o.kind == "date":
+            return f"({self.jtype()} = 'text' AND bunko_date({self.jvalue()}) {op} {self.out.p(o.value)})"
+        return f"({self.jtype()} = 'text' AND {self.jvalue()} {op} {self.out.p(o.value)})"
 
 
 def _pg_number(value: int | float) -> Any:
@@ -131,80 +173,61 @@ _PG_DATE = (
 def compile_postgres(flt: Filter) -> tuple[str, list[Any]]:
     """A WHERE fragment for PostgreSQL (aliases ``c`` and ``d``) and its ``%s`` parameters."""
     out = _Sql()
-    sql = _postgres(flt.root, out)
+    sql = _compile(flt.root, out, _PostgresField)
     return sql.replace("?", "%s"), out.params
 
 
-def _postgres(node: Node, out: _Sql) -> str:
-    if isinstance(node, And):
-        return "(" + " AND ".join(_postgres(i, out) for i in node.items) + ")" if node.items else "true"
-    if isinstance(node, Or):
-        return "(" + " OR ".join(_postgres(i, out) for i in node.items) + ")" if node.items else "false"
-    if isinstance(node, Not):
-        return f"(NOT {_postgres(node.item, out)})"
-    path = list(node.field)
+class _PostgresField(_Field):
+    true = "true"
+    false = "false"
 
-    def v() -> str:
-        return f"coalesce(c.metadata #> {out.p(path)}::text[], d.metadata #> {out.p(path)}::text[])"
+    def v(self) -> str:
+        path = list(self.field)
+        return f"coalesce(c.metadata #> {self.out.p(path)}::text[], d.metadata #> {self.out.p(path)}::text[])"
 
-    def date_of_v() -> str:
+    def date_of_v(self) -> str:
         # A scalar subquery names the text once; it is NULL unless the value is a JSON string.
-        return (f"(SELECT {_PG_DATE.format(pattern=out.p(DATE_PATTERN))} FROM (SELECT CASE WHEN jsonb_typeof({v()}) "
-                f"= 'string' THEN {v()} #>> '{{}}' END AS t) AS s)")
+        return (f"(SELECT {_PG_DATE.format(pattern=self.out.p(DATE_PATTERN))} FROM (SELECT CASE WHEN "
+                f"jsonb_typeof({self.v()}) = 'string' THEN {self.v()} #>> '{{}}' END AS t) AS s)")
 
-    def equal_any(kind: str, values: list[Any]) -> str:
+    def exists(self) -> str:
+        return f"({self.v()} IS NOT NULL)"
+
+    def equal_any(self, kind: str, operands: list[Operand]) -> str:
+        v, p = self.v, self.out.p
         if kind == "number":
-            return (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric = ANY({out.p(values)}::numeric[]) "
-                    "ELSE false END")
+            return (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric = "
+                    f"ANY({p([_pg_number(o.value) for o in operands])}::numeric[]) ELSE false END")
         if kind == "string":
-            return f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') = ANY({out.p(values)}::text[]))"
+            return (f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') = "
+                    f"ANY({p([o.value for o in operands])}::text[]))")
         if kind == "date":
-            return f"({date_of_v()} = ANY({out.p(values)}::text[]::timestamptz[]))"
+            return f"({self.date_of_v()} = ANY({p([_pg_date_text(o) for o in operands])}::text[]::timestamptz[]))"
         if kind == "bool":
             return (f"CASE WHEN jsonb_typeof({v()}) = 'boolean' THEN ({v()})::boolean = "
-                    f"ANY({out.p(values)}::boolean[]) ELSE false END")
+                    f"ANY({p([o.value for o in operands])}::boolean[]) ELSE false END")
         return f"(jsonb_typeof({v()}) = 'null')"
 
-    def values_of(kind: str, operands: Iterable[Operand]) -> list[Any]:
-        if kind == "number":
-            return [_pg_number(o.value) for o in operands]
-        if kind == "date":
-            return [_pg_date_text(o) for o in operands]
-        return [o.value for o in operands]
-
-    if isinstance(node, Exists):
-        sql = f"({v()} IS NOT NULL)"
-    elif isinstance(node, In):
-        groups: dict[str, list[Operand]] = {}
-        for o in node.operands:
-            groups.setdefault(o.kind, []).append(o)
-        sql = " OR ".join(equal_any(kind, values_of(kind, ops)) for kind, ops in groups.items()) or "false"
-    elif isinstance(node, Contains):
-        # Parameters are appended in the order their placeholders appear in the text.
-        o = node.operand
+    def contains(self, operand: Operand) -> str:
+        o, v, p = operand, self.v, self.out.p
         cast = {"string": "text", "number": "numeric", "bool": "boolean"}[o.kind]
         element = _pg_number(o.value) if o.kind == "number" else o.value
         sql = ""
         if o.kind == "string":
-            sql = (f"CASE WHEN jsonb_typeof({v()}) = 'string' THEN strpos({v()} #>> '{{}}', {out.p(o.value)}) > 0 "
+            sql = (f"CASE WHEN jsonb_typeof({v()}) = 'string' THEN strpos({v()} #>> '{{}}', {p(o.value)}) > 0 "
                    "ELSE false END OR ")
-        sql += f"(jsonb_typeof({v()}) = 'array' AND {v()} @> jsonb_build_array({out.p(element)}::{cast}))"
-        sql = f"({sql})"
-    else:
-        o = node.operand
-        if node.op == "eq":
-            sql = equal_any(o.kind, values_of(o.kind, [o]))
-        else:
-            op = _SQL_OPS[node.op]
-            if o.kind == "number":
-                sql = (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric {op} "
-                       f"{out.p(_pg_number(o.value))}::numeric ELSE false END")
-            elif o.kind == "date":
-                sql = f"({date_of_v()} {op} {out.p(_pg_date_text(o))}::timestamptz)"
-            else:
-                sql = (f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') COLLATE \"C\" {op} "
-                       f"{out.p(o.value)}::text COLLATE \"C\")")
-    return f"coalesce({sql}, false)"
+        sql += f"(jsonb_typeof({v()}) = 'array' AND {v()} @> jsonb_build_array({p(element)}::{cast}))"
+        return f"({sql})"
+
+    def compare(self, op: str, operand: Operand) -> str:
+        o, v, p = operand, self.v, self.out.p
+        if o.kind == "number":
+            return (f"CASE WHEN jsonb_typeof({v()}) = 'number' THEN ({v()})::numeric {op} "
+                    f"{p(_pg_number(o.value))}::numeric ELSE false END")
+        if o.kind == "date":
+            return f"({self.date_of_v()} {op} {p(_pg_date_text(o))}::timestamptz)"
+        return (f"(jsonb_typeof({v()}) = 'string' AND ({v()} #>> '{{}}') COLLATE \"C\" {op} "
+                f"{p(o.value)}::text COLLATE \"C\")")
 
 
 __all__ = ["compile_postgres", "compile_sqlite"]

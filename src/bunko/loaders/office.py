@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import CorruptDocumentError, EncryptedDocumentError, LoaderError, UnsupportedFormatError
 from ..types import Document, DocumentPart
 from . import LoadOptions, check_archive, file_metadata, read_bytes
+
+_T = TypeVar("_T")
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")
@@ -53,6 +55,29 @@ def _check_package(path: Path, raw: bytes, what: str, options: LoadOptions) -> N
         check_archive(io.BytesIO(raw), options.max_bytes, name=str(path))
     except CorruptDocumentError as exc:
         raise CorruptDocumentError(f"{path}: not a readable {what} file ({exc.message})") from exc
+
+
+def _open_package(path: Path, options: LoadOptions, module: str, what: str,
+                  read: Callable[[Any, io.BytesIO], _T]) -> _T:
+    """``read(library, file)``: the file, checked as a package, read by the ``office`` extra's ``module``; a file
+    the library cannot read is a ``CorruptDocumentError``."""
+    raw = read_bytes(path, options)
+    _check_package(path, raw, what, options)
+    library = _import(module, what)
+    try:
+        return read(library, io.BytesIO(raw))
+    except Exception as exc:  # python-docx and python-pptx raise KeyError, ValueError, lxml errors... for broken parts
+        raise CorruptDocumentError(f"{path}: not a readable {what} file ({type(exc).__name__}: {exc})") from exc
+
+
+def _package_metadata(path: Path, kind: str, document: Document, package: Any) -> dict[str, Any]:
+    """The file's metadata with the R1 fields of the package's core properties, when they can be read."""
+    metadata = file_metadata(path, kind, document.content)
+    try:
+        _core_metadata(metadata, package.core_properties)
+    except Exception:  # a damaged docProps/core.xml: the text is still good
+        pass
+    return metadata
 
 
 def _iso(value: Any) -> str | None:
@@ -270,15 +295,12 @@ class _Sections:
 
 def load_docx(path: Path, options: LoadOptions) -> list[Document]:
     """A Word file as one document with one part per heading section."""
-    raw = read_bytes(path, options)
-    _check_package(path, raw, "Word", options)
-    docx = _import("docx", "Word")
-    try:
-        word = docx.Document(io.BytesIO(raw))
-        body = word.element.body
-        styles = word.styles
-    except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors... for broken parts
-        raise CorruptDocumentError(f"{path}: not a readable Word file ({type(exc).__name__}: {exc})") from exc
+
+    def read(docx: Any, file: io.BytesIO) -> tuple[Any, Any, Any]:
+        word = docx.Document(file)
+        return word, word.element.body, word.styles
+
+    word, body, styles = _open_package(path, options, "docx", "Word", read)
     sections = _Sections()
     tables = 0
     for element in _body_blocks(body):
@@ -298,11 +320,7 @@ def load_docx(path: Path, options: LoadOptions) -> list[Document]:
             sections.block(text, _is_list_item(element, style_name))
     parts = sections.finish()
     document = Document.from_parts(parts)
-    metadata = file_metadata(path, "docx", document.content)
-    try:
-        _core_metadata(metadata, word.core_properties)
-    except Exception:  # a damaged docProps/core.xml: the text is still good
-        pass
+    metadata = _package_metadata(path, "docx", document, word)
     if "title" not in metadata and sections.headings:
         top = min(level for level, _, _ in sections.headings)
         metadata["title"] = next(text for level, text, _ in sections.headings if level == top)
@@ -344,14 +362,12 @@ def _shape_lines(shape: Any, skip: Any) -> Iterator[str]:
 
 def load_pptx(path: Path, options: LoadOptions) -> list[Document]:
     """A PowerPoint file as one document with one part per slide (speaker notes under ``Notes:``)."""
-    raw = read_bytes(path, options)
-    _check_package(path, raw, "PowerPoint", options)
-    pptx = _import("pptx", "PowerPoint")
-    try:
-        presentation = pptx.Presentation(io.BytesIO(raw))
-        slides = list(presentation.slides)
-    except Exception as exc:  # python-pptx raises KeyError, ValueError, lxml errors... for broken parts
-        raise CorruptDocumentError(f"{path}: not a readable PowerPoint file ({type(exc).__name__}: {exc})") from exc
+
+    def read(pptx: Any, file: io.BytesIO) -> tuple[Any, list[Any]]:
+        presentation = pptx.Presentation(file)
+        return presentation, list(presentation.slides)
+
+    presentation, slides = _open_package(path, options, "pptx", "PowerPoint", read)
     parts: list[DocumentPart] = []
     first_title = None
     for number, slide in enumerate(slides, start=1):
@@ -375,11 +391,7 @@ def load_pptx(path: Path, options: LoadOptions) -> list[Document]:
             meta["hidden"] = True
         parts.append(DocumentPart("\n".join(lines), meta))
     document = Document.from_parts(parts)
-    metadata = file_metadata(path, "pptx", document.content)
-    try:
-        _core_metadata(metadata, presentation.core_properties)
-    except Exception:  # a damaged docProps/core.xml: the text is still good
-        pass
+    metadata = _package_metadata(path, "pptx", document, presentation)
     if "title" not in metadata and first_title:
         metadata["title"] = first_title
     metadata["page_count"] = len(slides)

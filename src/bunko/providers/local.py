@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,10 +40,57 @@ def load_error(kind: str, model: str, exc: Exception, allow_download: bool) -> C
     return ConfigError(f"could not load the {kind} {model!r}: {type(exc).__name__}: {exc}"[:400] + hint)
 
 
-class SentenceTransformerEmbedder(BaseEmbedder):
+class LocalModel:
+    """A local sentence-transformers model: where it comes from, and loading it once, on first use.
+
+    A subclass names its ``provider`` and an ``example`` folder (for the error when no model is given)
+    and implements ``_model()`` by calling :meth:`_load` with the class to build and its own options.
+    """
+
+    provider: str
+    example: ClassVar[str]
+    usage_sink: Callable[[UsageEvent], None] | None
+
+    def __init__(self, model: str | None, *, device: str | None, allow_download: bool, trust_remote_code: bool,
+                 usage_sink: Callable[[UsageEvent], None] | None) -> None:
+        if not model:
+            raise ConfigError(f"{self.provider}: give a model folder or name, e.g. '{self.provider}:{self.example}'")
+        self._module = import_sentence_transformers()  # fail at construction, naming the extra
+        self.model = model
+        self.device = device
+        self.allow_download = allow_download
+        self.trust_remote_code = trust_remote_code
+        self.usage_sink = usage_sink
+        self._loaded: Any = None
+        self._lock = threading.Lock()
+
+    def _model(self) -> Any:
+        raise NotImplementedError
+
+    def _load(self, kind: str, class_name: str, **options: Any) -> Any:
+        """The model, built by ``sentence_transformers.<class_name>`` on the first call (``kind`` names it in
+        the error if it does not load)."""
+        with self._lock:
+            if self._loaded is None:
+                try:
+                    self._loaded = getattr(self._module, class_name)(
+                        self.model, device=self.device, local_files_only=not self.allow_download,
+                        trust_remote_code=self.trust_remote_code, **options,
+                    )
+                except Exception as exc:  # OSError, ValueError, HF errors: all mean "not loadable"
+                    raise load_error(kind, self.model, exc, self.allow_download) from exc
+            return self._loaded
+
+    def warm_up(self) -> None:
+        """Load the model ahead of the first call."""
+        self._model()
+
+
+class SentenceTransformerEmbedder(LocalModel, BaseEmbedder):
     """A sentence-transformers model run in a worker thread; vectors are L2-normalised by default."""
 
     provider = "sentence-transformers"
+    example = "/models/ruri-v3-310m"
     batch_size = 32
 
     def __init__(
@@ -60,35 +107,17 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         trust_remote_code: bool = False,
         usage_sink: Callable[[UsageEvent], None] | None = None,
     ) -> None:
-        if not model:
-            raise ConfigError("sentence-transformers: give a model folder or name, e.g. "
-                              "'sentence-transformers:/models/ruri-v3-310m'")
-        self._module = import_sentence_transformers()  # fail at construction, naming the extra
-        self.model = model
-        self.device = device
+        super().__init__(model, device=device, allow_download=allow_download, trust_remote_code=trust_remote_code,
+                         usage_sink=usage_sink)
         self.normalize = normalize
         if batch_size is not None:
             self.batch_size = int(batch_size)
         self.query_prompt = query_prompt
         self.document_prompt = document_prompt
         self.cache_folder = cache_folder
-        self.allow_download = allow_download
-        self.trust_remote_code = trust_remote_code
-        self.usage_sink = usage_sink
-        self._st: Any = None
-        self._lock = threading.Lock()
 
     def _model(self) -> Any:
-        with self._lock:
-            if self._st is None:
-                try:
-                    self._st = self._module.SentenceTransformer(
-                        self.model, device=self.device, cache_folder=self.cache_folder,
-                        local_files_only=not self.allow_download, trust_remote_code=self.trust_remote_code,
-                    )
-                except Exception as exc:  # OSError, ValueError, HF errors: all mean "not loadable"
-                    raise load_error("model", self.model, exc, self.allow_download) from exc
-            return self._st
+        return self._load("model", "SentenceTransformer", cache_folder=self.cache_folder)
 
     @property
     def dimension(self) -> int:
@@ -105,10 +134,6 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     @dimension.setter
     def dimension(self, value: int) -> None:  # BaseEmbedder learns unknown dimensions; ours is always known
         return None
-
-    def warm_up(self) -> None:
-        """Load the model ahead of the first call."""
-        self._model()
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the model's tokenizer."""

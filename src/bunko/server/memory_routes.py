@@ -24,6 +24,9 @@ router = APIRouter(prefix="/api/v1", tags=["memories"])
 MemoryType = Literal["dialogue", "weakness", "success", "curriculum"]
 StoreName = Annotated[str, Field(pattern=schemas.NAME_PATTERN, description="memory store (the seed's corpus)")]
 SESSION_PATTERN = r"^[\w][\w.:@\-]{0,199}$"
+#: The memory store a GET or DELETE names in its query string, and a session or memory id in a path.
+StoreQuery = Annotated[str, Query(pattern=schemas.NAME_PATTERN)]
+IdPath = Annotated[str, PathParam(pattern=SESSION_PATTERN)]
 RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": schemas.ProblemDocument, "content": {"application/problem+json": {}}}
     for code in (400, 401, 403, 404, 422, 429, 504)
@@ -117,7 +120,7 @@ async def list_memories(
     caller: CallerDep,
     sessionId: Annotated[str | None, Query(pattern=SESSION_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    store: Annotated[str, Query(pattern=schemas.NAME_PATTERN)] = DEFAULT_MEMORY_STORE,
+    store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> dict[str, Any]:
     memory, user_id = _memory(caller, store)
     return {"memories": await asyncio.to_thread(memory.list, user_id, session_id=sessionId, limit=limit)}
@@ -133,8 +136,7 @@ async def delete_all_memories(caller: CallerDep) -> DeletedCount:
 @router.delete("/memories/sessions/{session_id}", response_model=DeletedCount, responses=RESPONSES,
                summary="Delete the memories of one session of the key's user")
 async def delete_session_memories(
-    caller: CallerDep, session_id: Annotated[str, PathParam(pattern=SESSION_PATTERN)],
-    store: Annotated[str, Query(pattern=schemas.NAME_PATTERN)] = DEFAULT_MEMORY_STORE,
+    caller: CallerDep, session_id: IdPath, store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> DeletedCount:
     memory, user_id = _memory(caller, store)
     return DeletedCount(deleted=await asyncio.to_thread(memory.delete_session, user_id, session_id))
@@ -143,8 +145,7 @@ async def delete_session_memories(
 @router.delete("/memories/{memory_id}", response_model=DeletedCount, responses=RESPONSES,
                summary="Delete one memory of the key's user")
 async def delete_memory(
-    caller: CallerDep, memory_id: Annotated[str, PathParam(pattern=SESSION_PATTERN)],
-    store: Annotated[str, Query(pattern=schemas.NAME_PATTERN)] = DEFAULT_MEMORY_STORE,
+    caller: CallerDep, memory_id: IdPath, store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> DeletedCount:
     memory, user_id = _memory(caller, store)
     deleted = await asyncio.to_thread(memory.delete, user_id, memory_ids=[memory_id])

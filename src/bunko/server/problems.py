@@ -15,28 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import (
-    AnalyzerMismatchError,
-    ArchiveTooLargeError,
-    BunkoError,
-    ConfigError,
-    CorruptDocumentError,
-    DimensionMismatchError,
-    EmbedderMismatchError,
-    EmbeddingError,
-    FilterError,
-    GenerationError,
-    LoaderError,
-    NotFoundError,
-    PreprocessingError,
-    ProviderFailure,
-    ProviderTimeout,
-    RagSearchTimeoutError,
-    RateLimited,
-    RetrievalError,
-    UnsupportedFormatError,
-    VectorStoreError,
-)
+from .. import errors
+from ..errors import BunkoError, FilterError
 
 logger = logging.getLogger(__name__)
 PROBLEM_TYPE = "urn:bunko:problem:"
@@ -87,30 +67,25 @@ def status_of(exc: BunkoError) -> int:
     return _status_of_type(type(exc))
 
 
+# An engine error's HTTP status: the first row whose classes it is a subclass of (narrower rows first), else 400.
+_STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((errors.NotFoundError,), 404),
+    ((errors.FilterError,), 422),
+    ((errors.UnsupportedFormatError,), 415),
+    ((errors.ArchiveTooLargeError,), 413),
+    ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError), 409),
+    ((errors.RateLimited,), 503),
+    ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
+    ((errors.ProviderFailure,), 502),
+    ((errors.LoaderError, errors.PreprocessingError, errors.EmbeddingError, errors.RetrievalError,
+      errors.CorruptDocumentError), 422),
+    ((errors.GenerationError,), 502),
+    ((errors.ConfigError, errors.VectorStoreError), 500),
+)
+
+
 def _status_of_type(kind: type[BaseException]) -> int:
-    if issubclass(kind, NotFoundError):
-        return 404
-    if issubclass(kind, FilterError):
-        return 422
-    if issubclass(kind, UnsupportedFormatError):
-        return 415
-    if issubclass(kind, ArchiveTooLargeError):
-        return 413
-    if issubclass(kind, (EmbedderMismatchError, DimensionMismatchError, AnalyzerMismatchError)):
-        return 409
-    if issubclass(kind, RateLimited):
-        return 503
-    if issubclass(kind, ProviderTimeout | RagSearchTimeoutError):
-        return 504
-    if issubclass(kind, ProviderFailure):
-        return 502
-    if issubclass(kind, (LoaderError, PreprocessingError, EmbeddingError, RetrievalError, CorruptDocumentError)):
-        return 422
-    if issubclass(kind, GenerationError):
-        return 502
-    if issubclass(kind, (ConfigError, VectorStoreError)):
-        return 500
-    return 400
+    return next((status for classes, status in _STATUSES if issubclass(kind, classes)), 400)
 
 
 def _error_types() -> dict[str, type[BunkoError]]:

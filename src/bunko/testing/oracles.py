@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..analysis import fts5_query, get_analyzer, tsquery_literal
-from ..filters import FilterLike, as_filter, compile_postgres, compile_sqlite
+from ..filters import FilterLike, as_filter
 from ..search.keyword import K1, B, bm25_idf
 
 
@@ -35,32 +35,41 @@ def keyword_oracle(store: Any, collection: str, query: str, top_k: int, *,
             return []
         collection_pk, analyzer, chunks = int(found[0]), found[1], int(found[2])
         phrases = get_analyzer(analyzer).query_phrases(query)
+        restriction = _restriction(store.dialect, tenant_pk, document_ids, flt)
         if store.kind == "sqlite":
-            ranked = _fts5(conn, tenant_pk, collection_pk, phrases, top_k, document_ids, flt)
+            ranked = _fts5(conn, tenant_pk, collection_pk, phrases, top_k, restriction)
         else:
-            ranked = _postgres(conn, tenant_pk, collection_pk, chunks, phrases, top_k, document_ids, flt)
+            ranked = _postgres(conn, tenant_pk, collection_pk, chunks, phrases, top_k, restriction)
         uids = dict(conn.execute(store.dialect.sql("SELECT id, uid FROM chunks WHERE tenant_id = ? "
                                                    "AND collection_id = ?"), (tenant_pk, collection_pk)).fetchall())
     return [(uids[key], score) for key, score in ranked]
 
 
+def _restriction(dialect: Any, tenant_pk: int, document_ids: Sequence[str] | None,
+                 flt: Any) -> tuple[str, str, list[Any]]:
+    """The JOIN, the `` AND ...`` conditions on the chunks ``c`` and their parameters, in the store's dialect,
+    that keep a ranking inside ``document_ids`` and ``flt``."""
+    join, restrict, params = "", "", []
+    if document_ids is not None:
+        inside, values = dialect.any("uid", [str(d) for d in document_ids])
+        restrict += dialect.sql(f" AND c.document_id IN (SELECT id FROM documents WHERE tenant_id = ? AND {inside})")
+        params += [tenant_pk, *values]
+    if flt is not None:
+        join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
+        where, where_params = dialect.compile_filter(flt)
+        restrict += f" AND {where}"
+        params += where_params
+    return join, restrict, params
+
+
 def _fts5(conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]], top_k: int,
-          document_ids: Sequence[str] | None, flt: Any) -> list[tuple[int, float]]:
+          restriction: tuple[str, str, list[Any]]) -> list[tuple[int, float]]:
     """FTS5's ``bm25()`` of the whole query over the collection's FTS5 table."""
     match = fts5_query(phrases)
     fts = f"chunks_fts_{collection_pk}"
     if match is None or conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (fts,)).fetchone() is None:
         return []
-    join, restrict, params = "", "", []
-    if document_ids is not None:
-        marks = ", ".join("?" * len(document_ids))
-        restrict += f" AND c.document_id IN (SELECT id FROM documents WHERE tenant_id = ? AND uid IN ({marks}))"
-        params += [tenant_pk, *document_ids]
-    if flt is not None:
-        join = " LEFT JOIN documents d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
-        where, where_params = compile_sqlite(flt)
-        restrict += f" AND {where}"
-        params += where_params
+    join, restrict, params = restriction
     rows = conn.execute(
         f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
         f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
@@ -111,7 +120,7 @@ ORDER BY s.score DESC, s.id LIMIT %s
 
 
 def _postgres(conn: Any, tenant_pk: int, collection_pk: int, chunks: int, phrases: list[tuple[str, ...]],
-              top_k: int, document_ids: Sequence[str] | None, flt: Any) -> list[tuple[int, float]]:
+              top_k: int, restriction: tuple[str, str, list[Any]]) -> list[tuple[int, float]]:
     """BM25 in SQL over the chunks' tsvectors."""
     tsquery = tsquery_literal(phrases)
     if tsquery is None:
@@ -122,15 +131,7 @@ def _postgres(conn: Any, tenant_pk: int, collection_pk: int, chunks: int, phrase
                 tenant_pk, collection_pk, sorted({t for p in phrases for t in p})]
     df = dict(conn.execute(_DF_SQL, matching).fetchall())
     known = sorted(df)
-    join, restrict, params = "", "", []
-    if document_ids is not None:
-        restrict += " AND c.document_id IN (SELECT id FROM bunko.documents WHERE tenant_id = %s AND uid = ANY(%s))"
-        params += [tenant_pk, [str(d) for d in document_ids]]
-    if flt is not None:
-        join = " LEFT JOIN bunko.documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
-        where, where_params = compile_postgres(flt)
-        restrict += f" AND {where}"
-        params += where_params
+    join, restrict, params = restriction
     rows = conn.execute(
         _SCORE_SQL.replace("{join}", join).replace("{restrict}", restrict),
         [*matching, known, [bm25_idf(chunks, int(df[i])) for i in known], K1, K1, B, B,
