@@ -21,6 +21,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from typing_extensions import override
+
 from ..embedders import available_embedders
 from ..llm import available_llms
 from ..requests import MAX_TOP_K, MODES
@@ -113,6 +115,7 @@ class DocLoader(Block):
     category = "data"
     description = "URL、テキスト、APIからドキュメントを読み込み (load a document from a URL, a text or JSON)"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "source_type": {"type": "string", "enum": ["url", "text", "json"], "default": "url",
@@ -126,6 +129,7 @@ class DocLoader(Block):
             "metadata": {"type": "object", "title": "メタデータ", "description": "Added to the document's metadata"},
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         source_type = config["source_type"]
         extra = dict(config.get("metadata") or {})
@@ -178,6 +182,7 @@ class TextSplitter(Block):
     category = "data"
     description = "テキストを指定サイズのチャンクに分割 (split documents into overlapping chunks)"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "chunk_size": {"type": "integer", "default": 1000, "minimum": 100, "maximum": 8000,
@@ -186,6 +191,7 @@ class TextSplitter(Block):
             "separator": {"type": "string", "default": "\n\n", "title": "区切り文字"},
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         size, overlap = config["chunk_size"], config["chunk_overlap"]
         if overlap >= size:
@@ -213,12 +219,14 @@ class Embedding(Block):
     category = "ai"
     description = "テキストをベクトル埋め込みに変換 (embed documents)"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "provider": _embedding_provider(["openai", "cohere", "voyage"]),
             "model": {**_embedding_model(), "title": "モデル"},
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         documents = _documents(input, self.name)
         result = await ctx.embedding.embed(config["provider"], config.get("model"),
@@ -236,6 +244,7 @@ class VectorUpsert(Block):
     description = "ドキュメントをベクトルDBに保存 (store documents in a collection)"
     collection_code = "VECTOR_001"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "collection": {**_COLLECTION, "description": "ベクトルを保存するコレクション (config, else input)"},
@@ -244,6 +253,7 @@ class VectorUpsert(Block):
             "embedding_model": _embedding_model(),
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         collection = _collection(self, config, input)
         documents = input.get("documents")
@@ -264,6 +274,7 @@ class VectorSearch(Block):
     description = "ベクトル類似検索を実行 (search a collection by vector or text)"
     collection_code = "VECTOR_001"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "collection": _COLLECTION,
@@ -279,6 +290,7 @@ class VectorSearch(Block):
                      "description": "vector (the seed's), keyword (BM25) or hybrid; a query text only"},
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         collection = _collection(self, config, input)
         vectors = input.get("vectors")
@@ -309,9 +321,11 @@ class VectorDelete(Block):
     description = "ベクトルDBからドキュメントを削除 (delete records by id)"
     collection_code = "VECTOR_001"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {"collection": _COLLECTION}
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         collection = _collection(self, config, input)
         ids = input.get("ids") or ([input["id"]] if input.get("id") else None)
@@ -331,6 +345,7 @@ class RagQuery(Block):
     description = "RAGパイプライン（検索→コンテキスト構築→LLM回答） (answer a question from a collection)"
     collection_code = "RAG_002"
 
+    @override
     def config_properties(self) -> dict[str, Any]:
         return {
             "collection": _COLLECTION,
@@ -350,6 +365,7 @@ class RagQuery(Block):
                      "description": "vector, keyword or hybrid; left out: the engine's default, as ask uses"},
         }
 
+    @override
     async def run(self, ctx: BlockContext, input: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         query = input.get("query") or input.get("question")
         if not isinstance(query, str) or not query.strip():

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from typing_extensions import override
+
 from ..config import DEFAULT_TENANT
 from ..engine import Bunko
 from ..errors import CollectionNotFoundError, ConfigError
@@ -58,15 +60,19 @@ class LangChainEmbedder:
         return self._dimension
 
     async def embed(self, text: str) -> list[float]:
+        """One text's vector (LangChain's query embedding)."""
         return list(await self.embeddings.aembed_query(text))
 
     async def embed_query(self, text: str) -> list[float]:
+        """A search query's vector."""
         return list(await self.embeddings.aembed_query(text))
 
     async def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        """Documents' vectors, in order."""
         return [list(v) for v in await self.embeddings.aembed_documents(texts)]
 
     async def close(self) -> None:
+        """Nothing to close: the LangChain object owns its clients."""
         return None
 
 
@@ -92,6 +98,7 @@ class BunkoVectorStore(VectorStore):
         self.tenant = self.engine.tenant(tenant)
 
     @property
+    @override
     def embeddings(self) -> Embeddings:
         return self._embedding
 
@@ -123,6 +130,7 @@ class BunkoVectorStore(VectorStore):
         vectors = self._embedding.embed_documents(items)
         return list(self.tenant.upsert(self.collection, self._records(items, vectors, metadatas, ids)))
 
+    @override
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *,
                          ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         items = list(texts)
@@ -142,6 +150,7 @@ class BunkoVectorStore(VectorStore):
             pass
         return True
 
+    @override
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         return await asyncio.to_thread(self.delete, ids)
 
@@ -154,6 +163,7 @@ class BunkoVectorStore(VectorStore):
             return []
         return [_document(h) for h in hits]
 
+    @override
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         return await asyncio.to_thread(self.get_by_ids, ids)
 
@@ -173,24 +183,30 @@ class BunkoVectorStore(VectorStore):
             return []
         return [(_document(h), float(h.score)) for h in hits]
 
+    @override
     def similarity_search_with_score(self, query: str, k: int = 4, filter: Any = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
         return self.similarity_search_by_vector_with_score(self._embedding.embed_query(query), k, filter)
 
+    @override
     async def asimilarity_search_with_score(self, query: str, k: int = 4, filter: Any = None,
                                             **kwargs: Any) -> list[tuple[Document, float]]:
         return await self._asearch_vector(await self._embedding.aembed_query(query), k, filter)
 
+    @override
     def similarity_search(self, query: str, k: int = 4, filter: Any = None, **kwargs: Any) -> list[Document]:
         return [d for d, _ in self.similarity_search_with_score(query, k, filter)]
 
+    @override
     async def asimilarity_search(self, query: str, k: int = 4, filter: Any = None, **kwargs: Any) -> list[Document]:
         return [d for d, _ in await self.asimilarity_search_with_score(query, k, filter)]
 
+    @override
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, filter: Any = None,
                                     **kwargs: Any) -> list[Document]:
         return [d for d, _ in self.similarity_search_by_vector_with_score(embedding, k, filter)]
 
+    @override
     async def asimilarity_search_by_vector(self, embedding: list[float], k: int = 4, filter: Any = None,
                                            **kwargs: Any) -> list[Document]:
         return [d for d, _ in await self._asearch_vector(embedding, k, filter)]

@@ -107,10 +107,12 @@ class Digest:
         self.records = 0
 
     def add(self, kind: str, record: dict[str, Any]) -> None:
+        """Count one record of ``kind`` into the digest."""
         self._sum = (self._sum + int.from_bytes(hashlib.sha256(_canonical(kind, record)).digest(), "big")) % 2**256
         self.records += 1
 
     def hexdigest(self) -> str:
+        """The digest so far, as 64 hex digits."""
         return f"{self._sum:064x}"
 
 
@@ -223,6 +225,7 @@ class Summary:
     skipped_conversations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return asdict(self)
 
 

@@ -158,6 +158,7 @@ class AppFactory:
         self.settings = settings
 
     def __call__(self) -> FastAPI:
+        """A new app over these settings (uvicorn calls it in each worker process)."""
         return create_app(settings=self.settings)
 
 

@@ -57,6 +57,7 @@ class RequestGuard:
         self.max_json_bytes = max_json_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the key and the body's size of an HTTP request before its body is read."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -122,6 +122,7 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> dict[str, Any]:
+    """Oldest first; of one session with ``sessionId``."""
     memory, user_id = _memory(caller, store)
     return {"memories": await asyncio.to_thread(memory.list, user_id, session_id=sessionId, limit=limit)}
 
@@ -129,6 +130,7 @@ async def list_memories(
 @router.delete("/memories", response_model=DeletedCount, responses=RESPONSES,
                summary="Delete every memory of the key's user (all stores)")
 async def delete_all_memories(caller: CallerDep) -> DeletedCount:
+    """Every memory store of the tenant, this user's memories only."""
     memory, user_id = _memory(caller, DEFAULT_MEMORY_STORE)
     return DeletedCount(deleted=await asyncio.to_thread(memory.delete_user, user_id))
 
@@ -138,6 +140,7 @@ async def delete_all_memories(caller: CallerDep) -> DeletedCount:
 async def delete_session_memories(
     caller: CallerDep, session_id: IdPath, store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> DeletedCount:
+    """The session's memories in one memory store."""
     memory, user_id = _memory(caller, store)
     return DeletedCount(deleted=await asyncio.to_thread(memory.delete_session, user_id, session_id))
 
@@ -147,6 +150,7 @@ async def delete_session_memories(
 async def delete_memory(
     caller: CallerDep, memory_id: IdPath, store: StoreQuery = DEFAULT_MEMORY_STORE,
 ) -> DeletedCount:
+    """By its id; 0 when the user has no memory of that id."""
     memory, user_id = _memory(caller, store)
     deleted = await asyncio.to_thread(memory.delete, user_id, memory_ids=[memory_id])
     if not deleted:

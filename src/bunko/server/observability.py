@@ -46,6 +46,7 @@ class JSONFormatter(logging.Formatter):
     """One JSON object per line, with the request id of the request being served (if any)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
         line: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
@@ -123,6 +124,7 @@ class RequestObserver:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request with its id, timing and access line."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

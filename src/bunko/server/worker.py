@@ -336,6 +336,7 @@ class WorkerProcesses:
         return process
 
     def start(self) -> None:
+        """Start the worker processes and the thread that replaces any that exits."""
         self._processes = [self._spawn() for _ in range(self.count)]
         self._keeper.start()
 
@@ -349,6 +350,7 @@ class WorkerProcesses:
 
     @property
     def pids(self) -> list[int]:
+        """The process ids of the workers running now."""
         return [p.pid for p in self._processes]
 
     def stop(self, timeout: float = 30.0) -> None:

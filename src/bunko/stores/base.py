@@ -282,26 +282,20 @@ class FailureRecords(Protocol):
 
 @runtime_checkable
 class RecordStore(Protocol):
-    """The records a tenant keeps beside its documents, as repositories bound to its tenant."""
+    """The records a tenant keeps beside its documents, as repositories bound to its tenant: ``usage`` (usage
+    records and search logs), ``conversations``, ``failures`` (failed ingests) and ``memories()`` (agent
+    memories; a SQL store's are :class:`~bunko.stores.sql.memory.SQLMemories`)."""
 
     @property
-    def usage(self) -> UsageRecords:
-        """Usage records and search logs."""
-        ...
+    def usage(self) -> UsageRecords: ...  # noqa: D102 - named in the class docstring
 
     @property
-    def conversations(self) -> ConversationRecords:
-        """Conversations."""
-        ...
+    def conversations(self) -> ConversationRecords: ...  # noqa: D102
 
     @property
-    def failures(self) -> FailureRecords:
-        """Failed ingests."""
-        ...
+    def failures(self) -> FailureRecords: ...  # noqa: D102
 
-    def memories(self) -> Any:
-        """Agent memories (a SQL store's are :class:`~bunko.stores.sql.memory.SQLMemories`)."""
-        ...
+    def memories(self) -> Any: ...  # noqa: D102
 
 
 @runtime_checkable
