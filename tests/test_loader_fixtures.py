@@ -65,7 +65,7 @@ def test_every_file_is_in_the_manifest_and_the_set_stays_small() -> None:
 def test_every_kind_the_loaders_read_is_covered() -> None:
     records = read_manifest(FIXTURES)
     kinds = {r["kind"] for r in records}
-    assert kinds >= {"pdf", "docx", "pptx", "html", "markdown", "text", "json", "jsonl"}
+    assert kinds >= {"pdf", "docx", "pptx", "xlsx", "csv", "tsv", "html", "markdown", "text", "json", "jsonl"}
     tags = {tag for r in records for tag in r["expected"]}
     assert tags >= {"vertical_text", "image_only", "mostly_image_only", "needs_user_password", "owner_password_only",
                     "recoverable", "unrecoverable", "legacy_encoding", "utf8_bom", "cr_line_endings"}

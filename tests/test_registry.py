@@ -101,12 +101,12 @@ class UpperAnalyzer:
         return [(t,) for t in self.index_tokens(text)]
 
 
-def load_csv(path: Path, options: LoadOptions) -> list[Document]:
+def load_ltsv(path: Path, options: LoadOptions) -> list[Document]:
     text = path.read_text(encoding="utf-8")
-    return [Document(text.replace(",", " "), file_metadata(path, "csv", text))]
+    return [Document(text.replace(",", " "), file_metadata(path, "ltsv", text))]
 
 
-CSV_KIND = FileKind("csv", lambda: load_csv, (".csv",), "text/csv")
+LTSV_KIND = FileKind("ltsv", lambda: load_ltsv, (".ltsv",), "text/x-ltsv")
 
 
 HITS = [SearchHit(f"c{i}", "d", "a.txt", f"text {i}", 1.0 - i / 10) for i in range(3)]
@@ -127,7 +127,7 @@ def test_each_seam_registers_and_builds_through_the_registry(tmp_path: Path) -> 
     register_reranker("reverse-r", ReverseReranker)
     register_splitter("lines-r", LineSplitter)
     register_analyzer("upper-r", UpperAnalyzer)
-    register_loader("csv", lambda: load_csv, [".CSV"], "text/csv")
+    register_loader("ltsv", lambda: load_ltsv, [".LTSV"], "text/x-ltsv")
     try:
         assert "const-r" in embedders._REGISTRY and "const-r" in available_embedders()
         embedder = get_embedder("const-r:two", scale=2.0)
@@ -152,20 +152,20 @@ def test_each_seam_registers_and_builds_through_the_registry(tmp_path: Path) -> 
         assert get_analyzer("upper-r").index_tokens("mizu no bichiku") == ["MIZU", "NO", "BICHIKU"]
         assert get_analyzer("upper-r") is get_analyzer("upper-r")  # built once, then shared
 
-        csv = tmp_path / "stock.csv"
-        csv.write_text("水,2L,6本", encoding="utf-8")
-        assert ".csv" in supported_suffixes() and "csv" in loaders._REGISTRY
-        (document,) = load_path(csv)
+        ltsv = tmp_path / "stock.ltsv"
+        ltsv.write_text("水,2L,6本", encoding="utf-8")
+        assert ".ltsv" in supported_suffixes() and "ltsv" in loaders._REGISTRY
+        (document,) = load_path(ltsv)
         assert document.content == "水 2L 6本"
-        assert (document.metadata["kind"], document.metadata["mime_type"]) == ("csv", "text/csv")
+        assert (document.metadata["kind"], document.metadata["mime_type"]) == ("ltsv", "text/x-ltsv")
     finally:
         embedders._REGISTRY.unregister("const-r")
         llm._REGISTRY.unregister("echo-r")
         rerankers._REGISTRY.unregister("reverse-r")
         splitters._REGISTRY.unregister("lines-r")
         analysis._REGISTRY.unregister("upper-r")
-        loaders._REGISTRY.unregister("csv")
-    assert "const-r" not in available_embedders() and ".csv" not in supported_suffixes()
+        loaders._REGISTRY.unregister("ltsv")
+    assert "const-r" not in available_embedders() and ".ltsv" not in supported_suffixes()
 
 
 def test_a_registration_replaces_a_built_in_until_it_is_removed() -> None:
@@ -202,7 +202,7 @@ def test_analyzer_replaced_by_registration_is_not_served_from_the_cache() -> Non
     (lambda: get_reranker("nope"), UnknownProviderError, "unknown reranker 'nope'; available: cohere, cross-encoder"),
     (lambda: get_splitter("nope"), UnknownProviderError, "unknown splitter 'nope'; available: recursive, token"),
     (lambda: get_analyzer("nope"), ConfigError, "unknown analyzer 'nope'; available: bigram, bigram_en, combined"),
-    (lambda: loaders.mime_type("nope"), UnknownProviderError, "unknown file kind 'nope'; available: docx, html, json"),
+    (lambda: loaders.mime_type("nope"), UnknownProviderError, "unknown file kind 'nope'; available: csv, docx, html"),
 ])
 def test_an_unknown_name_is_a_typed_error_listing_the_names_there_are(lookup: Callable[[], object],
                                                                       error: type[Exception], listed: str) -> None:
@@ -232,7 +232,7 @@ broken = bunko_no_such_module:Splitter
 upper = {__name__}:UpperAnalyzer
 
 [bunko.loaders]
-csv = {__name__}:CSV_KIND
+ltsv = {__name__}:LTSV_KIND
 """
 
 
@@ -268,11 +268,11 @@ def test_plugins_of_every_seam_are_found_by_their_entry_points(plugin: Path,
 
     folder = plugin / "docs"
     folder.mkdir()
-    (folder / "stock.csv").write_text("水,2L", encoding="utf-8")
+    (folder / "stock.ltsv").write_text("水,2L", encoding="utf-8")
     (folder / "notes.xyz").write_text("?", encoding="utf-8")
     found, skipped = discover([folder])
-    assert [Path(p).name for p in found] == ["stock.csv"] and [Path(s.path).name for s in skipped] == ["notes.xyz"]
-    assert load_path(folder / "stock.csv")[0].metadata["mime_type"] == "text/csv"
+    assert [Path(p).name for p in found] == ["stock.ltsv"] and [Path(s.path).name for s in skipped] == ["notes.xyz"]
+    assert load_path(folder / "stock.ltsv")[0].metadata["mime_type"] == "text/x-ltsv"
 
 
 def test_plugins_leave_with_their_distribution(plugin: Path) -> None:

@@ -23,10 +23,12 @@ from .errors import BunkoError, CollectionNotFoundError, ConfigError, EmbeddingE
 from .preprocess import Preprocessor
 from .splitters import DEFAULT_SPLITTER, Splitter, build_splitter
 from .stores.base import ChunkWrite, DocumentWrite, VectorStore, check_analyzer
-from .types import Collection, Document, IngestResult, UsageEvent, new_id
+from .types import Collection, Document, IngestResult, TextChunk, UsageEvent, new_id
 from .usage import route, store_kind
 
 ProgressCallback = Callable[[int], None]
+# Where a part lies in the normalised text: (start, end, its metadata, whether it is kept whole).
+_Span = tuple[int, int, dict[str, Any], bool]
 
 
 def _splitter_signature(splitter: Splitter) -> str:
@@ -134,10 +136,35 @@ class IndexManager:
             return await self.embedder.embed_array(texts)
         return await self.embedder.embed_batch(texts)
 
-    def _chunks(self, source: str, normalized: str, spans: Any) -> list[ChunkWrite]:
+    def _pieces(self, normalized: str, spans: list[_Span]) -> list[TextChunk]:
+        """The splitter's chunks of the text; a ``whole`` part (table rows with their header) is a chunk
+        of its own when the splitter keeps it in one, and the text between such parts is split as usual."""
+        chunker = self.chunker
+        assert chunker is not None
+        if not any(whole for _, _, _, whole in spans):
+            return chunker.split(normalized)
+        pieces: list[TextChunk] = []
+
+        def split(start: int, end: int) -> None:
+            for piece in chunker.split(normalized[start:end]):
+                pieces.append(TextChunk(piece.content, len(pieces), start + piece.start, start + piece.end))
+
+        run_start: int | None = None
+        for start, end, _, whole in spans:
+            if not whole:
+                run_start = start if run_start is None else run_start
+                continue
+            if run_start is not None:
+                split(run_start, start)
+                run_start = None
+            split(start, end)  # one chunk when it fits; cut by the splitter only when it does not
+        if run_start is not None:
+            split(run_start, len(normalized))
+        return pieces
+
+    def _chunks(self, source: str, normalized: str, spans: list[_Span]) -> list[ChunkWrite]:
         """Split normalised text into chunk rows: offsets, token counts, part metadata and language."""
-        assert self.chunker is not None
-        pieces = self.chunker.split(normalized)
+        pieces = self._pieces(normalized, spans)
         if not pieces:  # normalize() refuses empty text, so this means a splitter bug
             raise EmbeddingError(f"{source}: the splitter produced no chunks")
         counter = getattr(self.embedder, "count_tokens", None)
@@ -243,7 +270,7 @@ class IndexManager:
 
         return np.concatenate(await gather_or_cancel([one(start) for start in range(0, len(texts), size)]))
 
-    def normalize(self, document: Document) -> tuple[str, list[tuple[int, int, dict[str, Any]]]]:
+    def normalize(self, document: Document) -> tuple[str, list[_Span]]:
         """The normalised text, and where each part (page, section) lies in it.
 
         Parts are normalised one by one and joined by a blank line, so a chunk's offsets
@@ -253,7 +280,7 @@ class IndexManager:
         if not document.parts:
             return self.preprocessor.normalize(document.content), []
         pieces: list[str] = []
-        spans: list[tuple[int, int, dict[str, Any]]] = []
+        spans: list[_Span] = []
         offset = 0
         for part in document.parts:
             try:
@@ -262,7 +289,7 @@ class IndexManager:
                 continue
             if pieces:
                 offset += 2  # the "\n\n" joining parts
-            spans.append((offset, offset + len(text), part.metadata))
+            spans.append((offset, offset + len(text), part.metadata, part.whole))
             pieces.append(text)
             offset += len(text)
         if not pieces:
@@ -293,17 +320,22 @@ class IndexManager:
         return result
 
 
-def _part_metadata(spans: list[tuple[int, int, dict[str, Any]]], start: int, end: int) -> dict[str, Any]:
-    """The metadata of the part a chunk starts in, plus ``page_end`` when it runs onto later pages."""
+def _part_metadata(spans: list[_Span], start: int, end: int) -> dict[str, Any]:
+    """The metadata of the part a chunk starts in, plus ``page_end`` when it runs onto later pages
+    (and ``row_end`` the last row of the table rows it runs onto)."""
     if not spans:
         return {}
-    starts = [s for s, _, _ in spans]
+    starts = [s for s, _, _, _ in spans]
     first = max(0, bisect_right(starts, start) - 1)
     last = max(0, bisect_right(starts, max(start, end - 1)) - 1)
     metadata = dict(spans[first][2])
     page, last_page = spans[first][2].get("page_number"), spans[last][2].get("page_number")
     if page is not None and last_page is not None and last_page != page:
         metadata["page_end"] = last_page
+    last_row = spans[last][2].get("row_end")
+    if last != first and "row_end" in metadata and last_row is not None and spans[last][2].get("sheet") == \
+            metadata.get("sheet"):
+        metadata["row_end"] = last_row
     return metadata
 
 

@@ -57,10 +57,15 @@ class DocumentPart:
 
     Loaders that know structure return parts; indexing then gives every chunk the
     metadata of the part it starts in (``page_number``, ``section``, ``hierarchy``, ...).
+
+    A ``whole`` part is a unit the splitter must not cut or join to its neighbours: a group of
+    table rows under their header row. It becomes a chunk of its own when it fits the
+    collection's chunk size (loaders keep such parts small: ``loaders.tables.TABLE_CHARS``).
     """
 
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    whole: bool = False
 
 
 @dataclass(slots=True)

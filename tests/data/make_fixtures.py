@@ -10,7 +10,8 @@ Japanese in non-embedded CJK fonts that every PDF reader knows by name (Adobe-Ja
 horizontal and vertical), scanned-looking pages (an image and no text layer), RC4
 encryption (a user password, and an owner password only), a damaged cross-reference table
 and a file that is no PDF at all. Word and PowerPoint files come from python-docx and
-python-pptx with fixed ZIP timestamps. Output is byte-for-byte reproducible for every
+python-pptx with fixed ZIP timestamps; the Excel workbook is written part by part (no spreadsheet
+library), as Excel writes one. Output is byte-for-byte reproducible for every
 file but the Office ones (their bytes depend on the python-docx/python-pptx version; their
 text does not).
 """
@@ -777,6 +778,196 @@ def make_pptx() -> bytes:
     return fixed_zip(out.getvalue())
 
 
+# --- spreadsheets ------------------------------------------------------------------------------------
+# A small .xlsx writer (no spreadsheet library): shared strings, numbers, booleans, dates (a date style),
+# formulas with their cached values, as Excel writes them, so a reader can be checked against known bytes.
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A formula cell: the expression and the value Excel cached for it."""
+
+    expression: str
+    cached: Any
+
+
+_XLSX_EPOCH = dt.datetime(1899, 12, 30)
+_XML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})
+
+
+def xlsx_column(index: int) -> str:
+    """``A`` for 0, ``Z`` for 25, ``AA`` for 26, ..."""
+    name = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        name = chr(65 + rest) + name
+    return name
+
+
+def _xlsx_cell(ref: str, value: Any, strings: dict[str, int]) -> str:
+    if isinstance(value, Formula):
+        cached = value.cached
+        kind = ' t="str"' if isinstance(cached, str) else ' t="b"' if isinstance(cached, bool) else ""
+        shown = (int(cached) if isinstance(cached, bool) else cached)
+        return f'<c r="{ref}"{kind}><f>{value.expression.translate(_XML_ESCAPES)}</f><v>{shown}</v></c>'
+    if isinstance(value, bool):
+        return f'<c r="{ref}" t="b"><v>{int(value)}</v></c>'
+    if isinstance(value, int | float):
+        return f'<c r="{ref}"><v>{value}</v></c>'
+    if isinstance(value, dt.date):
+        stamp = value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day)
+        serial = (stamp - _XLSX_EPOCH).total_seconds() / 86400
+        return f'<c r="{ref}" s="1"><v>{serial:.17g}</v></c>'  # as Excel writes it: 17 digits
+    index = strings.setdefault(str(value), len(strings))
+    return f'<c r="{ref}" t="s"><v>{index}</v></c>'
+
+
+def make_xlsx(sheets: list[tuple[str, Iterable[list[Any]]]], *, title: str = "", author: str = "") -> bytes:
+    """An .xlsx workbook: ``(sheet name, rows)`` in order; ``None`` cells are left out, empty rows too."""
+    strings: dict[str, int] = {}
+    worksheets = []
+    for _, rows in sheets:
+        lines = []
+        used: list[tuple[int, int]] = []  # (row, column) of the cells written, for the sheet's dimension
+        for number, row in enumerate(rows, start=1):
+            cells = "".join(_xlsx_cell(f"{xlsx_column(c)}{number}", v, strings) for c, v in enumerate(row)
+                            if v is not None)
+            if cells:
+                lines.append(f'<row r="{number}">{cells}</row>')
+                columns = [c for c, v in enumerate(row) if v is not None]
+                used += [(number, columns[0]), (number, columns[-1])]
+        # Excel writes the used range as the sheet's dimension (readers take its first column from it)
+        dimension = (f"{xlsx_column(min(c for _, c in used))}{used[0][0]}:"
+                     f"{xlsx_column(max(c for _, c in used))}{used[-1][0]}") if used else "A1"
+        worksheets.append('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+                          '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+                          f'<dimension ref="{dimension}"/><sheetData>{"".join(lines)}</sheetData></worksheet>')
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    package = "http://schemas.openxmlformats.org/package/2006/relationships"
+    parts = {
+        "[Content_Types].xml": (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+            '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/xl/workbook.xml" '
+            'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+            + "".join(f'<Override PartName="/xl/worksheets/sheet{i}.xml" ContentType="application/'
+                      'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+                      for i in range(1, len(sheets) + 1))
+            + '<Override PartName="/xl/styles.xml" '
+            'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>'
+            '<Override PartName="/xl/sharedStrings.xml" '
+            'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>'
+            '<Override PartName="/docProps/core.xml" '
+            'ContentType="application/vnd.openxmlformats-package.core-properties+xml"/></Types>'),
+        "_rels/.rels": (
+            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Relationships xmlns="{package}">'
+            f'<Relationship Id="rId1" Type="{rel}/officeDocument" Target="xl/workbook.xml"/>'
+            '<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/package/2006/relationships/metadata/'
+            'core-properties" Target="docProps/core.xml"/></Relationships>'),
+        "docProps/core.xml": (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+            '<cp:coreProperties xmlns:cp="http://schemas.openxmlformats.org/package/2006/metadata/core-properties" '
+            'xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:dcterms="http://purl.org/dc/terms/" '
+            'xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">'
+            f'<dc:title>{title.translate(_XML_ESCAPES)}</dc:title><dc:creator>{author.translate(_XML_ESCAPES)}'
+            '</dc:creator><dcterms:created xsi:type="dcterms:W3CDTF">2024-04-01T09:00:00Z</dcterms:created>'
+            '</cp:coreProperties>'),
+        "xl/workbook.xml": (
+            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<workbook xmlns="{main}" xmlns:r="{rel}">'
+            "<sheets>" + "".join(f'<sheet name="{name.translate(_XML_ESCAPES)}" sheetId="{i}" r:id="rId{i}"/>'
+                                 for i, (name, _) in enumerate(sheets, start=1)) + "</sheets></workbook>"),
+        "xl/_rels/workbook.xml.rels": (
+            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Relationships xmlns="{package}">'
+            + "".join(f'<Relationship Id="rId{i}" Type="{rel}/worksheet" Target="worksheets/sheet{i}.xml"/>'
+                      for i in range(1, len(sheets) + 1))
+            + f'<Relationship Id="rId{len(sheets) + 1}" Type="{rel}/styles" Target="styles.xml"/>'
+            f'<Relationship Id="rId{len(sheets) + 2}" Type="{rel}/sharedStrings" Target="sharedStrings.xml"/>'
+            "</Relationships>"),
+        "xl/styles.xml": (
+            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<styleSheet xmlns="{main}">'
+            '<fonts count="1"><font><sz val="11"/><name val="Calibri"/></font></fonts>'
+            '<fills count="1"><fill><patternFill patternType="none"/></fill></fills>'
+            '<borders count="1"><border/></borders><cellStyleXfs count="1"><xf/></cellStyleXfs>'
+            '<cellXfs count="2"><xf numFmtId="0"/><xf numFmtId="14" applyNumberFormat="1"/></cellXfs>'
+            "</styleSheet>"),
+    }
+    for i, sheet in enumerate(worksheets, start=1):
+        parts[f"xl/worksheets/sheet{i}.xml"] = sheet
+    shared = "".join(f"<si><t>{text.translate(_XML_ESCAPES)}</t></si>" for text in strings)
+    parts["xl/sharedStrings.xml"] = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="{main}" '
+                                     f'count="{len(strings)}" uniqueCount="{len(strings)}">{shared}</sst>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in parts.items():
+            info = zipfile.ZipInfo(name, FIXED_ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, text.encode("utf-8"))
+    return out.getvalue()
+
+
+
+# Written for these tests: a price list under a title block, with formulas (their cached values), dates, a
+# remark long enough that its row cannot go with the header in one chunk, and a cell holding a pipe.
+PRICE_ITEMS = [
+    ("ボールペン 黒", 120), ("ボールペン 赤", 120), ("シャープペンシル", 350), ("消しゴム", 80), ("定規 30cm", 200),
+    ("ホッチキス", 780), ("ホッチキス針", 150), ("クリップ 大", 240), ("付箋 75mm", 310), ("ノート A4", 180),
+    ("ノート B5", 160), ("ファイル A4", 95), ("クリアファイル", 30), ("封筒 長3", 420), ("封筒 角2", 610),
+    ("セロハンテープ", 130), ("のり", 110), ("はさみ", 520), ("カッターナイフ", 380), ("電卓", 1980),
+    ("印鑑ケース", 650), ("朱肉", 720), ("名札ケース", 90), ("ラベルシール", 560), ("蛍光ペン 黄", 100),
+]
+LONG_REMARK = ("在庫限りの特価品です。"
+               + "お取り寄せには二週間ほどかかり、色や仕様はメーカーの都合で予告なく変わることがあります。" * 8
+               + "ご注文の前に総務部へお問い合わせください。")
+
+
+def price_rows() -> list[list[Any]]:
+    rows: list[list[Any]] = [["2024年度 文具価格表"],
+                             ["株式会社文庫 総務部", None, None, "改定日", dt.date(2024, 4, 1)],
+                             [], ["品番", "品名", "単価", "数量", "金額", "登録日", "備考"]]
+    for i, (name, price) in enumerate(PRICE_ITEMS):
+        row_number = len(rows) + 1
+        quantity = 5 + (i * 7) % 20
+        remark = LONG_REMARK if i == 19 else "A|B 兼用" if i == 12 else "取り寄せ" if i % 6 == 5 else None
+        amount = Formula(f"C{row_number}*D{row_number}", price * quantity)
+        rows.append([f"B-{101 + i:03d}", name, price, quantity, amount,
+                     dt.date(2024, 4, 1) + dt.timedelta(days=7 * i), remark])
+    return rows
+
+
+STOCK_ROWS: list[list[Any]] = [
+    ["倉庫", "品番", "在庫数", "要発注", "棚卸日時"],
+    ["本社", "B-101", 42, Formula("C2<20", False), dt.datetime(2024, 3, 29, 17, 30)],
+    ["本社", "B-120", 3, Formula("C3<20", True), dt.datetime(2024, 3, 29, 17, 30)],
+    ["大阪支店", "B-104", 15, Formula("C4<20", True), dt.datetime(2024, 3, 28, 10, 0)],
+    ["大阪支店", "B-118", 27, Formula('IF(C5<20,"要","不要")', "不要"), dt.datetime(2024, 3, 28, 10, 0)],
+]
+
+CSV_MEMBERS = (
+    "id,name,team,phone,joined\r\n"
+    '1,Alice Tanaka,"Sales, Tokyo",03-1234-5678,2019-04-01\r\n'
+    '2,Bob Suzuki,Support,06-2345-6789,2020-10-15\r\n'
+    '3,Carol Sato,"Research ""Lab""","03-3456-7890",2021-07-01\r\n'
+    '4,Dan Ito,"Facilities\nand Safety",011-456-7890,2022-01-11\r\n'
+)
+CSV_MEIBO = (
+    "社員番号,氏名,部署,内線,入社日\r\n"
+    "1001,髙橋 一郎,総務部,①-201,2015/04/01\r\n"
+    "1002,﨑山 花子,経理部,①-305,2018/10/01\r\n"
+    "1003,山田 太郎,営業部,②-110,2020/04/01\r\n"
+    "1004,鈴木 次郎,情報システム部,②-415,2023/07/18\r\n"
+)
+TSV_ZAIKO = (
+    "倉庫\t品番\t品名\t在庫数\r\n"
+    "本社\tB-101\tボールペン 黒\t42\r\n"
+    "本社\tB-120\t電卓\t3\r\n"
+    "大阪支店\tB-104\t消しゴム\t15\r\n"
+)
+
 # --- the fixture set and its manifest ----------------------------------------------------------------
 
 
@@ -871,6 +1062,35 @@ def fixtures() -> list[Fixture]:
             "headings": ["Title: Library Tables", "Heading 1: Opening hours", "Heading 1: Rooms"], "tables": 2,
             "must_contain": ["A uniform table", "Monday | 9:00 | 20:00"], "title": "Library Tables",
             "author": "Reading Room", "created_at": "2024-05-06T07:08:09Z"}),
+        Fixture("kakaku_ja.xlsx", lambda: make_xlsx([("価格表", price_rows()), ("在庫", STOCK_ROWS)],
+                                                    title="文具価格表", author="総務部"), {
+            "kind": "xlsx", "language": "ja", "expected": ["has_text", "sheets", "title_block", "formulas", "dates",
+                                                           "long_row"],
+            "sheets": ["価格表", "在庫"], "title": "文具価格表", "author": "総務部",
+            "created_at": "2024-04-01T09:00:00Z",
+            "must_contain": ["2024年度 文具価格表",
+                             "| B-113 | クリアファイル | 30 | 9 | 270 | 2024-06-24 | A\\|B 兼用 |",
+                             "品番: B-120\n品名: 電卓\n単価: 1980\n数量: 18\n金額: 35640\n登録日: 2024-08-12\n"
+                             "備考: 在庫限り",
+                             "| 本社 | B-120 | 3 | TRUE | 2024-03-29 17:30 |", "| 大阪支店 | B-118 | 27 | 不要 |"],
+            "header_of": {"価格表": "| 品番 | 品名 | 単価 | 数量 | 金額 | 登録日 | 備考 |"},
+            "notes": "a title block above the header (rows 1-2), formulas with cached values (numbers, booleans, "
+                     "text), dates and times, a pipe in a cell, row 24 with a remark longer than a chunk"}),
+        Fixture("broken.xlsx", lambda: make_xlsx([("価格表", price_rows())])[:1500], {
+            "kind": "xlsx", "language": None, "expected": ["broken", "unrecoverable"],
+            "notes": "the first 1,500 bytes of a workbook: no ZIP central directory"}),
+        Fixture("members.csv", lambda: CSV_MEMBERS.encode("utf-8"), {
+            "kind": "csv", "language": "en", "expected": ["has_text", "quoted_fields", "crlf_line_endings"],
+            "encoding": "utf-8", "delimiter": ",", "rows": 4,
+            "must_contain": ["| 1 | Alice Tanaka | Sales, Tokyo | 03-1234-5678 | 2019-04-01 |", 'Research "Lab"']}),
+        Fixture("meibo_cp932.csv", lambda: CSV_MEIBO.encode("cp932"), {
+            "kind": "csv", "language": "ja", "expected": ["has_text", "legacy_encoding", "cp932_extensions"],
+            "encoding": "cp932", "delimiter": ",", "rows": 4,
+            "must_contain": ["| 社員番号 | 氏名 | 部署 | 内線 | 入社日 |",
+                             "| 1001 | 髙橋 一郎 | 総務部 | ①-201 | 2015/04/01 |"]}),
+        Fixture("zaiko.tsv", lambda: TSV_ZAIKO.encode("utf-8"), {
+            "kind": "tsv", "language": "ja", "expected": ["has_text"], "encoding": "utf-8", "delimiter": "\t",
+            "rows": 3, "must_contain": ["| 倉庫 | 品番 | 品名 | 在庫数 |", "| 本社 | B-120 | 電卓 | 3 |"]}),
         Fixture("kunren_ja.pptx", make_pptx, {
             "kind": "pptx", "language": "ja", "expected": ["has_text", "slides", "table", "notes"], "pages": 3,
             "must_contain": ["九月一日の防災の日", "10:05 | 避難開始", "集合場所を最初に伝える。"],

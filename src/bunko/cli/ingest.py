@@ -50,7 +50,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
            quiet: bool, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
-    Reads PDF, Word, PowerPoint, HTML, Markdown, text (any Japanese encoding) and JSON.
+    Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON.
     Re-ingesting an unchanged file embeds nothing; a changed file becomes a new version of
     the same document. One bad file never stops the rest; the exit status is 1 if any failed,
     and `bunko documents list --failed` lists them (with why) until they go in.

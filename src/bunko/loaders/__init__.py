@@ -82,6 +82,10 @@ _BUILTINS = {kind.name: kind for kind in (
     FileKind("pptx", _lazy("office", "load_pptx"), (".pptx",),
              "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
     FileKind("html", _lazy("html", "load_html"), (".html", ".htm", ".xhtml"), "text/html"),
+    FileKind("xlsx", _lazy("sheets", "load_xlsx"), (".xlsx", ".xlsm"),
+             "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+    FileKind("csv", _lazy("sheets", "load_csv"), (".csv",), "text/csv"),
+    FileKind("tsv", _lazy("sheets", "load_tsv"), (".tsv", ".tab"), "text/tab-separated-values"),
 )}
 _REGISTRY: Registry[Loader] = Registry("file kind", "bunko.loaders", _BUILTINS)
 
@@ -131,7 +135,7 @@ def mime_type(kind: str) -> str:
 
 
 def sniff(path: Path) -> str | None:
-    """The file kind from its first bytes (``pdf``, ``docx``, ``pptx``, ``html``), or None."""
+    """The file kind from its first bytes (``pdf``, ``docx``, ``pptx``, ``xlsx``, ``html``), or None."""
     try:
         with path.open("rb") as f:
             head = f.read(4096)
@@ -139,6 +143,8 @@ def sniff(path: Path) -> str | None:
         raise LoaderError(f"{path}: cannot read ({exc.strerror})") from exc
     if head.lstrip()[:5] == b"%PDF-" or b"%PDF-" in head[:1024]:
         return "pdf"
+    if head[:8] == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1":
+        return "ole"  # a legacy Office file, or a password-protected new one: the loader of the suffix says which
     if head[:4] == b"PK\x03\x04":
         try:
             with zipfile.ZipFile(path) as archive:
@@ -149,6 +155,8 @@ def sniff(path: Path) -> str | None:
             return "docx"
         if "ppt/presentation.xml" in names:
             return "pptx"
+        if "xl/workbook.xml" in names:
+            return "xlsx"
         return "zip"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     if text.startswith((b"<!doctype html", b"<html")) or (b"<html" in text[:1024] and b"<body" in text):
@@ -167,12 +175,14 @@ def detect_kind(path: Path) -> str:
                 f"{path}: the name says {by_suffix} but the content is {sniffed}; rename the file or check it"
             )
         return sniffed
-    if by_suffix in ("pdf", "docx", "pptx") and sniffed != by_suffix:
+    if sniffed == "ole" and by_suffix in ("docx", "pptx", "xlsx"):
+        return by_suffix
+    if by_suffix in ("pdf", "docx", "pptx", "xlsx") and sniffed != by_suffix:
         raise CorruptDocumentError(f"{path}: not a valid {by_suffix.upper()} file (the content does not match)")
     if by_suffix is not None:
         return by_suffix
     if sniffed == "zip":
-        raise UnsupportedFormatError(f"{path}: a ZIP archive that is not a Word or PowerPoint file")
+        raise UnsupportedFormatError(f"{path}: a ZIP archive that is not a Word, PowerPoint or Excel file")
     raise UnsupportedFormatError(
         f"{path}: unsupported file type {path.suffix or '(no suffix)'!r}; supported: {', '.join(supported_suffixes())}"
     )
