@@ -85,6 +85,48 @@ def test_a_list_lead_in_carries_its_items_and_a_table_row_its_header() -> None:
                                                "item: toilet bags; amount: 5 a day"]
 
 
+# A chunk of a spreadsheet as bunko.loaders.tables writes it: the sheet's name, the header row, the rows.
+SHEET_CHUNK = ("## 価格表\n| 品番 | 品名 | 単価 | 数量 | 備考 |\n| --- | --- | --- | --- | --- |\n"
+               "| B-112 | ファイル A4 | 95 | 22 | 取り寄せ |\n| B-113 | クリアファイル | 30 | 9 | A\\|B 兼用 |\n"
+               "| B-114 | 封筒 長3 | 420 | 16 |  |")
+# A row too wide to go with its header: "name: value" lines.
+LONG_ROW = ("品番: B-120\n品名: 電卓\n単価: 1980\n数量: 18\n備考: 在庫限りの特価品です。"
+            + "お取り寄せには二週間ほどかかり、色や仕様はメーカーの都合で予告なく変わることがあります。" * 4
+            + "\n型番: CALC-2024X 12桁 ソーラー電源\n仕入先: 株式会社文具センター 東京営業所"
+            "\n保管場所: 本社3階 倉庫B-12 棚番号4-2"
+            "\n注意事項: 電池は付属しません、交換用の電池は別売りです、詳しくは取扱説明書をご覧ください"
+            "\n保証期間: 購入日から3年間")
+
+
+def test_a_sheet_row_is_a_passage_of_name_value_pairs() -> None:
+    passages = split_passages(SHEET_CHUNK)
+    assert [p.text for p in passages] == ["品番: B-112; 品名: ファイル A4; 単価: 95; 数量: 22; 備考: 取り寄せ",
+                                          "品番: B-113; 品名: クリアファイル; 単価: 30; 数量: 9; 備考: A|B 兼用",
+                                          "品番: B-114; 品名: 封筒 長3; 単価: 420; 数量: 16"]
+    assert all(p.row for p in passages)
+    [record] = split_passages(LONG_ROW)  # one row, never cut into pieces; the long value shortened
+    assert record.row
+    assert record.text.startswith("品番: B-120; 品名: 電卓; 単価: 1980; 数量: 18; 備考: 在庫限りの特価品です。")
+    assert "…; 型番: CALC-2024X 12桁 ソーラー電源; 仕入先: 株式会社文具センター 東京営業所; " in record.text
+    assert record.text.endswith("; 保証期間: 購入日から3年間")
+    assert len(record.text) > 240  # longer than a sentence may be before it is cut in pieces
+    # two "name: value" lines are no record: they are read as text, as before
+    texts = [p.text for p in split_passages("Note: the office is closed on Sunday.\nTel: 03-1234-5678")]
+    assert texts == ["Note: the office is closed on Sunday.", "Tel: 03-1234-5678"]
+
+
+def test_a_table_row_is_quoted_with_its_headers(extractive: Generator) -> None:
+    hits = [hit(SHEET_CHUNK), hit(VERSE, 2)]
+    result = answer(extractive, "クリアファイルの単価はいくらですか？", hits)
+    body = answer_body(result.answer)
+    assert body.startswith("- 品番: B-113; 品名: クリアファイル; 単価: 30; 数量: 9; 備考: A|B 兼用 [1]"), result.answer
+    result = answer(extractive, "電卓の保証期間は何年ですか？", [hit(LONG_ROW), hit(SHEET_CHUNK, 2)])
+    first = answer_body(result.answer).splitlines()[0]
+    # a long row is quoted from its first pair (which row it is) to the pairs that answer
+    assert first.startswith("- 品番: B-120; …") and first.endswith("保証期間: 購入日から3年間 [1]"), result.answer
+    assert len(first) < 220
+
+
 def test_acronyms_end_sentences_and_initials_do_not() -> None:
     text = "Bring copies of your ID. Keep them dry. J. Smith of the U.S. Army agreed."
     texts = [p.text for p in split_passages(text)]

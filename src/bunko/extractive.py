@@ -8,7 +8,10 @@ question, quoted as written, with enough around it to stand alone, each quote fo
    The lines of a paragraph are joined first (PDF and wrapped text break lines inside a
    sentence), then cut at ``。！？`` and at ``. ! ?`` before a capital. A sentence right before a
    list (a lead-in such as "pack the following:") carries the list's items; a table row carries
-   its header row (``name: value`` pairs). Text without sentence punctuation (verse, slides,
+   its header row (``name: value`` pairs), and so does a record written as three or more
+   ``name: value`` lines (a spreadsheet row too wide for a table, a form); such a row is never cut
+   into pieces, and a quote of a long one keeps its first pair (the row's key) before the pairs
+   that match the question. Text without sentence punctuation (verse, slides,
    labels) is grouped line by line into passages of up to about 100 characters, and a very long
    run without punctuation is cut at clause boundaries, so there is always something to quote.
 2. **Scores** (:meth:`ExtractiveAnswerer.select`). The cosine between the question's embedding
@@ -65,6 +68,12 @@ VERSE_JOIN = " / "
 # A unit longer than this is cut at clause boundaries before it is scored.
 MAX_UNIT_CHARS = 240
 MAX_LIST_ITEMS = 12
+# A record: "name: value" lines (a short name; an ASCII colon needs a space after it, so URLs are not names).
+_PAIR_RE = re.compile(r"^\s*([^\s:：|][^:：|]{0,23}?)\s*(?::\s+|：\s*)(\S.*)$")
+MIN_RECORD_PAIRS = 3
+# A value of a row longer than this is shortened (…) in its passage, so a row stays one quotable unit.
+ROW_VALUE_CHARS = 80
+_PIPE_RE = re.compile(r"(?<!\\)\|")
 MAX_LIST_CHARS = 700
 
 
@@ -78,6 +87,7 @@ class Passage:
     more_items: int = 0  # items of that list left out
     previous: str = ""  # the sentence before it in its paragraph, if any
     ends_chunk: bool = False  # the last passage of its chunk: a list it introduces may be in the next chunk
+    row: bool = False  # a table row or record as "name: value; ..." pairs: quoted whole, or its key and best pairs
 
     def render(self) -> str:
         """The passage as quoted in an answer (list items on their own lines)."""
@@ -127,6 +137,23 @@ def _pieces(text: str, limit: int = MAX_UNIT_CHARS) -> list[str]:
     return [p.strip() for p in out if p.strip()]
 
 
+def _cells(line: str) -> list[str]:
+    """The cells of a Markdown table row (``\\|`` is a pipe inside a cell)."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.strip().replace("\\|", "|") for c in _PIPE_RE.split(inner)]
+
+
+def _row(pairs: list[tuple[str, str]]) -> Passage:
+    """A row's passage: its non-empty cells as ``name: value`` pairs, long values shortened."""
+    def shown(value: str) -> str:
+        return value if len(value) <= ROW_VALUE_CHARS else value[:ROW_VALUE_CHARS].rstrip() + "…"
+
+    return Passage("; ".join(f"{name}: {shown(value)}" if name else shown(value) for name, value in pairs if value),
+                   row=True)
+
+
 def _sentences(text: str) -> list[str]:
     out: list[str] = []
     for piece in _SENTENCE_RE.findall(text):
@@ -150,6 +177,7 @@ class _Splitter:
         self.item: Passage | None = None  # the list item being read (continuation lines join it)
         self.owner_items: list[Passage] = []
         self.table_header: list[str] | None = None
+        self.pairs: list[str] = []  # "name: value" lines that may be a record (see flush_pairs)
 
     # fragments: lines without sentence punctuation, grouped
     def flush_fragments(self) -> None:
@@ -207,7 +235,30 @@ class _Splitter:
     def close_table(self) -> None:
         self.table_header = None
 
+    def flush_pairs(self) -> None:
+        """Lines of ``name: value`` held back: a record when there are enough of them, else read as text."""
+        lines, self.pairs = self.pairs, []
+        if len(lines) < MIN_RECORD_PAIRS:
+            for line in lines:
+                self._feed(line)
+            return
+        self.close_paragraph()
+        self.flush_fragments()
+        self.close_list()
+        self.close_table()
+        self.lead = None
+        matches = [_PAIR_RE.match(line) for line in lines]
+        self._add(_row([(m.group(1), m.group(2).strip()) for m in matches if m]))
+
     def feed(self, line: str) -> None:
+        if self.item is None and _PAIR_RE.match(line) and not _TABLE_ROW_RE.match(line) \
+                and not _LIST_RE.match(line):
+            self.pairs.append(line)
+            return
+        self.flush_pairs()
+        self._feed(line)
+
+    def _feed(self, line: str) -> None:
         stripped = line.strip()
         if not stripped:
             self.close_paragraph()
@@ -228,12 +279,12 @@ class _Splitter:
             self.lead = None
             if _TABLE_RULE_RE.match(line):
                 return
-            cells = [c.strip() for c in stripped.strip("|").split("|")]
+            cells = _cells(stripped)
             if self.table_header is None:
                 self.table_header = cells
                 return
-            pairs = [f"{h}: {c}" if h else c for h, c in zip(self.table_header, cells, strict=False) if c]
-            self._add(Passage("; ".join(pairs)))
+            header = self.table_header + [""] * (len(cells) - len(self.table_header))
+            self._add(_row(list(zip(header, cells, strict=False))))
             return
         self.close_table()
         if _LIST_RE.match(line) and _WORD_CHAR_RE.search(_LIST_RE.sub("", line)):
@@ -257,13 +308,14 @@ class _Splitter:
         self.paragraph.append(stripped)
 
     def finish(self) -> list[Passage]:
+        self.flush_pairs()
         self.close_paragraph()
         self.flush_fragments()
         self.close_list()
         kept: list[Passage] = []
         for passage in self.passages:
             if passage.items or _quotable(passage.text):
-                if len(passage.text) > MAX_UNIT_CHARS and not passage.items:
+                if len(passage.text) > MAX_UNIT_CHARS and not passage.items and not passage.row:
                     kept.extend(Passage(p) for p in _pieces(passage.text))
                 else:
                     kept.append(passage)
@@ -512,7 +564,10 @@ class ExtractiveAnswerer:
     def _quote(self, passage: Passage, weights: dict[str, float]) -> str:
         """The passage as quoted: a long sentence cut to its best clauses, a back-reference with its antecedent."""
         text = passage.text
-        if len(text) > self.quote_chars and not passage.items:
+        if passage.row and len(text) > self.quote_chars:  # the row's key, then the pairs that match best
+            key, _, rest = text.partition("; ")
+            text = key + "; " + self._window(rest, weights, max(40, self.quote_chars - len(key) - 2))
+        elif len(text) > self.quote_chars and not passage.items:
             text = self._window(text, weights)
         elif passage.previous and _BACK_REFERENCE_RE.match(text):
             previous = passage.previous
