@@ -31,7 +31,13 @@ def _flat(text: str) -> str:
 
 
 def _sections(document: Any) -> list[dict[str, Any]]:
-    return [p.metadata for p in document.parts or [] if "section" in p.metadata]
+    """The metadata of each heading section once (a table, and the text after it, are parts of their own)."""
+    out: list[dict[str, Any]] = []
+    for part in document.parts or []:
+        meta = {k: v for k, v in part.metadata.items() if k not in ("table", "row_start", "row_end")}
+        if "section" in meta and (not out or out[-1] != meta):
+            out.append(meta)
+    return out
 
 
 # -- Word and PowerPoint: the sample files (tests/data, and the shared corpus when present) ------------
@@ -104,26 +110,46 @@ def test_docx_heading_hierarchy_in_the_shared_corpus() -> None:
     assert part.text == "Section 1.1\n\nParagraph 1.1.1\n\nParagraph 1.1.2"
 
 
-def test_docx_tables_in_order_with_merged_cells_once() -> None:
-    """Tables come in document order as ``cell | cell`` lines; merged cells are not repeated."""
+def test_docx_tables_are_rows_under_their_header_in_order() -> None:
+    """Each table is a part of its own (or several): its rows under the header row, with the section's title
+    as caption and the rows it holds; a cell merged across columns shows once, one merged down the rows in each."""
     [document] = load_path(FIXTURES / "tables.docx")
-    text = document.content
-    assert "Day | Opens | Closes\nMonday | 9:00 | 20:00" in text
-    assert "Shared rooms | First floor, forty seats\n" in text  # horizontal span: once
-    assert text.count("First floor, forty seats") == 1 and text.count("Shared rooms") == 1
-    assert "\n | 1 | 6" in text  # the continued vertical merge is an empty cell
-    assert text.index("A uniform table") < text.index("Day | Opens") < text.index("A table with merged cells")
+    parts = document.parts or []
+    tables = [p for p in parts if "table" in p.metadata]
+    assert [p.whole for p in tables] == [True, True]
+    assert tables[0].text == ("## Opening hours\n| Day | Opens | Closes |\n| --- | --- | --- |\n"
+                              "| Monday | 9:00 | 20:00 |\n| Sunday | closed |  |")
+    assert tables[1].text.endswith("| Room | Floor | Seats |\n| --- | --- | --- |\n"
+                                   "| Shared rooms | First floor, forty seats |  |\n| Shared rooms | 1 | 6 |")
+    assert [(p.metadata["table"], p.metadata["row_start"], p.metadata["row_end"], p.metadata["section"])
+            for p in tables] == [(1, 2, 3, "Opening hours"), (2, 2, 3, "Rooms")]
+    texts = [p.text for p in parts]
+    assert texts.index("Opening hours\n\nA uniform table") + 1 == texts.index(tables[0].text)
+    assert texts[texts.index(tables[1].text) + 1] == "- Borrow up to ten books\n- Return them within three weeks"
+    assert document.metadata["table_count"] == 2
 
 
 @shared_data
-def test_docx_tables_in_order_with_merged_cells_once_in_the_shared_corpus() -> None:
+def test_docx_tables_are_rows_under_their_header_in_the_shared_corpus() -> None:
     [document] = load_path(SHARED_DOCUMENTS / "word_tables.docx")
     text = document.content
-    assert "Header 0.0 | Header 0.1 | Header 0.2\nCell 1.0 | Cell 1.1 | Cell 1.2" in text
-    assert "Cell 1.0 | Merged Cell 1.1 1.2\n" in text  # horizontal span: once
-    assert text.count("Merged Cell 1.1 2.1") == 2  # two tables have this vertical span, each shows it once
-    assert "Cell 2.0 |  | Cell 2.2" in text  # the continued vertical merge is an empty cell
+    assert "| Header 0.0 | Header 0.1 | Header 0.2 |\n| --- | --- | --- |\n| Cell 1.0 | Cell 1.1 | Cell 1.2 |" in text
+    assert "| Cell 1.0 | Merged Cell 1.1 1.2 |  |\n" in text  # horizontal span: once
+    # a vertical span is in each row it covers (two tables have this one, over two rows each)
+    assert "| Cell 1.0 | Merged Cell 1.1 2.1 | Cell 1.2 |\n| Cell 2.0 | Merged Cell 1.1 2.1 | Cell 2.2 |" in text
+    assert text.count("Merged Cell 1.1 2.1") == 4
     assert text.index("A uniform table") < text.index("Header 0.0") < text.index("A non-uniform table")
+    assert document.metadata["table_count"] == 7
+
+
+def test_a_question_about_a_word_table_cell_finds_the_row_with_its_header(engine: Any) -> None:
+    acme = engine.tenant("acme")
+    assert acme.ingest([FIXTURES / "kitei_ja.docx", FIXTURES / "tables.docx"], "rules").errors == []
+    [top, *_] = acme.search("議事録の保存期間", collection="rules", top_k=3).results
+    assert "| 種類 | 保存期間 | 備考 |" in top.content and "| 議事録 | 5年 | 写し可 |" in top.content
+    assert (top.metadata["section"], top.metadata["table"]) == ("第2章 保存期間", 1)
+    answer = acme.ask("議事録の保存期間は何年ですか？", collection="rules").answer  # extractive: no LLM configured
+    assert "種類: 議事録; 保存期間: 5年; 備考: 写し可 [1]" in answer, answer
 
 
 def test_docx_title_falls_back_to_title_style_and_lists() -> None:
@@ -180,14 +206,15 @@ def test_japanese_docx(tmp_path: Path) -> None:
         [],
         ["第1章 総則"],
         ["第1章 総則", "第1節 目的"],
+        ["第1章 総則", "第1節 目的"],
         ["第2章 雑則"],
     ]
     assert parts[0].text == "前書きの段落です。"
-    assert parts[2].text == (
-        "第1節 目的\n\n- 目的は次のとおりとする。\n- 二つ目の項目\n\n"
-        "項目 | 内容 | 備考\n期限 | 30日以内\n担当 | 総務部 | 要確認"
-    )
-    assert parts[3].text == "第2章 雑則\n\n改行の\nあとの行\tタブ"
+    assert parts[2].text == "第1節 目的\n\n- 目的は次のとおりとする。\n- 二つ目の項目"
+    assert parts[3].text == ("## 第1節 目的\n| 項目 | 内容 | 備考 |\n| --- | --- | --- |\n| 期限 | 30日以内 |  |\n"
+                             "| 担当 | 総務部 | 要確認 |")
+    assert parts[3].whole and (parts[3].metadata["table"], parts[3].metadata["row_start"]) == (1, 2)
+    assert parts[4].text == "第2章 雑則\n\n改行の\nあとの行\tタブ"
     meta = document.metadata
     assert meta["title"] == "社内規程集"
     assert meta["author"] == "総務部"

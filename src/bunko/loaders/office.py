@@ -1,10 +1,12 @@
 """Word (.docx) and PowerPoint (.pptx) loaders, on python-docx and python-pptx.
 
 Both libraries are the ``office`` extra and are imported only when a file needs
-them. Word documents become one part per heading section (``section``,
-``hierarchy``, ``heading_level``) with tables in document order as ``cell | cell``
-lines; presentations become one part per slide (``slide_number``, ``page_number``,
-``section`` = the slide title) with tables, grouped shapes and speaker notes.
+them. Word documents become one part per heading section (``section``, ``hierarchy``,
+``heading_level``) and tables in document order, each table its rows under their header row
+as small Markdown tables (:mod:`bunko.loaders.tables`: parts of their own, with ``table`` = its
+number and ``row_start`` / ``row_end``); presentations become one part per slide
+(``slide_number``, ``page_number``, ``section`` = the slide title) with tables (``cell | cell``
+lines), grouped shapes and speaker notes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 from ..errors import CorruptDocumentError, EncryptedDocumentError, LoaderError, UnsupportedFormatError
 from ..types import Document, DocumentPart
 from . import LoadOptions, check_archive, file_metadata, read_bytes
+from .tables import Table
 
 _T = TypeVar("_T")
 
@@ -154,31 +157,43 @@ def _paragraph_text(p: Any) -> str:
     return _clean("".join(out))
 
 
-def _table_lines(tbl: Any) -> list[str]:
-    """Rows as ``cell | cell`` lines; a merged cell appears once (continued vertical merges are empty)."""
-    lines = []
-    for tr in tbl.iterchildren(f"{_W}tr"):
-        before = tr.find(f"{_W}trPr/{_W}gridBefore")
-        try:
-            cells = [""] * int(before.get(f"{_W}val", "0")) if before is not None else []
-        except ValueError:
-            cells = []
+def _grid_value(element: Any, tag: str) -> int:
+    found = element.find(tag)
+    try:
+        return max(0, int(found.get(f"{_W}val", "0"))) if found is not None else 0
+    except ValueError:
+        return 0
+
+
+def _table_rows(tbl: Any) -> Iterator[tuple[int, list[str]]]:
+    """(row number from 1, cells as text) of a Word table, one cell per grid column: a cell merged across
+    columns gives its text to the first and leaves the others empty; a cell merged down the rows is
+    repeated in each, so every row can stand alone under the header."""
+    above: dict[int, str] = {}  # grid column -> the text of the cell that starts there
+    for number, tr in enumerate(tbl.iterchildren(f"{_W}tr"), start=1):
+        cells = [""] * _grid_value(tr, f"{_W}trPr/{_W}gridBefore")
         for tc in tr.iterchildren(f"{_W}tc"):
+            column = len(cells)
+            span = max(1, _grid_value(tc, f"{_W}tcPr/{_W}gridSpan"))
             v_merge = tc.find(f"{_W}tcPr/{_W}vMerge")
             if v_merge is not None and v_merge.get(f"{_W}val") in (None, "continue"):
-                cells.append("")
-                continue
-            pieces = []
-            for child in tc:
-                if child.tag == f"{_W}p":
-                    pieces.append(_paragraph_text(child).replace("\n", " "))
-                elif child.tag == f"{_W}tbl":
-                    pieces.append(" / ".join(_table_lines(child)))
-            cells.append(" ".join(p for p in pieces if p))
-        line = _row_line(cells)
-        if line.strip(" |"):
-            lines.append(line)
-    return lines
+                text = above.get(column, "")
+            else:
+                pieces = []
+                for child in tc:
+                    if child.tag == f"{_W}p":
+                        pieces.append(_paragraph_text(child).replace("\n", " "))
+                    elif child.tag == f"{_W}tbl":
+                        pieces.append(" / ".join(_table_lines(child)))
+                text = " ".join(p for p in pieces if p)
+                above[column] = text
+            cells += [text] + [""] * (span - 1)
+        yield number, cells
+
+
+def _table_lines(tbl: Any) -> list[str]:
+    """Rows as ``cell | cell`` lines (a table inside a table cell)."""
+    return [line for _, cells in _table_rows(tbl) if (line := _row_line(cells)).strip(" |")]
 
 
 def _body_blocks(body: Any) -> Iterator[Any]:
@@ -262,6 +277,7 @@ class _Sections:
         self._blocks: list[str] = []
         self._meta: dict[str, Any] = {"hierarchy": []}
         self._last_was_list = False
+        self.tables = 0
 
     def heading(self, level: int, text: str, style: str | None) -> None:
         self._flush()
@@ -281,6 +297,15 @@ class _Sections:
         else:
             self._blocks.append(f"- {text}" if list_item else text)
         self._last_was_list = list_item
+
+    def table(self, tbl: Any) -> None:
+        """A table: its rows under its header row (:mod:`bunko.loaders.tables`), in parts of their own that
+        carry the section's metadata, with the section's title as their caption."""
+        self._flush()
+        self.tables += 1
+        meta = {**self._meta, "table": self.tables}
+        self.parts.extend(Table(_table_rows(tbl), meta, caption=str(self._meta.get("section", ""))))
+        self._last_was_list = False
 
     def _flush(self) -> None:
         text = "\n\n".join(self._blocks).strip()
@@ -302,13 +327,9 @@ def load_docx(path: Path, options: LoadOptions) -> list[Document]:
 
     word, body, styles = _open_package(path, options, "docx", "Word", read)
     sections = _Sections()
-    tables = 0
     for element in _body_blocks(body):
         if element.tag == f"{_W}tbl":
-            tables += 1
-            lines = _table_lines(element)
-            if lines:
-                sections.block("\n".join(lines))
+            sections.table(element)
             continue
         text = _paragraph_text(element)
         if not text:
@@ -324,7 +345,7 @@ def load_docx(path: Path, options: LoadOptions) -> list[Document]:
     if "title" not in metadata and sections.headings:
         top = min(level for level, _, _ in sections.headings)
         metadata["title"] = next(text for level, text, _ in sections.headings if level == top)
-    metadata["table_count"] = tables
+    metadata["table_count"] = sections.tables
     document.metadata = metadata
     return [document]
 
