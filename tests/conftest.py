@@ -58,6 +58,8 @@ EXPECTED_SKIPS = (
     "a long form",  # -m long
     "needs the shared corpus",  # ../shared/data is optional
     "no Chromium",  # installed by .ci/run when it can
+    "no Tesseract",  # likewise (tesseract-ocr and its models)
+    "no Japanese font",  # likewise (fonts-noto-cjk)
     "the local extra",  # sentence-transformers brings torch: not in dev
     "row-level security is PostgreSQL's",  # a case that has no meaning on SQLite
     "needs a lock another session holds",  # a case of one store only

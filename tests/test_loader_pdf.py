@@ -73,11 +73,12 @@ def squash(text: str) -> str:
 
 
 def load(path: Path, password: str | None = None) -> Any:
-    """The documents of a test file (cached), or the error loading it raised."""
+    """The documents of a test file (cached), or the error loading it raised: the text layer only, without OCR
+    (tests/test_loader_ocr.py reads the scans)."""
     key = (path, password)
     if key not in _CACHE:
         try:
-            _CACHE[key] = load_pdf(path, LoadOptions(password=password))
+            _CACHE[key] = load_pdf(path, LoadOptions(password=password, ocr=False))
         except LoaderError as exc:
             _CACHE[key] = exc
     return _CACHE[key]
@@ -263,6 +264,7 @@ def test_load_path_sniffs_the_content(tmp_path: Path, folder: Path, horizontal: 
                                       scanned: str) -> None:
     documents = load_path(folder / horizontal)
     assert documents[0].metadata["kind"] == "pdf"
+    without_ocr = LoadOptions(ocr=False)
     unnamed = tmp_path / "gazette"  # no suffix: the %PDF- header decides
     shutil.copyfile(folder / vertical, unnamed)
     documents = load_path(unnamed)
@@ -270,7 +272,7 @@ def test_load_path_sniffs_the_content(tmp_path: Path, folder: Path, horizontal: 
     assert squash(READING_ORDER[vertical][1]) in squash(documents[0].content)
     assert documents[0].metadata["filename"] == "gazette"
     with pytest.raises(NoTextError):
-        load_path(folder / scanned)
+        load_path(folder / scanned, without_ocr)
 
 
 @pytest.mark.parametrize(
@@ -569,7 +571,7 @@ def _shared_chunks() -> dict[str, list[str]]:
     chunks: dict[str, list[str]] = {}
     for record in read_manifest(SHARED_DOCUMENTS):
         try:
-            documents = load_path(record["path"], LoadOptions(password=record.get("password")))
+            documents = load_path(record["path"], LoadOptions(password=record.get("password"), ocr=False))
         except LoaderError:
             continue  # scans, broken files: what they raise is checked by the manifest tests
         chunks[record["file"]] = [c.content for d in documents for c in chunker.split(manager.normalize(d)[0])]

@@ -71,6 +71,30 @@ class NoTextError(LoaderError):
     code = "NO_TEXT"
 
 
+class OCRUnavailableError(NoTextError):
+    """A page or image has no text layer and OCR cannot run here: the message names what to install."""
+
+    code = "OCR_UNAVAILABLE"
+
+
+class OCRError(LoaderError):
+    """OCR of a page without a text layer failed or went past its limits."""
+
+    code = "OCR_ERROR"
+
+
+class OCRTimeoutError(OCRError):
+    """OCR of one page took longer than the per-page time limit."""
+
+    code = "OCR_TIMEOUT"
+
+
+class OCRPageLimitError(OCRError):
+    """A document has more pages to OCR than the page limit."""
+
+    code = "OCR_PAGE_LIMIT"
+
+
 class CorruptDocumentError(LoaderError):
     """The file is damaged or not what its type claims, and no reader could recover it."""
 
@@ -356,6 +380,10 @@ __all__ = [
     "MissingAPIKeyError",
     "NoTextError",
     "NotFoundError",
+    "OCRError",
+    "OCRPageLimitError",
+    "OCRTimeoutError",
+    "OCRUnavailableError",
     "PreprocessingError",
     "ProviderAuthFailed",
     "ProviderFailure",

@@ -42,15 +42,20 @@ from .common import (
 @click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
+@click.option("--ocr/--no-ocr", "use_ocr", default=True, show_default=True,
+              help="Read scanned PDF pages and images with Tesseract OCR (when it is installed).")
+@click.option("--ocr-lang", default=None, metavar="LANGS",
+              help="Tesseract models for OCR, e.g. jpn+eng or jpn_vert (default: chosen per page).")
 @embedder_option()
 @quiet_option()
 @json_command()
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
-           analyzer: str | None, password: str | None, content_path: str | None, embedder: str | None,
-           quiet: bool, as_json: bool) -> None:
+           analyzer: str | None, password: str | None, content_path: str | None, use_ocr: bool,
+           ocr_lang: str | None, embedder: str | None, quiet: bool, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
-    Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON.
+    Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON;
+    scanned pages and images (PNG, JPEG, TIFF) by OCR when Tesseract is installed.
     Re-ingesting an unchanged file embeds nothing; a changed file becomes a new version of
     the same document. One bad file never stops the rest; the exit status is 1 if any failed,
     and `bunko documents list --failed` lists them (with why) until they go in.
@@ -59,7 +64,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     """
     from ..loaders import LoadOptions
 
-    load_options = LoadOptions(password=password, content_path=content_path)
+    load_options = LoadOptions(password=password, content_path=content_path, ocr=use_ocr, ocr_lang=ocr_lang)
     scope = get_engine(ctx, embedder=embedder).tenant(tenant)
     with reporter(ctx, quiet) as bar:
         bar.note("Loading the embedder")

@@ -41,6 +41,12 @@ class LoadOptions:
     """Options every loader may read."""
 
     password: str | None = None  # for encrypted PDFs
+    # OCR of pages without a text layer and of images (loaders.ocr): on or off, the Tesseract model(s), e.g.
+    # "jpn+eng" (None: chosen per page), the time limit for one page and the most pages one document may OCR.
+    ocr: bool = True
+    ocr_lang: str | None = None
+    ocr_page_seconds: float = 120.0
+    ocr_max_pages: int = 100
     content_path: str | None = None  # JSON: dotted path of the text field (seed 000 doc-loader)
     max_bytes: int = MAX_FILE_BYTES
     extra: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +90,8 @@ _BUILTINS = {kind.name: kind for kind in (
     FileKind("html", _lazy("html", "load_html"), (".html", ".htm", ".xhtml"), "text/html"),
     FileKind("xlsx", _lazy("sheets", "load_xlsx"), (".xlsx", ".xlsm"),
              "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+    FileKind("image", _lazy("ocr", "load_image"), (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
+             "image/png"),
     FileKind("csv", _lazy("sheets", "load_csv"), (".csv",), "text/csv"),
     FileKind("tsv", _lazy("sheets", "load_tsv"), (".tsv", ".tab"), "text/tab-separated-values"),
 )}

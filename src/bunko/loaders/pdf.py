@@ -20,8 +20,10 @@ column top to bottom; vertical text tier by tier (段), top to bottom, each tier
 columns right to left. The cleaner and more complete of the two texts is kept
 (pdfminer's, for vertical and interleaved pages). A page that neither reads cleanly is
 left out and listed in ``garbled_pages``; pages without a text layer (scans) are listed
-in ``pages_without_text``. A PDF with no text at all raises ``NoTextError`` (OCR is not
-enabled), one whose every text page is garbled raises ``GarbledTextError``. Files PDFium
+in ``pages_without_text``, unless OCR can read them (:mod:`bunko.loaders.ocr`: Tesseract, when it
+is installed; such pages carry ``ocr``, ``ocr_confidence`` and ``ocr_lang``, and the document
+``ocr_pages``). A PDF with no text at all raises ``NoTextError`` (``OCRUnavailableError``, naming what
+to install, when OCR cannot run), one whose every text page is garbled raises ``GarbledTextError``. Files PDFium
 cannot open are tried with pdfminer before they are reported as corrupt.
 
 The text is tidied on the way (``_clean``, ``_join_hyphenated``): a word hyphenated at a
@@ -49,9 +51,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorruptDocumentError, EncryptedDocumentError, GarbledTextError, LoaderError, NoTextError
+from ..errors import (
+    CorruptDocumentError,
+    EncryptedDocumentError,
+    GarbledTextError,
+    LoaderError,
+    NoTextError,
+    OCRUnavailableError,
+)
 from ..types import Document, DocumentPart
-from . import LoadOptions, file_metadata, read_bytes
+from . import LoadOptions, file_metadata, ocr, read_bytes
 from .pdf_layout import pdfminer_info, pdfminer_open, pdfminer_texts
 
 _MISSING = 'reading PDF files needs: pip install "bunko[pdf]"'
@@ -463,7 +472,38 @@ def load_pdf(path: Path, options: LoadOptions) -> list[Document]:
         except Exception as exc:  # keep what PDFium read
             log.debug("pdfminer cannot open %s: %s", path, exc)
     results = [_choose(page, miner_texts.get(index), index in wanted) for index, page in enumerate(pages)]
-    return [_document(path, results, info)]
+    scanned = [index for index, (status, _) in enumerate(results) if status == "empty"]
+    ocr_pages: dict[int, dict[str, Any]] = {}
+    unavailable = (ocr.missing() if options.ocr else "OCR is not enabled") if scanned else None
+    if scanned and unavailable is None:
+        ocr.check_page_count(len(scanned), options, str(path))
+        for index in scanned:
+            page = ocr.read_image(_render(data, password, index), options, f"{path} page {index + 1}")
+            if ocr.readable(page):
+                results[index] = ("text", page.text)
+                ocr_pages[index + 1] = page.metadata()
+    return [_document(path, results, info, ocr_pages, unavailable)]
+
+
+# A page is rendered for OCR at ocr.DPI, or smaller when that would pass this many pixels (a poster).
+MAX_RENDER_PIXELS = 40_000_000
+
+
+def _render(data: bytes, password: str | None, index: int) -> Any:
+    """Page ``index`` as a grayscale image for OCR."""
+    pdfium, _ = _pdfium()
+    with _PDFIUM_LOCK:
+        pdf = pdfium.PdfDocument(data, password=password)
+        try:
+            page = pdf[index]
+            try:
+                width, height = page.get_size()  # points
+                scale = min(ocr.DPI / 72, (MAX_RENDER_PIXELS / max(1.0, width * height)) ** 0.5)
+                return page.render(scale=scale, grayscale=True).to_pil()
+            finally:
+                page.close()
+        finally:
+            pdf.close()
 
 
 def _load_with_pdfminer(path: Path, data: bytes, password: str | None, reason: str) -> list[Document]:
@@ -492,9 +532,13 @@ def _load_with_pdfminer(path: Path, data: bytes, password: str | None, reason: s
     return [_document(path, results, info)]
 
 
-def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str]) -> Document:
+def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str],
+              ocr_pages: dict[int, dict[str, Any]] | None = None, ocr_missing: str | None = None) -> Document:
+    """The document of the pages' texts; ``ocr_pages`` holds the OCR metadata of the pages read by OCR, and
+    ``ocr_missing`` why OCR could not run (when pages without a text layer were left out for that)."""
+    ocr_pages = ocr_pages or {}
     texts = _join_hyphenated([text for _, text in results])
-    parts = [DocumentPart(text, {"page_number": number})
+    parts = [DocumentPart(text, {"page_number": number, **ocr_pages.get(number, {})})
              for number, ((status, _), text) in enumerate(zip(results, texts, strict=True), start=1)
              if status == "text"]
     without_text = [number for number, (status, _) in enumerate(results, start=1) if status == "empty"]
@@ -505,16 +549,20 @@ def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str]) 
                 f"{path}: the text of page{'s' if len(garbled) > 1 else ''} {_page_list(garbled)} comes out "
                 "garbled (glyphs without a Unicode mapping) in every PDF reader; nothing readable to index"
             )
-        raise NoTextError(
-            f"{path}: no extractable text; OCR is not enabled "
-            f"({len(results)} page{'s' if len(results) != 1 else ''} without a text layer, e.g. scanned images)"
-        )
+        pages = f"{len(results)} page{'s' if len(results) != 1 else ''} without a text layer, e.g. scanned images"
+        if ocr_missing == "OCR is not enabled":
+            raise NoTextError(f"{path}: no extractable text; OCR is not enabled ({pages})")
+        if ocr_missing is not None:
+            raise OCRUnavailableError(f"{path}: no extractable text ({pages}); {ocr_missing}")
+        raise NoTextError(f"{path}: no extractable text ({pages}; OCR found no text on them either)")
     document = Document.from_parts(parts)
     metadata = file_metadata(path, "pdf", document.content)
     metadata["page_count"] = len(results)
     metadata.update(_info_metadata(info))
     if without_text:
         metadata["pages_without_text"] = without_text
+    if ocr_pages:
+        metadata["ocr_pages"] = sorted(ocr_pages)
     if garbled:
         metadata["garbled_pages"] = garbled
     document.metadata = metadata
