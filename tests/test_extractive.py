@@ -127,6 +127,20 @@ def test_a_table_row_is_quoted_with_its_headers(extractive: Generator) -> None:
     assert len(first) < 220
 
 
+def test_the_row_of_a_part_number_is_quoted_first(extractive: Generator) -> None:
+    """Rows of codes and amounts are mostly digits: their words still count against the question's."""
+    kinds = ["文具", "家具", "食品", "工具", "書籍"]
+    rows = [(i, f"2023-08-{i - 4307:02d}", kinds[i % 5], 100 + i % 900, 1 + i % 17) for i in range(4318, 4324)]
+    chunk = ("## シート3\n| 品番 | 登録日 | 品名 | 分類 | 単価 | 数量 | 金額 |\n"
+             "| --- | --- | --- | --- | --- | --- | --- |\n"
+             + "\n".join(f"| P-{i:07d} | {day} | 品目{i} | {kind} | {price} | {n} | {price * n} |"
+                         for i, day, kind, price, n in rows))
+    result = answer(extractive, "品番 P-0004321 の金額はいくらですか？", [hit(chunk)])
+    assert answer_body(result.answer).startswith(
+        "- 品番: P-0004321; 登録日: 2023-08-14; 品名: 品目4321; 分類: 家具; 単価: 821; 数量: 4; 金額: 3284 [1]"), \
+        result.answer
+
+
 def test_acronyms_end_sentences_and_initials_do_not() -> None:
     text = "Bring copies of your ID. Keep them dry. J. Smith of the U.S. Army agreed."
     texts = [p.text for p in split_passages(text)]

@@ -74,6 +74,7 @@ MIN_RECORD_PAIRS = 3
 # A value of a row longer than this is shortened (…) in its passage, so a row stays one quotable unit.
 ROW_VALUE_CHARS = 80
 _PIPE_RE = re.compile(r"(?<!\\)\|")
+_DIGITS_RE = re.compile(r"\d+")
 MAX_LIST_CHARS = 700
 
 
@@ -483,7 +484,9 @@ class ExtractiveAnswerer:
         # Terms cannot match across scripts (an English question, Japanese passages): there, the meaning
         # (cosine) stands in for the overlap, so those passages are not scored down for their language.
         asked_cjk = _mostly_cjk(question)
-        other_script = np.array([_mostly_cjk(t) != asked_cjk for t in texts])
+        # (digits belong to no script: a table row of codes and amounts is in the script of its words)
+        other_script = np.array([_mostly_cjk(_DIGITS_RE.sub("", t) if p.row else t) != asked_cjk
+                                 for t, (_, p) in zip(texts, candidates, strict=True)])
         q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32).ravel()
         vectors = await embed(texts if q is not None else [question, *texts])
         embedded = len(texts) if q is not None else len(texts) + 1
