@@ -1,14 +1,17 @@
-"""Tables as rows with their header row: what spreadsheets, CSV, Word and PDF tables become.
+"""Tables as rows with their header row: what spreadsheets, CSV/TSV files and Word tables become.
 
 A row means little without its column names, so a table is written as small Markdown tables,
-each its header row, the rule and a few rows (after a ``## caption`` line where the table has one,
-a spreadsheet's sheet name), and each is a ``whole`` ``DocumentPart``: the
-indexer makes it one chunk and never cuts it, so every chunk of a table carries the header and
-the extractive answer can quote a row as ``名前: 値`` pairs. A group holds rows while it stays
-within ``TABLE_CHARS`` (one chunk of the default splitter, 512 characters); a row too long to
-fit with its header on its own is written as ``列名: 値`` lines instead, in a part the splitter
-may cut between lines. Each part carries ``row_start`` and ``row_end`` (the rows as the source
-numbers them: a spreadsheet's row numbers, a CSV file's records) with the metadata it is given.
+each its header row, the rule and a few rows (after a ``## caption`` line where the table has
+one: a spreadsheet's sheet name, a Word table's section title), and each is a ``whole``
+``DocumentPart``: the indexer makes it one chunk and never cuts it, so every chunk of a table
+carries the header and the extractive answer can quote a row as ``名前: 値`` pairs. A group holds
+rows while it stays within ``TABLE_CHARS`` (one chunk of the default splitter, 512 characters).
+A row too long to fit with its header on its own is written as ``列名: 値`` lines instead, in
+parts of at most ``TABLE_CHARS`` (whole too): a part after the first starts with the row's first
+cell, and a value too long for one part is cut (at a sentence end where it can) with its column
+name before each piece, so every chunk of the row says which row and which column it holds.
+Each part carries ``row_start`` and ``row_end`` (the rows as the source numbers them: a
+spreadsheet's row numbers, a CSV file's records, a Word table's rows) with the metadata it is given.
 
 The header is the first row of the first few that fills most of the table's width (title
 lines above a table, as spreadsheets often have, come before it as text).
@@ -125,8 +128,7 @@ class TableWriter:
         line = markdown_row(cells + [""] * (len(self.header) - len(cells)))
         if len(self._head) + 1 + len(line) > self.limit:  # too long to go with its header: name: value lines
             yield from self.flush()
-            pairs = [f"{name}: {value}" for name, value in zip(self.header, cells, strict=False) if value]
-            yield DocumentPart("\n".join(pairs), {**self.metadata, "row_start": number, "row_end": number})
+            yield from self._record(number, [(n, v) for n, v in zip(self.header, cells, strict=False) if v])
             return
         if self._rows and self._size + 1 + len(line) > self.limit:
             yield from self.flush()
@@ -136,6 +138,27 @@ class TableWriter:
         self._last = number
         self._size += 1 + len(line)
 
+    def _record(self, number: int, pairs: list[tuple[str, str]]) -> Iterator[DocumentPart]:
+        """One row as ``name: value`` lines in parts of at most ``limit`` (see the module docstring)."""
+        metadata = {**self.metadata, "row_start": number, "row_end": number}
+        key = _cut(f"{pairs[0][0]}: {pairs[0][1]}", self.limit // 4)[0]  # which row: its first cell
+        text = ""
+        for name, value in pairs:
+            label = f"{name}: "
+            while True:
+                room = self.limit - len(text) - 1 if text else self.limit
+                if len(label) + len(value) <= room:
+                    text = f"{text}\n{label}{value}" if text else label + value
+                    break
+                fresh = text == key
+                if room - len(label) >= 40 or fresh:  # what fits here, then the rest in the next part
+                    piece, value = _cut_once(value, max(20, room - len(label)))
+                    text = f"{text}\n{label}{piece}" if text else label + piece
+                yield DocumentPart(text, metadata, whole=True)
+                text = key
+        if text and text != key:
+            yield DocumentPart(text, metadata, whole=True)
+
     def flush(self) -> Iterator[DocumentPart]:
         """The rows held, as one part."""
         if self._rows:
@@ -143,6 +166,30 @@ class TableWriter:
             yield DocumentPart(text, {**self.metadata, "row_start": self._first, "row_end": self._last}, whole=True)
         self._rows = []
         self._size = len(self._head)
+
+
+_SENTENCE_END_RE = re.compile(r"[。．！？!?]|\.\s")
+
+
+def _cut_once(text: str, size: int) -> tuple[str, str]:
+    """The first piece of ``text`` of at most ``size``, cut after the last sentence end in its second half
+    where there is one (else after a space, else anywhere), and the rest."""
+    if len(text) <= size:
+        return text, ""
+    window = text[:size]
+    ends = [m.end() for m in _SENTENCE_END_RE.finditer(window) if m.end() > size // 2]
+    space = window.rfind(" ")
+    cut = ends[-1] if ends else (space + 1 if space > size // 2 else size)
+    return text[:cut].rstrip(), text[cut:].lstrip()
+
+
+def _cut(text: str, size: int) -> list[str]:
+    """``text`` in pieces of at most ``size`` (see :func:`_cut_once`)."""
+    pieces = []
+    while text:
+        piece, text = _cut_once(text, size)
+        pieces.append(piece)
+    return pieces
 
 
 def find_header(rows: list[tuple[int, list[str]]]) -> int:
