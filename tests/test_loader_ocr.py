@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from bunko import Bunko
-from bunko.errors import NoTextError, OCRPageLimitError, OCRTimeoutError, OCRUnavailableError
+from bunko.errors import (
+    CorruptDocumentError,
+    NoTextError,
+    OCRPageLimitError,
+    OCRTimeoutError,
+    OCRUnavailableError,
+)
 from bunko.loaders import LoadOptions, load_path, ocr
 from tests import scans
 from tests.conftest import FIXTURES, SHARED_DOCUMENTS
@@ -152,6 +158,12 @@ def test_without_tesseract_the_error_names_what_to_install(tmp_path: Path, monke
     PIL.Image.new("L", (200, 100), 255).save(image)
     with pytest.raises(OCRUnavailableError, match="tesseract-ocr-jpn-vert"):
         load_path(image)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    monkeypatch.undo()  # Tesseract back: the image itself is at fault
+    if MISSING is None:
+        with pytest.raises(CorruptDocumentError, match=r"broken\.png: not a readable image \(an unknown or damaged"):
+            load_path(broken)
     monkeypatch.setitem(sys.modules, "pytesseract", None)  # the ocr extra not installed
     with pytest.raises(OCRUnavailableError, match=r'pip install "bunko\[ocr\]"'):
         load_path(image)

@@ -230,7 +230,9 @@ def load_image(path: Path, options: LoadOptions) -> list[Document]:
             page = read_image(frame, options, f"{path} page {number}")
             if readable(page):
                 parts.append(DocumentPart(page.text, {"page_number": number, **page.metadata()}))
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError as exc:
+        raise CorruptDocumentError(f"{path}: not a readable image (an unknown or damaged image format)") from exc
+    except (OSError, Image.DecompressionBombError) as exc:
         raise CorruptDocumentError(f"{path}: not a readable image ({exc})") from exc
     if not parts:
         raise NoTextError(f"{path}: OCR found no text in the image")
