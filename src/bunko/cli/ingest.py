@@ -10,8 +10,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ..ingest import IngestError
-from ..types import IngestResult
+from ..ingest import IngestReport
 from .common import (
     EXIT_ERROR,
     collection_option,
@@ -94,6 +93,8 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     data = {
         "documents": len(ok),
         "chunks": sum(d.chunks for d in ok),
+        "embedded": report.embedded,
+        "reused": report.reused,
         "errors": [e.to_dict() for e in report.errors],
         **statuses,
         "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
@@ -105,13 +106,13 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     if as_json:
         emit_json(data)
     else:
-        _print_ingest(ok, report.errors, report.skipped, tenant, collection, report.elapsed_ms, statuses)
+        _print_ingest(report, tenant, collection, statuses)
     if report.errors:
         sys.exit(EXIT_ERROR)
 
 
-def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: list[Any], tenant: str,
-                  collection: str, elapsed_ms: float, statuses: dict[str, int]) -> None:
+def _print_ingest(report: IngestReport, tenant: str, collection: str, statuses: dict[str, int]) -> None:
+    ok, errors, skipped, elapsed_ms = report.documents, report.errors, report.skipped, report.elapsed_ms
     # The per-document word is the summary's word for it, so the lines and the counts agree.
     words = {"created": "new", "replaced": "updated", "unchanged": "unchanged"}
     for result in ok:
@@ -128,5 +129,7 @@ def _print_ingest(ok: list[IngestResult], errors: list[IngestError], skipped: li
         f"{len(ok)} documents ({sum(d.chunks for d in ok)} chunks) in tenant '{escape(tenant)}', "
         f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "
         f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped (not supported) "
-        f"in {elapsed_ms / 1000:.1f} s" + ("; see them again with: bunko documents list --failed" if errors else "")
+        f"in {elapsed_ms / 1000:.1f} s"
+        + (f"; {report.embedded} chunks embedded, {report.reused} reused from earlier versions"
+           if report.reused else "") + ("; see them again with: bunko documents list --failed" if errors else "")
     )

@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 def limit_blas_threads(threads: int) -> None:
     """Cap the BLAS thread pool of this process at ``threads``."""
-    cap_blas_threads(threads)  # the bundled embedder sets its threads per call: cap those too
+    cap_blas_threads(threads)  # and the bundled embedder's calls side by side
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - part of the "server" extra
