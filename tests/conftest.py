@@ -9,10 +9,13 @@ are skipped when it is absent.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -95,6 +98,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _unexpected:
         print("\nunexpected skips (BUNKO_STRICT_SKIPS=1):\n  " + "\n  ".join(dict.fromkeys(_unexpected)))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def fixture_generator(name: str = "make_fixtures") -> ModuleType:
+    """``tests/data/make_fixtures.py`` loaded as a module named ``name`` (the script that writes the test files)."""
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / "make_fixtures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
 
 
 def read_manifest(folder: Path) -> list[dict[str, Any]]:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from bunko.loaders import LoadOptions, load_path
-from tests.conftest import FIXTURES, read_manifest
+from tests.conftest import FIXTURES, fixture_generator, read_manifest
 
 pytest.importorskip("pdfminer")  # the generator reads Adobe-Japan1 CIDs from pdfminer's tables
 pytest.importorskip("docx")
@@ -21,15 +19,7 @@ OFFICE = {"docx", "pptx"}  # their bytes depend on the python-docx / python-pptx
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return fixture_generator("make_fixtures")
 
 
 @pytest.fixture(scope="module")

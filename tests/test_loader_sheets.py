@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import io
 import itertools
 import sys
@@ -26,22 +25,14 @@ from bunko.errors import (
 from bunko.loaders import LoadOptions, detect_kind, load_path, sheets
 from bunko.loaders.tables import TABLE_CHARS, Table
 from bunko.types import Document
-from tests.conftest import FIXTURES, manifest_params
+from tests.conftest import FIXTURES, fixture_generator, manifest_params
 
 pytest.importorskip("python_calamine")
 pytest.importorskip("openpyxl")
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_fixtures_sheets", FIXTURES / "make_fixtures.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return fixture_generator("make_fixtures_sheets")
 
 
 make = _generator()
