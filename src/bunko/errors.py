@@ -300,6 +300,13 @@ class InvalidMemoryError(BunkoError, ValueError):
     code = "INVALID_MEMORY"
 
 
+class ForbiddenError(BunkoError):
+    """The caller may not touch this: a user's key writing or deleting records of another user's documents,
+    or records another user created (tenant and admin keys may)."""
+
+    code = "FORBIDDEN"
+
+
 class RagSearchError(RetrievalError):
     """An agent memory search failed (the seed's ``RagSearchError``; see :mod:`bunko.memory`)."""
 
@@ -345,6 +352,7 @@ __all__ = [
     "FetchError",
     "FilterError",
     "FilterProblem",
+    "ForbiddenError",
     "GarbledTextError",
     "GenerationError",
     "InvalidMemoryError",

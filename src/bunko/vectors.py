@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
 from .search import Retriever, vector_query
-from .types import SearchHit, UsageEvent, VectorRecord
+from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord
 from .usage import route, store_kind
 
 RECORD_FIELDS = ("content", "metadata", "id", "vector", "document_id")
@@ -77,8 +78,10 @@ def query_request(collection: str | QueryRequest, options: Mapping[str, Any]) ->
     return request
 
 
-async def upsert(manager: IndexManager, retriever: Retriever, records: list[VectorRecord]) -> list[str]:
-    """Store checked ``records`` in the manager's collection (created if missing); returns their ids."""
+async def upsert(manager: IndexManager, retriever: Retriever, records: list[VectorRecord], *,
+                 owner: RecordOwner | None = None) -> list[str]:
+    """Store checked ``records`` in the manager's collection (created if missing); returns their ids. ``owner``
+    is who writes them (a restricted one may replace only its user's records: ``ForbiddenError``)."""
     store, name = manager.vector_store, manager.collection
     try:
         collection = await asyncio.to_thread(store.get_collection, name)
@@ -97,7 +100,7 @@ async def upsert(manager: IndexManager, retriever: Retriever, records: list[Vect
         for item, row in zip(missing, vectors, strict=True):
             item.vector = row.tolist()
     started = time.perf_counter()
-    ids = await asyncio.to_thread(store.upsert, name, records)
+    ids = await asyncio.to_thread(partial(store.upsert, name, records, owner=owner))
     route(UsageEvent("upsert", store_kind(store), items=len(ids), latency_ms=(time.perf_counter() - started) * 1000,
                      metadata={"collection": name, "embedded": len(missing)}))
     return ids

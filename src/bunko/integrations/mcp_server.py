@@ -85,7 +85,7 @@ class BunkoMCP(MCPServer):
         key = await asyncio.to_thread(self._records.authenticate, token) if token and len(token) <= 200 else None
         if key is None:
             raise ToolError("UNAUTHENTICATED: send a valid API key (Authorization: Bearer <key> or X-API-Key)")
-        return Caller(self.engine.tenant(key.tenant).for_user(key.user_id), key.user_id)
+        return Caller(self.engine.tenant(key.tenant).for_user(key.user_id, admin=key.admin), key.user_id)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         """The caller's collections, one resource each (the SDK's static list cannot depend on the caller)."""

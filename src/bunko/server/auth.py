@@ -108,7 +108,7 @@ async def caller(
     if key is None:
         key = await authenticate_headers(state, request.scope["headers"])
         request.scope.setdefault("state", {})[KEY_STATE] = key
-    return Caller(key, state.tenant_for(key.tenant).for_user(key.user_id))
+    return Caller(key, state.tenant_for(key.tenant).for_user(key.user_id, admin=key.admin))
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

@@ -69,6 +69,7 @@ def status_of(exc: BunkoError) -> int:
 
 # An engine error's HTTP status: the first row whose classes it is a subclass of (narrower rows first), else 400.
 _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((errors.ForbiddenError,), 403),
     ((errors.NotFoundError,), 404),
     ((errors.FilterError,), 422),
     ((errors.UnsupportedFormatError,), 415),

@@ -293,6 +293,10 @@ MIGRATIONS: list[Migration] = [
     _m010_keyword_postings,
     # 11: the postings of every collection in format 2 (bunko.stores.sql.postings), rebuilt from its FTS5 text.
     _m011_postings_format_2,
+    # 12: the user who created a record upserted without a document (bunko.stores.sql.owners).
+    """
+    ALTER TABLE chunks ADD COLUMN owner TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

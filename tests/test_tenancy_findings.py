@@ -1,0 +1,90 @@
+"""The findings of the attack run on many tenants and users (issue 26), each as it was probed.
+
+1. A user's key replaced or deleted another user's records (chunks) of the same tenant through
+   ``POST /collections/{name}/vectors`` and workflow ``vector-upsert`` / ``vector-delete`` steps.
+2. A NUL character in a memory's metadata or subject, or in workflow-fed text and metadata, answered 500 on
+   PostgreSQL (and was stored on SQLite).
+3. Memory user and session ids accepted a trailing newline (``re.match`` with ``$``).
+4. A failed import left what it wrote (see tests/test_portability.py for the import itself).
+5. MCP over HTTP had no rate limit, and the REST limiter's fixed minute let twice the limit through
+   around a minute boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.served import Served, problem, serve
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+NOTICE = "避難所は北小学校の体育館です。非常用の水は一人一日3リットルを三日分備蓄します。"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def served(request: pytest.FixtureRequest, tmp_path: Path, embedder: object) -> Iterator[Served]:
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else f"sqlite:///{tmp_path / 't.db'}"
+    with serve(url, embedder, rate_limit=0) as live:
+        yield live
+
+
+def _workflow(client: httpx.Client, block: str, input: dict[str, Any]) -> httpx.Response:
+    return client.post("/api/v1/workflows/run", json={
+        "workflow": {"steps": [{"block": block, "config": {"collection": "default"}}]}, "input": input})
+
+
+def _search(client: httpx.Client, query: str = "避難所 体育館") -> list[dict[str, Any]]:
+    response = client.post("/api/v1/search/keyword", json={"query": query})
+    assert response.status_code == 200, response.text
+    return list(response.json()["results"])
+
+
+# -- finding 1: records belong to their document's uploader, or to the user who created them --------------
+def test_a_user_key_changes_only_its_own_users_records(served: Served) -> None:
+    alice, bob = served.client(served.key("acme", "alice")), served.client(served.key("acme", "bob"))
+    tenant, admin = served.client(served.key("acme")), served.client(served.key("acme", "root", admin=True))
+    with alice, bob, tenant, admin:
+        uploaded = alice.post("/api/v1/documents/upload?wait=true", files={"file": ("notice.txt", NOTICE.encode())})
+        assert uploaded.status_code == 200, uploaded.text
+        document = uploaded.json()["documentId"]
+        [hit] = [h for h in _search(bob) if h["documentId"] == document][:1]  # any user reads a chunk id
+        chunk = hit["id"]
+
+        # Bob replaces, deletes or attaches to Alice's document: refused, nothing changed.
+        body = problem(bob.post("/api/v1/collections/default/vectors", json={
+            "records": [{"id": chunk, "content": "ボブが書き換えた"}]}), 403, "FORBIDDEN")
+        assert chunk in body["detail"]
+        problem(bob.post("/api/v1/collections/default/vectors", json={
+            "records": [{"content": "ボブの追記", "documentId": document}]}), 403, "FORBIDDEN")
+        for block, input in (("vector-delete", {"ids": [chunk]}),
+                             ("vector-upsert", {"documents": [{"id": chunk, "content": "ボブが書き換えた"}]})):
+            body = problem(_workflow(bob, block, input), 403, "FORBIDDEN")
+            assert body["error"]["block"] == block
+        [again] = [h for h in _search(alice) if h["id"] == chunk]
+        assert again["content"] == hit["content"] and again["documentName"] == "notice.txt"
+
+        # Bob's own record is his: he may change and delete it, Alice may not.
+        made = bob.post("/api/v1/collections/default/vectors", json={"records": [{"id": "bob-1",
+                                                                                   "content": "ボブのメモ"}]})
+        assert made.status_code == 200, made.text
+        problem(alice.post("/api/v1/collections/default/vectors", json={
+            "records": [{"id": "bob-1", "content": "アリスが書き換えた"}]}), 403, "FORBIDDEN")
+        problem(_workflow(alice, "vector-delete", {"ids": ["bob-1", "unknown"]}), 403, "FORBIDDEN")
+        assert bob.post("/api/v1/collections/default/vectors", json={
+            "records": [{"id": "bob-1", "content": "ボブのメモ 2"}]}).status_code == 200
+        done = _workflow(bob, "vector-delete", {"ids": ["bob-1", "unknown"]})
+        assert done.status_code == 200 and done.json()["output"]["deleted_count"] == 1, done.text
+
+        # Alice may change the records of her own document; tenant and admin keys any record.
+        assert alice.post("/api/v1/collections/default/vectors", json={
+            "records": [{"id": chunk, "content": NOTICE}]}).status_code == 200
+        assert tenant.post("/api/v1/collections/default/vectors", json={
+            "records": [{"id": chunk, "content": NOTICE + " (tenant)"}]}).status_code == 200
+        done = _workflow(admin, "vector-delete", {"ids": [chunk]})
+        assert done.status_code == 200 and done.json()["output"]["deleted_count"] == 1, done.text
