@@ -88,3 +88,23 @@ def test_a_user_key_changes_only_its_own_users_records(served: Served) -> None:
             "records": [{"id": chunk, "content": NOTICE + " (tenant)"}]}).status_code == 200
         done = _workflow(admin, "vector-delete", {"ids": [chunk]})
         assert done.status_code == 200 and done.json()["output"]["deleted_count"] == 1, done.text
+
+
+# -- finding 2: NUL characters are 422 naming the field, on both stores --------------------------------------
+def test_nul_characters_in_memories_and_workflow_text_are_422_naming_the_field(served: Served) -> None:
+    with served.client(served.key("acme", "alice")) as client:
+        for memory, field in (({"content": "水", "metadata": {"note": "a\x00b"}}, "metadata.note"),
+                              ({"content": "水", "subject": "ma\x00th"}, "subject")):
+            body = problem(client.post("/api/v1/memories", json={"memories": [memory]}), 422, "VALIDATION_ERROR")
+            assert body["field"] == field and "NUL" in body["detail"], body
+        assert client.get("/api/v1/memories").json()["memories"] == []
+
+        loader = {"block": "doc-loader", "config": {"source_type": "text", "metadata": {"author": "x\x00y"}}}
+        upsert = {"block": "vector-upsert", "config": {"collection": "flow"}}
+        for steps, input, field in (([loader, upsert], {"text": "避難所の案内"}, "metadata.author"),
+                                    ([{**loader, "config": {"source_type": "text"}}, upsert], {"text": "避難\x00所"},
+                                     "content")):
+            body = problem(client.post("/api/v1/workflows/run", json={"workflow": {"steps": steps}, "input": input}),
+                           422, "VALIDATION_ERROR")
+            assert body["error"]["block"] == "vector-upsert" and field in body["detail"], body
+        assert client.get("/api/v1/collections").json()["collections"] == []

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CollectionNotFoundError, DimensionMismatchError, VectorStoreError
+from .errors import CollectionNotFoundError, DimensionMismatchError, InvalidFieldError, VectorStoreError
 from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
 from .search import Retriever, vector_query
-from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord
+from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord, nul_path
 from .usage import route, store_kind
 
 RECORD_FIELDS = ("content", "metadata", "id", "vector", "document_id")
@@ -41,7 +41,8 @@ def vector(value: Any, what: str) -> list[float]:
 
 
 def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorRecord:
-    """A record to upsert, checked: text content, dict metadata, an optional vector of finite numbers.
+    """A record to upsert, checked: text content, dict metadata (neither holding a NUL character:
+    ``InvalidFieldError`` naming the field), an optional vector of finite numbers.
 
     ``value`` is a ``VectorRecord`` or a dict with the same fields (``content``, ``metadata``,
     ``id``, ``vector``, ``document_id``). A record without a vector needs content to embed.
@@ -60,6 +61,9 @@ def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorReco
         raise VectorStoreError(f"record {position}: metadata must be a dict")
     if value.id is not None and (not isinstance(value.id, str) or not value.id):
         raise VectorStoreError(f"record {position}: id must be a non-empty string")
+    where = nul_path(value.content, "content") or nul_path(value.metadata, "metadata")
+    if where is not None:  # neither store keeps a NUL (PostgreSQL refuses it in text and jsonb)
+        raise InvalidFieldError(f"record {position}: {where}: NUL characters are not allowed", field=where)
     given = None if value.vector is None else vector(value.vector, f"record {position}'s vector")
     if given is None and not value.content.strip():
         raise VectorStoreError(f"record {position}: give a vector, or content to embed")
