@@ -12,6 +12,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
+from bunko import Bunko
+from bunko.errors import InvalidMemoryError
+from bunko.memory import check_session, check_user
+from tests.conftest import ROOT
 from tests.served import Served, problem, serve
 
 pytest.importorskip("fastapi")
@@ -108,3 +115,33 @@ def test_nul_characters_in_memories_and_workflow_text_are_422_naming_the_field(s
                            422, "VALIDATION_ERROR")
             assert body["error"]["block"] == "vector-upsert" and field in body["detail"], body
         assert client.get("/api/v1/collections").json()["collections"] == []
+
+
+# -- finding 3: a trailing newline is not part of a user or session id --------------------------------------
+def test_memory_user_and_session_ids_refuse_a_trailing_newline(tmp_path: Path, embedder: object) -> None:
+    for bad in ("u\n", "u\n\n", "\nu"):
+        with pytest.raises(InvalidMemoryError):
+            check_user(bad)
+        with pytest.raises(InvalidMemoryError):
+            check_session(bad)
+    assert check_user("u") == "u" and check_session("s-1") == "s-1"
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with Bunko(url, embedder=embedder) as engine:
+        memory = engine.tenant("acme").memory
+        with pytest.raises(InvalidMemoryError):
+            memory.add(["水"], user_id="alice\n")
+        with pytest.raises(InvalidMemoryError):
+            memory.add(["水"], user_id="alice", session_id="s-1\n")
+        if importlib.util.find_spec("mcp") is not None:  # `bunko mcp --user` (the optional extra)
+            from bunko.integrations.mcp_server import build_server
+
+            with pytest.raises(InvalidMemoryError):
+                build_server(engine, user_id="alice\n")
+    env = {"PYTHONPATH": str(ROOT / "src"), "BUNKO_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    for option, value, says in (("--user", "alice\n", "invalid user id"), ("--session", "s-1\n", "invalid session id")):
+        extra = [] if option == "--user" else ["--user", "alice"]
+        done = subprocess.run([sys.executable, "-m", "bunko", "--db", url, "memory", "add", "水", option, value,
+                               *extra, "--json"], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode != 0 and says in done.stdout + done.stderr, done.stdout + done.stderr
+    with Bunko(url, embedder=embedder) as engine:  # nothing was stored
+        assert engine.tenant("acme").memory.list("alice") == []

@@ -100,7 +100,7 @@ def _count_fallback() -> None:
 # -- validation ---------------------------------------------------------------------------------
 def check_user(user_id: Any) -> str:
     """A user id as given, or ``InvalidMemoryError`` (1-100 letters, digits, ``_ . @ -``)."""
-    if not isinstance(user_id, str) or not _USER_RE.match(user_id):
+    if not isinstance(user_id, str) or not _USER_RE.fullmatch(user_id):
         raise InvalidMemoryError(f"invalid user id {user_id!r}: use 1-100 letters, digits, '_', '.', '@' or '-', "
                                  "starting with a letter or digit")
     return user_id
@@ -108,7 +108,7 @@ def check_user(user_id: Any) -> str:
 
 def check_session(session_id: Any) -> str | None:
     """A session id as given (None allowed), or ``InvalidMemoryError``."""
-    if session_id is not None and (not isinstance(session_id, str) or not _ID_RE.match(session_id)):
+    if session_id is not None and (not isinstance(session_id, str) or not _ID_RE.fullmatch(session_id)):
         raise InvalidMemoryError(f"invalid session id {session_id!r}: use 1-200 letters, digits, '_', '-', '.', "
                                  "':' or '@', starting with a letter or digit")
     return session_id
@@ -116,7 +116,7 @@ def check_session(session_id: Any) -> str | None:
 
 def check_store_name(name: Any) -> str:
     """A memory store name as given, or ``InvalidMemoryError``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidMemoryError(f"invalid memory store name {name!r}: use 1-100 letters, digits, '_', '-' or '.'")
     return name
 
@@ -183,7 +183,7 @@ class MemoryRecord:
             raise InvalidMemoryError(f"a memory's subject must be text of 1-{_SUBJECT_MAX} characters")
         if not isinstance(self.metadata, dict):
             raise InvalidMemoryError("a memory's metadata must be a JSON object")
-        if self.id is not None and (not isinstance(self.id, str) or not _ID_RE.match(self.id)):
+        if self.id is not None and (not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id)):
             raise InvalidMemoryError(f"invalid memory id {self.id!r}: use 1-200 letters, digits, '_', '-', '.', ':' "
                                      "or '@'")
         where = nul_path(self.content, "content") or nul_path(subject, "subject") or \
