@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,8 +24,10 @@ import httpx
 import pytest
 
 from bunko import Bunko
-from bunko.errors import InvalidMemoryError
+from bunko.errors import ArchiveError, InvalidMemoryError
 from bunko.memory import check_session, check_user
+from bunko.portability import FILES, MANIFEST, export_tenant, import_tenant
+from bunko.types import ConversationTurn
 from tests.conftest import ROOT
 from tests.served import Served, problem, serve
 
@@ -145,3 +148,94 @@ def test_memory_user_and_session_ids_refuse_a_trailing_newline(tmp_path: Path, e
         assert done.returncode != 0 and says in done.stdout + done.stderr, done.stdout + done.stderr
     with Bunko(url, embedder=embedder) as engine:  # nothing was stored
         assert engine.tenant("acme").memory.list("alice") == []
+
+
+# -- finding 4: an import that fails verification writes nothing --------------------------------------------
+def _edit_export(folder: Path) -> None:
+    """Change one chunk's text and recompute the file checksums (the data digest stays the export's)."""
+    import hashlib
+
+    documents = folder / FILES["documents"]
+    lines = documents.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[0])
+    record["chunks"][0]["content"] = "書き換えられた本文"
+    lines[0] = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    documents.write_bytes(data)
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest["files"][FILES["documents"]].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def test_an_edited_export_with_recomputed_checksums_imports_nothing(
+        store_url: str, tmp_path: Path, embedder: object) -> None:
+    with Bunko(store_url, embedder=embedder) as engine:
+        acme = engine.tenant("acme")
+        notice = tmp_path / "notice.txt"
+        notice.write_text(NOTICE, encoding="utf-8")
+        acme.ingest([notice], "docs")
+        acme.upsert("notes", [{"content": "メモ", "id": "note-1"}])
+        export_tenant(engine.backend.for_tenant("acme"), tmp_path / "export")
+        _edit_export(tmp_path / "export")
+        target = engine.backend.for_tenant("target")
+        with pytest.raises(ArchiveError, match="digest"):
+            import_tenant(target, tmp_path / "export")
+        assert target.list_collections() == [] and target.conversations.ids() == []
+
+
+def test_an_import_that_fails_midway_takes_back_what_it_wrote(
+        store_url: str, tmp_path: Path, embedder: object) -> None:
+    with Bunko(store_url, embedder=embedder) as engine:
+        acme = engine.tenant("acme")
+        notice = tmp_path / "notice.txt"
+        notice.write_text(NOTICE, encoding="utf-8")
+        acme.ingest([notice], "docs")
+        acme.upsert("notes", [{"content": "acme のメモ", "id": "note-1"}])
+        acme.store.conversations.append("chat-1", [ConversationTurn("user", "水は何日分？")])
+        acme.memory.add(["繰り上がりの足し算が苦手"], user_id="child-a")
+        export_tenant(engine.backend.for_tenant("acme"), tmp_path / "export")
+        target = engine.tenant("target")
+        target.upsert("notes", [{"content": "target のメモ", "id": "note-1"}])  # the same id, another text
+        before = [(h.chunk_id, h.content) for h in target.query("notes", text="メモ", top_k=5)]
+        with pytest.raises(ArchiveError, match="record 'note-1' exists"):
+            import_tenant(target.store, tmp_path / "export")
+        assert [c.name for c in target.collections()] == ["notes"]  # "docs" was written, then taken back
+        assert [(h.chunk_id, h.content) for h in target.query("notes", text="メモ", top_k=5)] == before
+        assert target.store.conversations.ids() == [] and target.memory.list("child-a") == []
+        again = import_tenant(engine.backend.for_tenant("fresh"), tmp_path / "export")
+        assert again.verified and again.counts["documents"] == 1
+        assert import_tenant(engine.backend.for_tenant("fresh"), tmp_path / "export").verified  # the same again
+
+
+def test_bunko_import_without_tenant_asks_before_writing_into_a_tenant_with_data(
+        tmp_path: Path, embedder: object) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with Bunko(url, embedder=embedder) as engine:
+        engine.tenant("acme").upsert("notes", [{"content": "acme のメモ", "id": "note-1"}])
+        export_tenant(engine.backend.for_tenant("acme"), tmp_path / "export")
+        engine.tenant("acme").upsert("other", [{"content": "後から足したメモ", "id": "note-2"}])
+    env = {"PYTHONPATH": str(ROOT / "src"), "BUNKO_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+
+    def bunko(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "bunko", "--db", url, *args, "--json"], capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    refused = bunko("import", str(tmp_path / "export"))
+    assert refused.returncode != 0, refused.stdout
+    assert json.loads(refused.stdout)["error"]["type"] == "ConfirmationRequired"
+    assert "--tenant" in json.loads(refused.stdout)["error"]["message"]
+    named = bunko("import", str(tmp_path / "export"), "--tenant", "acme-copy")
+    assert named.returncode == 0 and json.loads(named.stdout)["tenant"] == "acme-copy", named.stdout + named.stderr
+    confirmed = bunko("import", str(tmp_path / "export"), "--yes")  # the same records again: nothing changes
+    assert confirmed.returncode == 0 and json.loads(confirmed.stdout)["verified"], confirmed.stdout + confirmed.stderr
+
+
+def test_taking_back_a_memory_store_stays_in_its_tenant(store_url: str, embedder: object) -> None:
+    """The writer's undo drops a memory store it created (SQLMemories.drop_store): the tenant's only."""
+    with Bunko(store_url, embedder=embedder) as engine:
+        for tenant in ("acme", "other"):
+            engine.tenant(tenant).memory.add([f"{tenant} のメモ"], user_id="u1")
+        assert engine.backend.for_tenant("acme").memories().drop_store("memories") == 1
+        assert engine.tenant("acme").memory.list("u1") == []
+        assert [m["content"] for m in engine.tenant("other").memory.list("u1")] == ["other のメモ"]
+        assert engine.backend.for_tenant("nobody").memories().drop_store("memories") == 0
