@@ -16,6 +16,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,23 @@ def test_taking_back_a_memory_store_stays_in_its_tenant(store_url: str, embedder
         assert engine.tenant("acme").memory.list("u1") == []
         assert [m["content"] for m in engine.tenant("other").memory.list("u1")] == ["other のメモ"]
         assert engine.backend.for_tenant("nobody").memories().drop_store("memories") == 0
+
+
+# -- finding 5: the REST limit slides (MCP over HTTP: tests/test_memory_mcp.py) -------------------------------
+def test_the_rest_limit_holds_across_a_minute_boundary(store_url: str, embedder: object,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed one-minute window let the limit through just before a minute ends and again just after."""
+    with serve(store_url, embedder, rate_limit=5) as live, \
+            live.client(live.key("acme")) as client, live.client(live.key("acme", "bob")) as other:
+        now = [(time.time() // 60 + 1) * 60 - 5.0]  # 5 s before a minute ends
+        monkeypatch.setattr(time, "time", lambda: now[0])
+        for _ in range(5):
+            assert client.get("/api/v1/collections").status_code == 200
+        now[0] += 10.0  # 5 s into the next minute: the last 60 s hold 5 requests already
+        refused = client.get("/api/v1/collections")
+        problem(refused, 429, "RATE_LIMITED")
+        # The next request is allowed when 5 x (1 - t / 60) + 2 <= 5 (the refused one counts): 24 s into the minute.
+        assert refused.headers["Retry-After"] == "19"
+        assert other.get("/api/v1/collections").status_code == 200  # another key has its own budget
+        now[0] += 19.0
+        assert client.get("/api/v1/collections").status_code == 200

@@ -7,7 +7,8 @@ any number of worker processes (``bunko serve --workers N``) can share one store
   A key carries its tenant, optionally a user id, and whether it is the tenant's admin key. Keys are
   looked up *before* a tenant is known (the tenant comes from the key, R15), so this table is not
   tenant-scoped; it holds only hashes.
-- **Rate-limit windows** count requests per key and fixed one-minute window.
+- **Rate-limit windows** count requests per key and one-minute window; the limiter (:mod:`bunko.ratelimit`)
+  weighs the previous window's count in, a sliding window.
 - **Jobs** (tenant data, tenant-scoped like every other table, RLS on PostgreSQL) record each
   uploaded file: ``processing`` → ``completed`` or ``failed`` with the reason, never backwards (the
   updates say ``WHERE status = 'processing'`` and a trigger refuses any other change). A job is a
@@ -201,6 +202,11 @@ class ServiceRecords(Protocol):
 
     def hit(self, key_id: int, window_start: int) -> int:
         """Count one request of a key in a window; returns the window's count so far."""
+        ...
+
+    def rate_count(self, key_id: int, window_start: int) -> tuple[int, int]:
+        """Count one request of a key in a window; returns (the window's count so far, the previous window's),
+        for the sliding limiter (:mod:`bunko.ratelimit`)."""
         ...
 
     def create_job(self, store: VectorStore, job: Job) -> None:

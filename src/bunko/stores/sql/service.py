@@ -175,6 +175,20 @@ class SQLServiceRecords:
                           (key_id, window_start))
         return count
 
+    def rate_count(self, key_id: int, window_start: int) -> tuple[int, int]:
+        """Count one request of a key in a window; returns (the window's count so far, the previous window's)."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            count = int(self._run(
+                conn, "INSERT INTO rate_windows (key_id, window_start, hits) VALUES (?, ?, 1) ON CONFLICT "
+                      "(key_id, window_start) DO UPDATE SET hits = rate_windows.hits + 1 RETURNING hits",
+                (key_id, window_start)).fetchone()[0])
+            if count == 1:  # a new window: forget those before the previous one
+                self._run(conn, "DELETE FROM rate_windows WHERE key_id = ? AND window_start < ?",
+                          (key_id, window_start - 1))
+            previous = self._run(conn, "SELECT hits FROM rate_windows WHERE key_id = ? AND window_start = ?",
+                                 (key_id, window_start - 1)).fetchone()
+        return count, 0 if previous is None else int(previous[0])
+
     # -- tenant data: jobs and erasure ----------------------------------------------------------
     def _job(self, row: Any) -> Job:
         d = self._d
