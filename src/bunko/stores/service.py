@@ -221,11 +221,13 @@ class ServiceRecords(Protocol):
         """All jobs of the store's tenant, oldest first (dead workers' jobs failed first)."""
         ...
 
-    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS) -> ClaimResult:
-        """Claim the oldest waiting (or abandoned) job of any tenant for ``worker``, with a lease.
+    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS, *, tenant_cap: int = 0) -> ClaimResult:
+        """Claim a waiting (or abandoned) job for ``worker``, with a lease, taking turns across tenants: the
+        tenant whose last claim is the oldest goes first, with its oldest waiting job; a tenant with
+        ``tenant_cap`` jobs in flight waits (0: no cap).
 
-        Concurrent claimers never get the same job (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
-        immediate transaction on SQLite). A job already claimed ``max_attempts`` times is failed instead.
+        Concurrent claimers never get the same job, and the cap holds. A job already claimed
+        ``max_attempts`` times is failed instead.
         """
         ...
 

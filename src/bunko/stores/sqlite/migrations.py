@@ -297,6 +297,13 @@ MIGRATIONS: list[Migration] = [
     """
     ALTER TABLE chunks ADD COLUMN owner TEXT;
     """,
+    # 13: fair job claims (bunko.stores.sql.service: claim_job): when each job was claimed, so the next claim
+    # goes to the tenant whose last claim is the oldest.
+    """
+    ALTER TABLE jobs ADD COLUMN claimed_at REAL;
+    CREATE INDEX jobs_claims ON jobs (tenant_id, claimed_at);
+    CREATE INDEX jobs_waiting ON jobs (tenant_id, lease_until, id) WHERE status = 'processing';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
