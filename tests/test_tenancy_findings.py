@@ -260,3 +260,29 @@ def test_the_rest_limit_holds_across_a_minute_boundary(store_url: str, embedder:
         assert other.get("/api/v1/collections").status_code == 200  # another key has its own budget
         now[0] += 19.0
         assert client.get("/api/v1/collections").status_code == 200
+
+
+# -- fair scheduling: a tenant's backlog of uploads delays only itself (claims: tests/test_jobs_queue.py) ------
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_an_upload_behind_another_tenants_300_finishes_before_their_20th(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path, embedder: object) -> None:
+    import asyncio
+
+    from bunko.server.worker import Worker
+
+    url = request.getfixturevalue("pg_url") if kind == "postgresql" else f"sqlite:///{tmp_path / 'q.db'}"
+    with serve(url, embedder, rate_limit=0, job_workers=0) as live, \
+            live.client(live.key("acme", "alice")) as acme, live.client(live.key("globex", "bob")) as globex:
+        for i in range(300):  # queued while no worker runs
+            queued = acme.post("/api/v1/documents/upload", files={"file": (f"n{i:03d}.txt", f"備蓄メモ {i}".encode())})
+            assert queued.status_code == 202, queued.text
+        queued = globex.post("/api/v1/documents/upload", files={"file": ("one.txt", NOTICE.encode())})
+        assert queued.status_code == 202, queued.text
+        # One worker, one job at a time, 20 jobs: globex's must be among them.
+        worker = Worker(live.engine, worker_id="w1", concurrency=1)
+        asyncio.run(worker.run(asyncio.Event(), max_jobs=20))
+        done = globex.get(f"/api/v1/documents/{queued.json()['documentId']}").json()
+        assert done["status"] == "completed", done
+        assert acme.get("/api/v1/documents", params={"limit": 1}).json()["totalCount"] == 300
+        finished = acme.get("/api/v1/documents", params={"status": "completed", "limit": 1}).json()["totalCount"]
+        assert finished == 19  # globex's job went second; acme's 20th waits
