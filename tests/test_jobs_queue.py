@@ -282,3 +282,16 @@ def test_a_tenant_with_its_cap_of_jobs_in_flight_waits_its_turn(backend: StoreBa
     assert third is not None and (third.tenant, third.job_id) == ("acme", "a2")
     assert records.claim_job("w2", 60, tenant_cap=2).claim is None
     assert records.claim_job("w2", 60).claim is not None  # without a cap a3 goes too
+
+
+def test_users_of_a_tenant_take_turns_too(backend: StoreBackend, records: ServiceRecords) -> None:
+    """Inside a tenant, the users (its keys without a user count as one) take turns the same way."""
+    stores = {t: backend.for_tenant(t) for t in ("acme", "globex")}
+    for i in range(5):
+        _queue(records, stores["acme"], f"alice{i}", user_id="alice")
+    _queue(records, stores["acme"], "bob0", user_id="bob")
+    _queue(records, stores["acme"], "tenant0")  # a tenant key's upload, no user
+    _queue(records, stores["globex"], "g0", user_id="alice")  # the same user name in another tenant is another user
+    order = _run_claims(records, stores)
+    assert order == [("acme", "alice0"), ("globex", "g0"), ("acme", "bob0"), ("acme", "tenant0"),
+                     ("acme", "alice1"), ("acme", "alice2"), ("acme", "alice3"), ("acme", "alice4")]

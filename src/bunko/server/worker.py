@@ -6,8 +6,9 @@ process starts beside itself (``[server] job_workers``, default 1; 0 when separa
 take jobs from the store:
 
 - **Claim** (:meth:`ServiceRecords.claim_job`): tenants take turns -- the claim goes to the tenant
-  with waiting jobs whose last claim is the oldest, its oldest waiting job (or one whose lease ran
-  out) -- so a tenant that queued thousands of uploads delays only itself; a tenant with
+  with waiting jobs whose last claim is the oldest, in it to the user whose last claim is the oldest,
+  and to that user's oldest waiting job (or one whose lease ran out) -- so a tenant (or a user) that
+  queued thousands of uploads delays only itself; a tenant with
   ``[server] tenant_jobs_in_flight`` jobs in flight waits its turn (0: no cap). Claims are taken one at
   a time (an advisory lock on PostgreSQL, an immediate transaction on SQLite), so concurrent workers
   never take the same job. Each claim counts an attempt; a job claimed ``job_attempts`` times whose

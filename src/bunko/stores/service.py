@@ -223,8 +223,8 @@ class ServiceRecords(Protocol):
 
     def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS, *, tenant_cap: int = 0) -> ClaimResult:
         """Claim a waiting (or abandoned) job for ``worker``, with a lease, taking turns across tenants: the
-        tenant whose last claim is the oldest goes first, with its oldest waiting job; a tenant with
-        ``tenant_cap`` jobs in flight waits (0: no cap).
+        tenant whose last claim is the oldest goes first, and in it the user whose last claim is the oldest,
+        with that user's oldest waiting job; a tenant with ``tenant_cap`` jobs in flight waits (0: no cap).
 
         Concurrent claimers never get the same job, and the cap holds. A job already claimed
         ``max_attempts`` times is failed instead.

@@ -33,14 +33,16 @@ M017_SLIDING_RATES = [
 ]
 
 # m018: fair job claims (bunko.stores.sql.service: claim_job). A claim records its time (claimed_at); the
-# next claim goes to the tenant with waiting jobs whose last claim is the oldest (never: first), its oldest
-# waiting job, so one tenant's backlog delays only itself; a tenant with ``p_cap`` jobs in flight (claimed,
+# next claim goes to the tenant with waiting jobs whose last claim is the oldest (never: first), and in it
+# to the user (the tenant's keys without a user are one) whose last claim is the oldest, its oldest waiting
+# job, so one tenant's (or user's) backlog delays only itself; a tenant with ``p_cap`` jobs in flight (claimed,
 # lease live) waits its turn (0: no cap). Claims take a transaction-scoped advisory lock, one at a time, so
 # the order and the cap hold with concurrent claimers; a claim is a few index lookups. The m009 function
 # stays for processes of earlier versions during an upgrade.
 M018_FAIR_CLAIMS = [
     "ALTER TABLE bunko.jobs ADD COLUMN claimed_at double precision",
     "CREATE INDEX jobs_claims ON bunko.jobs (tenant_id, claimed_at)",
+    "CREATE INDEX jobs_user_claims ON bunko.jobs (tenant_id, user_id, claimed_at)",
     "CREATE INDEX jobs_waiting ON bunko.jobs (tenant_id, lease_until, id) WHERE status = 'processing'",
     """CREATE FUNCTION bunko.claim_job(p_worker text, p_now double precision, p_lease double precision,
                                      p_error text, p_cap integer)
@@ -48,6 +50,7 @@ M018_FAIR_CLAIMS = [
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
     DECLARE
         t record;
+        u record;
         j record;
     BEGIN
         PERFORM pg_advisory_xact_lock(727275);
@@ -60,28 +63,39 @@ M018_FAIR_CLAIMS = [
              ORDER BY (SELECT max(c.claimed_at) FROM bunko.jobs c WHERE c.tenant_id = w.tenant_id) NULLS FIRST,
                       w.first_id
         LOOP
-            LOOP
-                SELECT q.id, q.uid, q.attempts, q.max_attempts INTO j FROM bunko.jobs q
+            FOR u IN
+                SELECT q.user_id FROM bunko.jobs q
                  WHERE q.tenant_id = t.tenant_id AND q.status = 'processing' AND q.lease_until < p_now
-                 ORDER BY q.lease_until, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
-                EXIT WHEN NOT FOUND;
-                tenant := (SELECT n.name FROM bunko.tenants n WHERE n.id = t.tenant_id);
-                job_uid := j.uid;
-                IF j.attempts >= j.max_attempts THEN
-                    -- Its workers died as often as allowed: failed, with the reason.
-                    UPDATE bunko.jobs SET status = 'failed', error_code = 'JOB_ABANDONED',
-                           error = format(p_error, j.attempts), worker = NULL, updated_at = now() WHERE id = j.id;
-                    attempt := j.attempts;
-                    claimed := false;
-                    RETURN NEXT;
-                ELSE
-                    UPDATE bunko.jobs SET attempts = j.attempts + 1, worker = p_worker, lease_until = p_now + p_lease,
-                           claimed_at = p_now, updated_at = now() WHERE id = j.id;
-                    attempt := j.attempts + 1;
-                    claimed := true;
-                    RETURN NEXT;
-                    RETURN;
-                END IF;
+                 GROUP BY q.user_id
+                 ORDER BY (SELECT max(c.claimed_at) FROM bunko.jobs c WHERE c.tenant_id = t.tenant_id
+                            AND c.user_id IS NOT DISTINCT FROM q.user_id) NULLS FIRST, min(q.id)
+            LOOP
+                LOOP
+                    SELECT q.id, q.uid, q.attempts, q.max_attempts INTO j FROM bunko.jobs q
+                     WHERE q.tenant_id = t.tenant_id AND q.user_id IS NOT DISTINCT FROM u.user_id
+                       AND q.status = 'processing' AND q.lease_until < p_now
+                     ORDER BY q.lease_until, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    EXIT WHEN NOT FOUND;
+                    tenant := (SELECT n.name FROM bunko.tenants n WHERE n.id = t.tenant_id);
+                    job_uid := j.uid;
+                    IF j.attempts >= j.max_attempts THEN
+                        -- Its workers died as often as allowed: failed, with the reason.
+                        UPDATE bunko.jobs SET status = 'failed', error_code = 'JOB_ABANDONED',
+                               error = format(p_error, j.attempts), worker = NULL, updated_at = now()
+                         WHERE id = j.id;
+                        attempt := j.attempts;
+                        claimed := false;
+                        RETURN NEXT;
+                    ELSE
+                        UPDATE bunko.jobs SET attempts = j.attempts + 1, worker = p_worker,
+                               lease_until = p_now + p_lease, claimed_at = p_now, updated_at = now()
+                         WHERE id = j.id;
+                        attempt := j.attempts + 1;
+                        claimed := true;
+                        RETURN NEXT;
+                        RETURN;
+                    END IF;
+                END LOOP;
             END LOOP;
         END LOOP;
     END

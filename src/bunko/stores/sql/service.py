@@ -251,8 +251,9 @@ class SQLServiceRecords:
         """Claim a waiting (or abandoned) job for ``worker``, with a lease, taking turns across tenants.
 
         The claim goes to the tenant with waiting jobs whose last claim is the oldest (a tenant never
-        claimed from first), and within it to its oldest waiting job: a tenant's backlog delays only
-        itself. A tenant with ``tenant_cap`` jobs in flight (claimed, lease live) waits (0: no cap).
+        claimed from first), within it to the user whose last claim is the oldest (the tenant's keys
+        without a user count as one), and to that user's oldest waiting job: a tenant's (or a user's)
+        backlog delays only itself. A tenant with ``tenant_cap`` jobs in flight (claimed, lease live) waits (0: no cap).
         Claims are taken one at a time (an advisory lock on PostgreSQL, an immediate transaction on
         SQLite), so concurrent claimers never get the same job and the cap holds. A job already claimed
         ``max_attempts`` times is failed instead.
@@ -284,25 +285,38 @@ class SQLServiceRecords:
                                     "WHERE c.tenant_id = w.tenant_id) NULLS FIRST, w.first_id",
                               (now, tenant_cap, now, tenant_cap)).fetchall()
             for tenant_pk, tenant in turns:
-                while True:
-                    row = self._run(conn, "SELECT id, uid, attempts, max_attempts FROM jobs WHERE tenant_id = ? "
-                                          "AND status = 'processing' AND lease_until < ? ORDER BY lease_until, id "
-                                          "LIMIT 1", (tenant_pk, now)).fetchone()
-                    if row is None:
-                        break
-                    pk, uid, attempts, max_attempts = row
-                    if attempts >= max_attempts:
-                        self._run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
-                                        "updated_at = {now} WHERE id = ?",
-                                  (_ABANDONED, abandoned_message(attempts), pk))
-                        result.failed.append((tenant, uid))
-                        continue
-                    self._run(conn, "UPDATE jobs SET attempts = attempts + 1, worker = ?, lease_until = ?, "
-                                    "claimed_at = ?, updated_at = {now} WHERE id = ?",
-                              (worker, now + lease_seconds, now, pk))
-                    result.claim = Claim(tenant, uid, int(attempts) + 1)
-                    return result
+                users = self._run(conn, "SELECT q.user_id FROM jobs q WHERE q.tenant_id = ? "
+                                        "AND q.status = 'processing' AND q.lease_until < ? "
+                                        "GROUP BY q.user_id ORDER BY (SELECT max(c.claimed_at) "
+                                        "FROM jobs c WHERE c.tenant_id = q.tenant_id AND c.user_id IS q.user_id) "
+                                        "NULLS FIRST, min(q.id)", (tenant_pk, now)).fetchall()
+                for (user_id,) in users:
+                    if self._claim_of_user(conn, result, (tenant_pk, tenant, user_id), worker, now, lease_seconds):
+                        return result
             return result
+
+    def _claim_of_user(self, conn: Any, result: ClaimResult, who: tuple[int, str, str | None], worker: str,
+                       now: float, lease_seconds: float) -> bool:
+        """SQLite: claim the oldest waiting job of one user of a tenant into ``result`` (failing, on the way,
+        jobs claimed too often); False when the user has none left to claim."""
+        tenant_pk, tenant, user_id = who
+        while True:
+            row = self._run(conn, "SELECT id, uid, attempts, max_attempts FROM jobs WHERE tenant_id = ? "
+                                  "AND user_id IS ? AND status = 'processing' AND lease_until < ? "
+                                  "ORDER BY lease_until, id LIMIT 1",
+                            (tenant_pk, user_id, now)).fetchone()
+            if row is None:
+                return False
+            pk, uid, attempts, max_attempts = row
+            if attempts >= max_attempts:
+                self._run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
+                                "updated_at = {now} WHERE id = ?", (_ABANDONED, abandoned_message(attempts), pk))
+                result.failed.append((tenant, uid))
+                continue
+            self._run(conn, "UPDATE jobs SET attempts = attempts + 1, worker = ?, lease_until = ?, claimed_at = ?, "
+                            "updated_at = {now} WHERE id = ?", (worker, now + lease_seconds, now, pk))
+            result.claim = Claim(tenant, uid, int(attempts) + 1)
+            return True
 
     def renew_job(self, store: VectorStore, job_id: str, lease_until: float, worker: str | None = None) -> bool:
         """Extend a processing job's lease (held by ``worker``, when given); False if it is no longer held."""

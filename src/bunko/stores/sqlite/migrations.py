@@ -298,10 +298,11 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE chunks ADD COLUMN owner TEXT;
     """,
     # 13: fair job claims (bunko.stores.sql.service: claim_job): when each job was claimed, so the next claim
-    # goes to the tenant whose last claim is the oldest.
+    # goes to the tenant, and in it to the user, whose last claim is the oldest.
     """
     ALTER TABLE jobs ADD COLUMN claimed_at REAL;
     CREATE INDEX jobs_claims ON jobs (tenant_id, claimed_at);
+    CREATE INDEX jobs_user_claims ON jobs (tenant_id, user_id, claimed_at);
     CREATE INDEX jobs_waiting ON jobs (tenant_id, lease_until, id) WHERE status = 'processing';
     """,
 ]
