@@ -8,90 +8,25 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from bunko import Bunko
-from bunko.config import Settings
+from tests.served import Served, problem, serve
 
 pytest.importorskip("fastapi")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
 MIB = 1024 * 1024
 
 
-class ByteCounter:
-    """An ASGI wrapper that counts the request body bytes the app under it has read."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.read = 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        async def counted() -> Any:
-            message = await receive()
-            self.read += len(message.get("body", b""))
-            return message
-
-        await self.app(scope, counted, send)
-
-
-@dataclass
-class Served:
-    url: str
-    port: int
-    engine: Bunko
-    counter: ByteCounter
-    keys: dict[str, str] = field(default_factory=dict)
-
-    def key(self, tenant: str, user: str | None = None, *, admin: bool = False) -> str:
-        records = self.engine.backend.service_records()
-        records.create_tenant(tenant)
-        key, _ = records.create_api_key(tenant, user, admin=admin)
-        return key
-
-    def client(self, key: str | None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=120)
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def served(request: pytest.FixtureRequest, tmp_path: Path, embedder: object) -> Iterator[Served]:
-    from bunko.server.app import create_app
-
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else f"sqlite:///{tmp_path / 'h.db'}"
-    engine = Bunko(url, embedder=embedder)
-    settings = Settings.resolve(url, max_upload_mb=1, max_json_mb=1, rate_limit=0)
-    counter = ByteCounter(create_app(engine, settings))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(counter, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120  # only catches a hang
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield Served(f"http://127.0.0.1:{port}", port, engine, counter)
-    server.should_exit = True
-    thread.join(60)
-    engine.close()
-
-
-def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["type"] == f"urn:bunko:problem:{code}", body
-    return body
+    with serve(url, embedder, max_upload_mb=1, max_json_mb=1, rate_limit=0) as live:
+        yield live
 
 
 def _raw(port: int, head: str, body: bytes) -> tuple[int, bytes]:
@@ -153,7 +88,7 @@ def test_a_json_body_over_the_limit_is_413_for_a_valid_key(served: Served) -> No
                 yield b"a" * (512 * 1024)
             yield b'"}'
 
-        _problem(client.post("/api/v1/search/hybrid", content=chunks(),
+        problem(client.post("/api/v1/search/hybrid", content=chunks(),
                              headers={"content-type": "application/json"}), 413, "PAYLOAD_TOO_LARGE")
         assert served.counter.read <= 2 * MIB
         # Within the limit everything works as before.
@@ -162,7 +97,7 @@ def test_a_json_body_over_the_limit_is_413_for_a_valid_key(served: Served) -> No
         upload = client.post("/api/v1/documents/upload?wait=true",
                              files={"file": ("a.txt", "非常食は三日分を目安に備蓄します。".encode())})
         assert upload.status_code == 200 and upload.json()["status"] == "completed", upload.text
-        _problem(client.post("/api/v1/documents/upload", files={"file": ("b.txt", b"x" * (3 * MIB))}), 413,
+        problem(client.post("/api/v1/documents/upload", files={"file": ("b.txt", b"x" * (3 * MIB))}), 413,
                  "PAYLOAD_TOO_LARGE")
 
 
@@ -171,17 +106,17 @@ def test_nul_characters_are_422_naming_the_field(served: Served) -> None:
     with served.client(served.key("acme")) as client:
         for spec, where in ([{"tag": "a\x00b"}, "tag"], [{"tag": {"$in": ["x", "\x00"]}}, "tag"],
                             [{"$or": [{"a.b": {"$ne": "\x00"}}, {"c": 1}]}, "a.b"]):
-            body = _problem(client.post("/api/v1/search/hybrid", json={"query": "水", "filter": spec}), 422,
+            body = problem(client.post("/api/v1/search/hybrid", json={"query": "水", "filter": spec}), 422,
                             "INVALID_FILTER")
             assert any(where in p["path"] and "NUL" in p["message"] for p in body["problems"]), body
         for form, where in (({"tags": "ok,bad\x00tag"}, "tags"), ({"tags": '["a", "b\\u0000"]'}, "tags"),
                             ({"metadata": json.dumps({"description": "x\x00"})}, "description"),
                             ({"metadata": json.dumps({"tags": ["\x00"]})}, "tags"),
                             ({"description": "desc\x00"}, "description"), ({"category": "c\x00"}, "category")):
-            body = _problem(client.post("/api/v1/documents/upload", data=form,
+            body = problem(client.post("/api/v1/documents/upload", data=form,
                                         files={"file": ("n.txt", "備蓄の手引き".encode())}), 422, "VALIDATION_ERROR")
             assert where in body["detail"] and "NUL" in body["detail"], body
-        body = _problem(client.post("/api/v1/collections/c/vectors", json={
+        body = problem(client.post("/api/v1/collections/c/vectors", json={
             "records": [{"content": "x", "metadata": {"k": ["ok", {"deep": "\x00"}]}}]}), 422, "VALIDATION_ERROR")
         assert "metadata.k[1].deep" in body["detail"], body
         assert client.get("/api/v1/documents").json()["totalCount"] == 0  # nothing was stored
@@ -217,7 +152,7 @@ def test_a_docx_bomb_upload_is_413_before_any_job(served: Served, tmp_path: Path
 
     bomb = make_docx(tmp_path / "report.docx", 200 * MIB)  # ~200 KB on the wire, under the 1 MiB upload limit
     with served.client(served.key("acme")) as client, bomb.open("rb") as f:
-        body = _problem(client.post("/api/v1/documents/upload", files={"file": (bomb.name, f)}), 413,
+        body = problem(client.post("/api/v1/documents/upload", files={"file": (bomb.name, f)}), 413,
                         "ARCHIVE_TOO_LARGE")
         assert "report.docx" in body["detail"] and str(tmp_path) not in body["detail"]
         assert client.get("/api/v1/documents").json()["totalCount"] == 0

@@ -53,7 +53,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from bunko import Bunko
 from bunko.embedders import UniversalSentenceEncoderEmbedder
 from bunko.engine import Tenant
-from bunko.errors import CollectionNotFoundError
+from bunko.errors import CollectionNotFoundError, ForbiddenError
 from bunko.portability import copy_tenant, export_tenant, import_tenant
 from bunko.stores.service import Job, conversation_prefix
 from bunko.types import ConversationTurn, Document, IngestFailure
@@ -130,6 +130,9 @@ class TenantModel:
     collections: set[str] = field(default_factory=set)
     docs: dict[str, dict[str, Doc]] = field(default_factory=lambda: {c: {} for c in COLLECTIONS})
     loose: dict[str, dict[str, tuple[str, str]]] = field(default_factory=lambda: {c: {} for c in COLLECTIONS})
+    # (collection, record id) -> the user whose key created the record (None: a tenant key's); only a user key
+    # of that user (or a tenant key) may replace or delete it.
+    loose_owners: dict[tuple[str, str], str | None] = field(default_factory=dict)
     conversations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # stored id -> (role, content)
     logs: dict[str | None, int] = field(default_factory=dict)  # search-log rows per user
     usage: dict[str | None, int] = field(default_factory=dict)  # usage records per user
@@ -288,11 +291,25 @@ class IsolationMachine(RuleBasedStateMachine):
                 record["vector"] = unit_vector(data.draw(st.integers(0, 40), "seed"))
             records.append(record)
             ids.append(record_id)
+        others = [i for i in ids if i in model.loose[collection] and not self.may_change(model, collection, i, user)]
+        if others:  # a user key replacing another user's (or the tenant's) record: refused, nothing written
+            try:
+                self.scope(tenant, user).upsert(collection, records)
+            except ForbiddenError:
+                return
+            self.check(False, f"{tenant}: {user} replaced records {others} created by others")
         returned = self.scope(tenant, user).upsert(collection, records)
         self.check(returned == ids, f"{tenant}: upsert returned ids {returned}, expected {ids}")
         model.collections.add(collection)
         for record in records:
+            if record["id"] not in model.loose[collection]:
+                model.loose_owners[(collection, record["id"])] = user
             model.loose[collection][record["id"]] = (record["content"], record["metadata"]["category"])
+
+    @staticmethod
+    def may_change(model: TenantModel, collection: str, record_id: str, user: str | None) -> bool:
+        """Whether a key of ``user`` (None: a tenant key) may replace or delete a record without a document."""
+        return user is None or model.loose_owners.get((collection, record_id)) == user
 
     @rule(tenant=tenants, data=st.data())
     def delete_documents(self, tenant: str, data: st.DataObject) -> None:
@@ -317,24 +334,34 @@ class IsolationMachine(RuleBasedStateMachine):
                 if model.docs[c].pop(i, None) is not None:
                     self.records.delete_jobs(self.store(tenant), [i])  # as the server's DELETE /documents does
 
-    @rule(tenant=tenants, collection=collections, data=st.data())
-    def delete_chunks(self, tenant: str, collection: str, data: st.DataObject) -> None:
-        """Delete own records by id together with other tenants' record ids."""
-        self.operate("delete_chunks", tenant)
+    @rule(tenant=tenants, user=users, collection=collections, data=st.data())
+    def delete_chunks(self, tenant: str, user: str | None, collection: str, data: st.DataObject) -> None:
+        """Delete own records by id together with other tenants' record ids, as a tenant or a user key (which
+        may delete only the records its user created)."""
+        self.operate("delete_chunks", tenant, user)
         model = self.models[tenant]
         own = sorted(model.loose[collection])
         ids = data.draw(st.lists(st.sampled_from(own), max_size=2, unique=True), "own") if own else []
         ids += self.foreign_loose_ids(tenant)[: data.draw(st.integers(0, 3), "foreign")]
         ids = list(dict.fromkeys(ids)) or ["rec-missing"]
         expected = [i for i in ids if i in model.loose[collection]]
+        scope = self.scope(tenant, user)
         if collection not in model.collections:
-            self.missing(f"{tenant}: delete in {collection}", lambda: self.store(tenant).delete(collection, ids))
+            self.missing(f"{tenant}: delete in {collection}", lambda: scope.delete_records(collection, ids))
             return
-        deleted = self.store(tenant).delete(collection, ids)
+        others = [i for i in expected if not self.may_change(model, collection, i, user)]
+        if others:  # nothing is deleted
+            try:
+                scope.delete_records(collection, ids)
+            except ForbiddenError:
+                return
+            self.check(False, f"{tenant}: {user} deleted records {others} created by others")
+        deleted = scope.delete_records(collection, ids)
         self.check(deleted == len(expected), f"{tenant}: delete({collection}, {ids}) answered {deleted}, "
                                              f"expected {len(expected)}")
         for i in expected:
             del model.loose[collection][i]
+            model.loose_owners.pop((collection, i), None)
 
     # -- reads -------------------------------------------------------------------------------------
     def eligible(self, tenant: str, collection: str, category: str | None,
@@ -567,7 +594,7 @@ class IsolationMachine(RuleBasedStateMachine):
     @rule(tenant=tenants)
     def export_import(self, tenant: str) -> None:
         """An export holds exactly the tenant's data; erased and imported back, the tenant reads the same and
-        the others are untouched. Jobs, logs and usage stay behind (the documents lose their owners)."""
+        the others are untouched. Jobs, logs and usage stay behind (documents and records lose their owners)."""
         self.operate("export_import", tenant)
         folder = Path(tempfile.mkdtemp(dir=self.world.scratch)) / "export"
         try:
@@ -581,6 +608,7 @@ class IsolationMachine(RuleBasedStateMachine):
         for c in COLLECTIONS:
             for d in model.docs[c].values():
                 d.user = None
+        model.loose_owners = dict.fromkeys(model.loose_owners)  # and the records theirs: the tenant's now
         model.logs, model.usage = {}, {}
         self.counted[tenant] = (0, 0)
 

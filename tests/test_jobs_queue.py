@@ -231,3 +231,67 @@ def test_the_heartbeat_keeps_the_lease_while_the_event_loop_is_blocked(backend: 
     records.delete_jobs(acme, ["busy"])
     with Heartbeat(jobs, "busy", "w1", 0.2) as beat:
         assert beat.lost.wait(600)
+
+
+def _run_claims(records: ServiceRecords, stores: dict[str, object], *, cap: int = 0) -> list[tuple[str, str]]:
+    """Claim and finish jobs one after the other until none is left; the (tenant, job) pairs in claim order."""
+    order: list[tuple[str, str]] = []
+    while (claim := records.claim_job("w1", 60, tenant_cap=cap).claim) is not None:
+        order.append((claim.tenant, claim.job_id))
+        assert records.finish_job(stores[claim.tenant], claim.job_id, "completed", worker="w1")
+    return order
+
+
+def test_tenants_take_turns_so_a_backlog_delays_only_its_own_tenant(backend: StoreBackend,
+                                                                    records: ServiceRecords) -> None:
+    """Issue 26: jobs were claimed oldest first across all tenants, so one tenant's 10,000 uploads made
+    another's one file wait for all of them. Tenant A queues 300 jobs, then B one: B's is the second."""
+    stores = {t: backend.for_tenant(t) for t in ("acme", "globex", "initech")}
+    for i in range(300):
+        _queue(records, stores["acme"], f"a{i:03d}")
+    _queue(records, stores["globex"], "g1")
+    first = records.claim_job("w1", 60).claim
+    assert first is not None and (first.tenant, first.job_id) == ("acme", "a000")
+    assert records.finish_job(stores["acme"], "a000", "completed", worker="w1")
+    _queue(records, stores["initech"], "i1")  # a third tenant, later still: its turn comes before acme's next
+    order = [("acme", "a000"), *_run_claims(records, stores)]
+    assert order[:4] == [("acme", "a000"), ("globex", "g1"), ("initech", "i1"), ("acme", "a001")]
+    assert order.index(("globex", "g1")) < [i for i, (t, _) in enumerate(order) if t == "acme"][19]
+    assert [j for t, j in order if t == "acme"] == [f"a{i:03d}" for i in range(300)]  # a tenant's own: oldest first
+    # The job records agree: every job completed, claimed once.
+    jobs = [j for s in stores.values() for j in records.list_jobs(s)]
+    assert len(jobs) == 302 and {(j.status, j.attempts) for j in jobs} == {("completed", 1)}
+
+
+def test_a_tenant_with_its_cap_of_jobs_in_flight_waits_its_turn(backend: StoreBackend, records: ServiceRecords,
+                                                               embedder: object) -> None:
+    from bunko import Bunko
+    from bunko.server.worker import Worker
+
+    stores = {t: backend.for_tenant(t) for t in ("acme", "globex")}
+    for i in range(4):
+        _queue(records, stores["acme"], f"a{i}")
+    _queue(records, stores["globex"], "g1")
+    with Bunko(backend.url, embedder=embedder, tenant_jobs_in_flight=2) as engine:
+        worker = Worker(engine, worker_id="w1")  # the worker takes the cap from [server] tenant_jobs_in_flight
+        claims = [worker.claim() for _ in range(4)]
+    assert [(c.tenant, c.job_id) if c else None for c in claims] == [
+        ("acme", "a0"), ("globex", "g1"), ("acme", "a1"), None]  # acme has 2 in flight; a2 and a3 wait
+    assert records.finish_job(stores["acme"], "a0", "completed", worker="w1")
+    third = records.claim_job("w2", 60, tenant_cap=2).claim
+    assert third is not None and (third.tenant, third.job_id) == ("acme", "a2")
+    assert records.claim_job("w2", 60, tenant_cap=2).claim is None
+    assert records.claim_job("w2", 60).claim is not None  # without a cap a3 goes too
+
+
+def test_users_of_a_tenant_take_turns_too(backend: StoreBackend, records: ServiceRecords) -> None:
+    """Inside a tenant, the users (its keys without a user count as one) take turns the same way."""
+    stores = {t: backend.for_tenant(t) for t in ("acme", "globex")}
+    for i in range(5):
+        _queue(records, stores["acme"], f"alice{i}", user_id="alice")
+    _queue(records, stores["acme"], "bob0", user_id="bob")
+    _queue(records, stores["acme"], "tenant0")  # a tenant key's upload, no user
+    _queue(records, stores["globex"], "g0", user_id="alice")  # the same user name in another tenant is another user
+    order = _run_claims(records, stores)
+    assert order == [("acme", "alice0"), ("globex", "g0"), ("acme", "bob0"), ("acme", "tenant0"),
+                     ("acme", "alice1"), ("acme", "alice2"), ("acme", "alice3"), ("acme", "alice4")]

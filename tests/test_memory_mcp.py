@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,10 @@ def _seed_store(url: str, embedder: UniversalSentenceEncoderEmbedder) -> None:
                                {"content": "避難所は近くの小学校です。"}])
 
 
-def _params(url: str, tmp_path: Path, *args: str) -> StdioServerParameters:
+def _params(url: str, tmp_path: Path, *args: str, **settings: str) -> StdioServerParameters:
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "BUNKO_HOME": str(tmp_path / "home"), "BUNKO_MEMORY_TIMEOUT": "120",
-           "BUNKO_MEMORY_SEMANTIC_TIMEOUT": "120"}
+           "BUNKO_MEMORY_SEMANTIC_TIMEOUT": "120", **settings}
     return StdioServerParameters(command=sys.executable, args=["-m", "bunko", "--db", url, "mcp", *args], env=env,
                                  cwd=str(tmp_path))
 
@@ -112,25 +114,17 @@ def test_mcp_without_a_user_refuses_memory_tools_but_searches(
     assert search.structured_content["results"][0]["content"] == "避難所は近くの小学校です。"
 
 
-def test_mcp_streamable_http_takes_tenant_and_user_from_the_api_key(
-        tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+@contextmanager
+def _http_server(url: str, tmp_path: Path, **settings: str) -> Iterator[str]:
+    """``bunko mcp --http`` as a subprocess on a free port, with these environment settings; yields its URL."""
     import socket
     import subprocess
     import time
 
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    url = f"sqlite:///{tmp_path / 'mcp.db'}"
-    _seed_store(url, embedder)
-    with Bunko(url, embedder=embedder) as engine:
-        records = engine.backend.service_records()
-        key_a = records.create_api_key("school", "child-a")[0]
-        key_b = records.create_api_key("school", "child-b")[0]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    params = _params(url, tmp_path, "--http", f"127.0.0.1:{port}")
+    params = _params(url, tmp_path, "--http", f"127.0.0.1:{port}", **settings)
     log = (tmp_path / "mcp-http.log").open("wb")
     proc = subprocess.Popen([params.command, *params.args], env={**os.environ, **(params.env or {})},
                             cwd=str(tmp_path), stdout=log, stderr=subprocess.STDOUT)
@@ -143,20 +137,36 @@ def test_mcp_streamable_http_takes_tenant_and_user_from_the_api_key(
             except OSError:
                 assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "mcp-http.log").read_text()
                 time.sleep(0.2)
-
-        async def call(key: str | None) -> Any:
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
-            async with httpx2.AsyncClient(headers=headers, timeout=120) as client, \
-                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (read, write), \
-                    ClientSession(read, write) as session:
-                await session.initialize()
-                return await session.call_tool("search_memory", {"query": QUERY, "top_k": 2})
-
-        as_a, as_b, anonymous = asyncio.run(call(key_a)), asyncio.run(call(key_b)), asyncio.run(call(None))
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
         proc.wait(timeout=60)
         log.close()
+
+
+async def _http_calls(mcp_url: str, key: str | None, calls: int = 1) -> list[Any]:
+    """``calls`` search_memory tool calls in one streamable HTTP session with ``key``."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=120) as client, \
+            streamable_http_client(mcp_url, http_client=client) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        return [await session.call_tool("search_memory", {"query": QUERY, "top_k": 2}) for _ in range(calls)]
+
+
+def test_mcp_streamable_http_takes_tenant_and_user_from_the_api_key(
+        tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    url = f"sqlite:///{tmp_path / 'mcp.db'}"
+    _seed_store(url, embedder)
+    with Bunko(url, embedder=embedder) as engine:
+        records = engine.backend.service_records()
+        key_a = records.create_api_key("school", "child-a")[0]
+        key_b = records.create_api_key("school", "child-b")[0]
+    with _http_server(url, tmp_path) as mcp_url:
+        [as_a], [as_b], [anonymous] = (asyncio.run(_http_calls(mcp_url, key)) for key in (key_a, key_b, None))
     assert as_a.structured_content["memories"][0]["content"] == "前回、繰り上がりの足し算で3回つまずいた"
     assert {m["metadata"]["user_id"] for m in as_a.structured_content["memories"]} == {"child-a"}
     assert {m["metadata"]["user_id"] for m in as_b.structured_content["memories"]} == {"child-b"}
@@ -180,3 +190,21 @@ def test_mcp_ask_answers_with_citations_in_process(tmp_path: Path, embedder: Uni
     assert not answer.is_error
     result = answer.structured_content
     assert "[1]" in result["answer"] and result["sources"][0]["excerpt"].startswith("非常用の水")
+
+
+def test_mcp_over_http_counts_tool_calls_against_the_keys_rate_limit(
+        tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    """Issue 26, finding 5: MCP over HTTP had no rate limit (650 tool calls in 6 s on one key). Each tool call
+    now counts against its key's limit, in the REST API's sliding windows."""
+    url = f"sqlite:///{tmp_path / 'mcp.db'}"
+    _seed_store(url, embedder)
+    with Bunko(url, embedder=embedder) as engine:
+        records = engine.backend.service_records()
+        key_a = records.create_api_key("school", "child-a")[0]
+        key_b = records.create_api_key("school", "child-b")[0]
+    with _http_server(url, tmp_path, BUNKO_RATE_LIMIT="3") as mcp_url:
+        calls = asyncio.run(_http_calls(mcp_url, key_a, 4))
+        [other] = asyncio.run(_http_calls(mcp_url, key_b))
+    assert [c.is_error for c in calls] == [False, False, False, True]
+    assert "RATE_LIMITED" in calls[3].content[0].text and "retry in" in calls[3].content[0].text
+    assert not other.is_error  # another key has its own budget

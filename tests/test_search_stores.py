@@ -374,23 +374,25 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
     with sqlite3.connect(path) as conn:
         kept = check(conn)
         assert kept > 20
-        # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts.
+        # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts. (Migrations 9 to 11 only:
+        # the later ones, which these do not undo, stay as they are.)
         conn.execute("DROP TABLE keyword_df")
         conn.execute("DROP TABLE keyword_postings")
         conn.execute("PRAGMA user_version = 8")
-        apply_migrations(conn, MIGRATIONS)
+        apply_migrations(conn, MIGRATIONS[:11])
         assert check(conn) == kept
         # Back to schema 9 (no keyword_postings): the upgrade fills it alone.
         conn.execute("DROP TABLE keyword_postings")
         conn.execute("PRAGMA user_version = 9")
-        apply_migrations(conn, MIGRATIONS)
+        apply_migrations(conn, MIGRATIONS[:11])
         assert check(conn) == kept
         # Back to schema 10 (postings of format 1, here a stale row): migration 11 rebuilds them in format 2.
         conn.execute("INSERT INTO keyword_postings SELECT tenant_id, id, 999999, 'stale', x'00' "
                      "FROM collections LIMIT 1")
         conn.execute("PRAGMA user_version = 10")
-        apply_migrations(conn, MIGRATIONS)
+        apply_migrations(conn, MIGRATIONS[:11])
         assert check(conn) == kept
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
     backend = SQLiteBackend(path)
     try:
         backend.for_tenant("a").delete_collection("c")

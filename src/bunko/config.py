@@ -43,6 +43,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | spool folder shared by API and workers | ``BUNKO_SPOOL_DIR`` | ``[server] spool_dir`` | ``$BUNKO_HOME/spool`` |
 | job lease (s) | ``BUNKO_JOB_LEASE_SECONDS`` | ``[server] job_lease_seconds`` | 60 |
 | claims of a job before it fails | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
+| jobs of a tenant in flight | ``BUNKO_TENANT_JOBS_IN_FLIGHT`` | ``[server] tenant_jobs_in_flight`` | 0 (no cap) |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
 | memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
 | memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
@@ -285,6 +286,9 @@ class ServerSettings(Section):
     job_lease_seconds: Annotated[float, Env("BUNKO_JOB_LEASE_SECONDS"), Field(gt=0, le=86_400)] = 60.0
     # Claims of one upload before it is failed (its workers died this often).
     job_attempts: Annotated[int, Env("BUNKO_JOB_ATTEMPTS"), Field(ge=1, le=100)] = 3
+    # Upload jobs of one tenant in flight (claimed by a worker) at once, across all workers; 0 = no cap.
+    # Tenants take turns anyway (bunko.server.worker); the cap keeps one tenant from filling every worker.
+    tenant_jobs_in_flight: Annotated[int, Env("BUNKO_TENANT_JOBS_IN_FLIGHT"), Field(ge=0, le=100_000)] = 0
     # How long an upload with ``?wait=true`` waits for its job to end before answering 202 (still processing).
     upload_wait_seconds: Annotated[float, Env("BUNKO_UPLOAD_WAIT_SECONDS"), Field(gt=0, le=86_400)] = 300.0
 

@@ -260,7 +260,8 @@ class Tenant(TenantScope["Bunko"]):
         items = vectors.records(records)
         if not items:
             return []
-        return await self.meter.run(vectors.upsert(self.index_manager(collection), self.retriever(collection), items))
+        return await self.meter.run(vectors.upsert(self.index_manager(collection), self.retriever(collection), items,
+                                                   owner=self.record_owner))
 
     async def aquery(self, collection: str | QueryRequest = DEFAULT_COLLECTION, **options: Any) -> list[SearchHit]:
         """The ``top_k`` records nearest to a vector or a text: a :class:`~bunko.requests.QueryRequest`, or

@@ -324,6 +324,30 @@ class InvalidMemoryError(BunkoError, ValueError):
     code = "INVALID_MEMORY"
 
 
+class InvalidFieldError(BunkoError, ValueError):
+    """A field of a record cannot be stored as given (a NUL character, which neither store keeps); ``field``
+    is its path (``metadata.author``, ``content``)."""
+
+    code = "VALIDATION_ERROR"
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidMemoryFieldError(InvalidMemoryError, InvalidFieldError):
+    """A field of an agent memory cannot be stored as given (see :class:`InvalidFieldError`)."""
+
+    code = "VALIDATION_ERROR"
+
+
+class ForbiddenError(BunkoError):
+    """The caller may not touch this: a user's key writing or deleting records of another user's documents,
+    or records another user created (tenant and admin keys may)."""
+
+    code = "FORBIDDEN"
+
+
 class RagSearchError(RetrievalError):
     """An agent memory search failed (the seed's ``RagSearchError``; see :mod:`bunko.memory`)."""
 
@@ -369,9 +393,12 @@ __all__ = [
     "FetchError",
     "FilterError",
     "FilterProblem",
+    "ForbiddenError",
     "GarbledTextError",
     "GenerationError",
+    "InvalidFieldError",
     "InvalidMemoryError",
+    "InvalidMemoryFieldError",
     "LLMAuthError",
     "LLMProviderError",
     "LLMRateLimitError",

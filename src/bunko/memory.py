@@ -47,6 +47,7 @@ from .embedders import BaseEmbedder, embedder_info
 from .errors import (
     ConfigError,
     InvalidMemoryError,
+    InvalidMemoryFieldError,
     RagCorpusNotFoundError,
     RagSearchError,
     RagSearchTimeoutError,
@@ -63,7 +64,7 @@ from .stores.sql.memory import (
     rank_vectors,
 )
 from .sync import sync_form
-from .types import EmbedderInfo, UsageEvent, new_id
+from .types import EmbedderInfo, UsageEvent, new_id, nul_path
 from .usage import route, store_kind
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def _count_fallback() -> None:
 # -- validation ---------------------------------------------------------------------------------
 def check_user(user_id: Any) -> str:
     """A user id as given, or ``InvalidMemoryError`` (1-100 letters, digits, ``_ . @ -``)."""
-    if not isinstance(user_id, str) or not _USER_RE.match(user_id):
+    if not isinstance(user_id, str) or not _USER_RE.fullmatch(user_id):
         raise InvalidMemoryError(f"invalid user id {user_id!r}: use 1-100 letters, digits, '_', '.', '@' or '-', "
                                  "starting with a letter or digit")
     return user_id
@@ -107,7 +108,7 @@ def check_user(user_id: Any) -> str:
 
 def check_session(session_id: Any) -> str | None:
     """A session id as given (None allowed), or ``InvalidMemoryError``."""
-    if session_id is not None and (not isinstance(session_id, str) or not _ID_RE.match(session_id)):
+    if session_id is not None and (not isinstance(session_id, str) or not _ID_RE.fullmatch(session_id)):
         raise InvalidMemoryError(f"invalid session id {session_id!r}: use 1-200 letters, digits, '_', '-', '.', "
                                  "':' or '@', starting with a letter or digit")
     return session_id
@@ -115,7 +116,7 @@ def check_session(session_id: Any) -> str | None:
 
 def check_store_name(name: Any) -> str:
     """A memory store name as given, or ``InvalidMemoryError``."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidMemoryError(f"invalid memory store name {name!r}: use 1-100 letters, digits, '_', '-' or '.'")
     return name
 
@@ -182,9 +183,13 @@ class MemoryRecord:
             raise InvalidMemoryError(f"a memory's subject must be text of 1-{_SUBJECT_MAX} characters")
         if not isinstance(self.metadata, dict):
             raise InvalidMemoryError("a memory's metadata must be a JSON object")
-        if self.id is not None and (not isinstance(self.id, str) or not _ID_RE.match(self.id)):
+        if self.id is not None and (not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id)):
             raise InvalidMemoryError(f"invalid memory id {self.id!r}: use 1-200 letters, digits, '_', '-', '.', ':' "
                                      "or '@'")
+        where = nul_path(self.content, "content") or nul_path(subject, "subject") or \
+            nul_path(self.metadata, "metadata")
+        if where is not None:  # neither store keeps a NUL (PostgreSQL refuses it in text and jsonb)
+            raise InvalidMemoryFieldError(f"{where}: NUL characters are not allowed", field=where)
         return MemoryWrite(self.id or new_id(), user_id, session_id, self.memory_type, self.subject,
                            _timestamp(self.timestamp), self.content.strip(), dict(self.metadata))
 

@@ -33,7 +33,7 @@ from .search import Retriever
 from .splitters import splitter_spec
 from .spool import spool_root
 from .stores.service import conversation_prefix, service_records
-from .types import SearchHit, UsageEvent
+from .types import RecordOwner, SearchHit, UsageEvent
 from .usage import Meter, route, store_kind
 
 if TYPE_CHECKING:
@@ -48,9 +48,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class UserScope:
-    """The user a tenant scope works for: ``user_id`` (None for a tenant key without a user)."""
+    """The user a tenant scope works for: ``user_id`` (None for a tenant key without a user); ``admin`` for the
+    tenant's admin key, which may change every record of the tenant as a tenant key may."""
 
     user_id: str | None
+    admin: bool = False
+
+    @property
+    def record_owner(self) -> RecordOwner:
+        """Who writes records (R14) in this scope: its user's own only, unless a tenant or admin key."""
+        return RecordOwner(self.user_id, restricted=self.user_id is not None and not self.admin)
 
     @property
     def conversation_prefix(self) -> str:
@@ -109,11 +116,18 @@ class TenantScope(Generic[E]):
         self.meter = Meter(store, engine.usage_writer, user.user_id if user else None,
                            engine.settings.anonymize_search_logs)
 
-    def for_user(self, user_id: str | None) -> Self:
+    def for_user(self, user_id: str | None, *, admin: bool = False) -> Self:
         """This tenant as one user works in it: an API key's user (None: a tenant key without one), an upload
         job's. Its usage records and search logs carry the user and its conversations are kept in the user's
-        namespace (tenant keys share one); the data it reaches is the tenant's, as before."""
-        return type(self)(self._engine, self._store, spool=self._spool, user=UserScope(user_id))
+        namespace (tenant keys share one); the data it reaches is the tenant's, as before. Records (R14) it
+        writes are its user's, and it may replace or delete only its user's records unless ``admin`` (the
+        tenant's admin key) or without a user."""
+        return type(self)(self._engine, self._store, spool=self._spool, user=UserScope(user_id, admin))
+
+    @property
+    def record_owner(self) -> RecordOwner | None:
+        """Who writes records (R14) through this scope (None: the tenant itself, unrestricted)."""
+        return self._user.record_owner if self._user is not None else None
 
     @property
     def engine(self) -> E:
@@ -169,10 +183,11 @@ class TenantScope(Generic[E]):
 
     def delete_records(self, collection: str, ids: Sequence[str]) -> int:
         """Delete records (chunks) of one collection by id (R14); returns how many there were. A missing
-        collection raises ``CollectionNotFoundError``; the deletion is metered as a ``delete``."""
+        collection raises ``CollectionNotFoundError``, records of another user ``ForbiddenError`` (see
+        :meth:`for_user`); the deletion is metered as a ``delete``."""
         started = time.perf_counter()
         self._store.get_collection(collection)
-        deleted = self._store.delete(collection, list(ids))
+        deleted = self._store.delete(collection, list(ids), owner=self.record_owner)
         route(UsageEvent("delete", store_kind(self._store), items=deleted,
                          latency_ms=(time.perf_counter() - started) * 1000,
                          metadata={"collection": collection, "requested": len(ids)}))

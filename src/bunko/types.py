@@ -134,6 +134,19 @@ class VectorRecord:
 
 
 @dataclass(slots=True, frozen=True)
+class RecordOwner:
+    """Who writes or deletes records (R14) and what it may touch.
+
+    ``user_id`` is stamped on the records it creates (None: a tenant key's). ``restricted`` (a user's key
+    that is not the tenant's admin key) may touch only records of documents its user uploaded and records
+    its user created; the store checks it in the writing transaction and raises ``ForbiddenError``.
+    """
+
+    user_id: str | None = None
+    restricted: bool = False
+
+
+@dataclass(slots=True, frozen=True)
 class EmbedderInfo:
     """Which embedder produced a collection's vectors; fixed per collection (R3)."""
 

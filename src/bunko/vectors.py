@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .errors import CollectionNotFoundError, DimensionMismatchError, VectorStoreError
+from .errors import CollectionNotFoundError, DimensionMismatchError, InvalidFieldError, VectorStoreError
 from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
 from .search import Retriever, vector_query
-from .types import SearchHit, UsageEvent, VectorRecord
+from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord, nul_path
 from .usage import route, store_kind
 
 RECORD_FIELDS = ("content", "metadata", "id", "vector", "document_id")
@@ -40,7 +41,8 @@ def vector(value: Any, what: str) -> list[float]:
 
 
 def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorRecord:
-    """A record to upsert, checked: text content, dict metadata, an optional vector of finite numbers.
+    """A record to upsert, checked: text content, dict metadata (neither holding a NUL character:
+    ``InvalidFieldError`` naming the field), an optional vector of finite numbers.
 
     ``value`` is a ``VectorRecord`` or a dict with the same fields (``content``, ``metadata``,
     ``id``, ``vector``, ``document_id``). A record without a vector needs content to embed.
@@ -59,6 +61,9 @@ def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorReco
         raise VectorStoreError(f"record {position}: metadata must be a dict")
     if value.id is not None and (not isinstance(value.id, str) or not value.id):
         raise VectorStoreError(f"record {position}: id must be a non-empty string")
+    where = nul_path(value.content, "content") or nul_path(value.metadata, "metadata")
+    if where is not None:  # neither store keeps a NUL (PostgreSQL refuses it in text and jsonb)
+        raise InvalidFieldError(f"record {position}: {where}: NUL characters are not allowed", field=where)
     given = None if value.vector is None else vector(value.vector, f"record {position}'s vector")
     if given is None and not value.content.strip():
         raise VectorStoreError(f"record {position}: give a vector, or content to embed")
@@ -77,8 +82,10 @@ def query_request(collection: str | QueryRequest, options: Mapping[str, Any]) ->
     return request
 
 
-async def upsert(manager: IndexManager, retriever: Retriever, records: list[VectorRecord]) -> list[str]:
-    """Store checked ``records`` in the manager's collection (created if missing); returns their ids."""
+async def upsert(manager: IndexManager, retriever: Retriever, records: list[VectorRecord], *,
+                 owner: RecordOwner | None = None) -> list[str]:
+    """Store checked ``records`` in the manager's collection (created if missing); returns their ids. ``owner``
+    is who writes them (a restricted one may replace only its user's records: ``ForbiddenError``)."""
     store, name = manager.vector_store, manager.collection
     try:
         collection = await asyncio.to_thread(store.get_collection, name)
@@ -97,7 +104,7 @@ async def upsert(manager: IndexManager, retriever: Retriever, records: list[Vect
         for item, row in zip(missing, vectors, strict=True):
             item.vector = row.tolist()
     started = time.perf_counter()
-    ids = await asyncio.to_thread(store.upsert, name, records)
+    ids = await asyncio.to_thread(partial(store.upsert, name, records, owner=owner))
     route(UsageEvent("upsert", store_kind(store), items=len(ids), latency_ms=(time.perf_counter() - started) * 1000,
                      metadata={"collection": name, "embedded": len(missing)}))
     return ids

@@ -203,7 +203,7 @@ class VectorService:
         manager, retriever = self._layers(collection, options.get("embedding_provider"),
                                           options.get("embedding_model"))
         try:
-            ids = await vectors.upsert(manager, retriever, items)
+            ids = await vectors.upsert(manager, retriever, items, owner=self._execution.tenant.record_owner)
         except EmbeddingError as exc:
             if isinstance(exc, ProviderFailure):
                 raise _provider_error(exc, f"embedder {manager.embedder.provider}:{manager.embedder.model}") from exc

@@ -94,14 +94,15 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def confirm(question: str, yes: bool, as_json: bool) -> None:
-    """Ask on a terminal; without one (or with --json) refuse unless --yes was given."""
+def confirm(question: str, yes: bool, as_json: bool, *, refused: str = "nothing was deleted") -> None:
+    """Ask on a terminal; without one (or with --json) refuse unless --yes was given (``refused`` says what did
+    not happen)."""
     if yes:
         return
     if as_json or not stderr.is_terminal:
-        fail("ConfirmationRequired", f"{question} Nothing was deleted: add --yes to confirm", as_json)
+        fail("ConfirmationRequired", f"{question} {refused[:1].upper()}{refused[1:]}: add --yes to confirm", as_json)
     if not click.confirm(question, default=False, err=True):
-        fail("Aborted", "nothing was deleted", as_json)
+        fail("Aborted", refused, as_json)
 
 
 # -- what a command works with ----------------------------------------------------------------------

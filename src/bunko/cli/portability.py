@@ -9,10 +9,20 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ..portability import KINDS, Summary, copy_tenant, export_tenant, import_tenant, read_manifest
+from ..portability import KINDS, Summary, copy_tenant, export_tenant, holds_data, import_tenant, read_manifest
 from ..progress import Reporter
 from ..stores import open_backend
-from .common import emit_json, get_engine, json_command, quiet_option, reporter, stdout, tenant_option
+from .common import (
+    confirm,
+    emit_json,
+    get_engine,
+    json_command,
+    quiet_option,
+    reporter,
+    stdout,
+    tenant_option,
+    yes_option,
+)
 
 
 def _progress(bar: Reporter, verb: str, total: int | None = None) -> Callable[[str, int], None]:
@@ -66,17 +76,23 @@ def export_command(ctx: click.Context, tenant: str, output: Path, collections: t
 @click.command("import")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--tenant", "-t", default=None,
-              help="Tenant to import into (default: the tenant the export was made from).")
+              help="Tenant to import into. Without it, the tenant the export names, after a confirmation "
+                   "(or --yes) when that tenant already holds data.")
+@yes_option("Import into the tenant the export names even when it holds data, without asking.")
 @quiet_option()
 @json_command()
-def import_command(ctx: click.Context, path: Path, tenant: str | None, quiet: bool, as_json: bool) -> None:
-    """Read an export made by `bunko export` into the store of --db.
+def import_command(ctx: click.Context, path: Path, tenant: str | None, yes: bool, quiet: bool, as_json: bool) -> None:
+    """Read an export made by `bunko export` into the store of --db: all of it, or nothing.
 
-    Every file's checksum is checked before anything is written; afterwards the imported data
-    is read back and compared with the export's digest.
+    Every file's checksum and the digest of its records are checked before anything is written;
+    afterwards the imported data is read back and compared with the export's digest. When a check
+    or a write fails, what was written is taken back.
     """
     manifest = read_manifest(path)
     store = get_engine(ctx).backend.for_tenant(tenant or str(manifest["tenant"]))
+    if tenant is None and holds_data(store):
+        confirm(f"The export names tenant '{store.tenant}', which already holds data; import into it?", yes, as_json,
+                refused="nothing was imported (name the target with --tenant)")
     counts = manifest.get("counts") or {}
     total = sum(int(counts.get(kind, 0)) for kind in KINDS)
     with reporter(ctx, quiet) as bar:

@@ -9,9 +9,10 @@ Tools (JSON-Schema'd inputs):
 
 The user is never an argument the model can set: over stdio it is the ``--user`` the operator
 started the server with; over streamable HTTP (``--http HOST:PORT``) each request's API key names
-the tenant and the user, as for the REST API. Every tool works in the tenant scope of that user
-(``Tenant.for_user``), so its usage records carry the user as the REST API's do. The tenant's
-collections are resources (``bunko://collections/{name}``).
+the tenant and the user, as for the REST API, and each tool call counts against the key's rate limit
+(``[server] rate_limit`` per minute, in the REST API's sliding windows: :mod:`bunko.ratelimit`). Every
+tool works in the tenant scope of that user (``Tenant.for_user``), so its usage records carry the user
+as the REST API's do. The tenant's collections are resources (``bunko://collections/{name}``).
 
 Install the extra: ``pip install "bunko[mcp]"``.
 """
@@ -28,6 +29,7 @@ from pydantic import Field
 from ..config import DEFAULT_COLLECTION, DEFAULT_TENANT
 from ..engine import Bunko, Tenant
 from ..errors import BunkoError, ConfigError
+from ..ratelimit import RateLimiter
 
 try:  # the optional "mcp" extra
     from mcp.server.mcpserver import Context, MCPServer
@@ -69,7 +71,12 @@ class BunkoMCP(MCPServer):
             scope = scope.for_user(user_id) if scope is not None else None
         self._tenant = scope
         self._user_id = user_id
-        self._records: Any = engine.backend.service_records() if by_api_key else None
+        self._records: Any = None
+        self.limiter: RateLimiter | None = None
+        if by_api_key:
+            self._records = engine.backend.service_records()
+            # Each tool call counts against its key's rate limit, in the windows the REST API counts in.
+            self.limiter = RateLimiter(self._records, engine.settings.server.rate_limit_per_minute)
         _register(self)
 
     async def caller(self, ctx: Context | None) -> Caller:
@@ -85,7 +92,12 @@ class BunkoMCP(MCPServer):
         key = await asyncio.to_thread(self._records.authenticate, token) if token and len(token) <= 200 else None
         if key is None:
             raise ToolError("UNAUTHENTICATED: send a valid API key (Authorization: Bearer <key> or X-API-Key)")
-        return Caller(self.engine.tenant(key.tenant).for_user(key.user_id), key.user_id)
+        assert self.limiter is not None
+        if self.limiter.limit:
+            decision = await asyncio.to_thread(self.limiter.check, key.id)
+            if not decision.allowed:
+                raise ToolError(f"RATE_LIMITED: {decision.message()}")
+        return Caller(self.engine.tenant(key.tenant).for_user(key.user_id, admin=key.admin), key.user_id)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         """The caller's collections, one resource each (the SDK's static list cannot depend on the caller)."""

@@ -18,430 +18,45 @@ An export is a folder (the format is described in docs/EXPORT.md)::
     memories.jsonl       one agent memory per line (user, session, type, subject, time, vector)
     ingest_failures.jsonl one failed file or URL per line (collection, source, error, message)
 
-An import checks every file's checksum before it writes anything, refuses collections whose
-embedder or analyzer differs from the target's, then writes through the store's own write path
-(so versions, keyword indexes and counters are kept as ingest keeps them), and finally reads the
-imported data back and compares its digest with the export's. ``copy_tenant`` does the same
-between two open stores without files. Both work through the ``VectorStore`` protocol, so they
-run unchanged on every backend and never reach another tenant: the stores are tenant-bound.
+An import checks every file's checksum and the digest of the records themselves before it writes
+anything, refuses collections whose embedder or analyzer differs from the target's, then writes
+through the store's own write path (:mod:`.writer`: versions, keyword indexes and counters are kept as
+ingest keeps them), and finally reads the imported data back and compares its digest with the
+export's. An import or copy writes all or nothing: a record the target holds otherwise is a conflict,
+and when anything fails the writer takes back what it wrote. ``copy_tenant`` does the same between two
+open stores without files. Both work through the ``VectorStore`` protocol, so they run unchanged on
+every backend and never reach another tenant: the stores are tenant-bound. The records and their
+digest are :mod:`.records`.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..errors import ArchiveError, CollectionNotFoundError
-from ..stores.base import ChunkWrite, DocumentWrite, StoredChunk, VectorStore
-from ..types import Collection, ConversationTurn, EmbedderInfo, VectorRecord
+from ..errors import ArchiveError
+from ..stores.base import VectorStore
 from ..version import __version__
-
-FORMAT = "bunko-export"
-FORMAT_VERSION = 1
-KINDS = ("collections", "documents", "chunks", "conversations", "memory_stores", "memories", "ingest_failures")
-# Kinds an export made before they existed does not list: read as empty.
-OPTIONAL_KINDS = frozenset({"ingest_failures"})
-FILES = {kind: f"{kind}.jsonl" for kind in KINDS}
-MANIFEST = "manifest.json"
-PAGE = 100  # documents read (or written) per store call
-LOOSE_PAGE = 1000  # loose chunks read per store call
-
-Progress = Callable[[str, int], None]  # (kind, records done so far)
-
-
-# -- records ------------------------------------------------------------------------------------
-def _vector_text(vector: np.ndarray) -> str:
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-
-
-def _vector_from(text: str, dimension: int, where: str) -> np.ndarray:
-    try:
-        vector = np.frombuffer(base64.b64decode(text, validate=True), dtype="<f4").astype(np.float32)
-    except (ValueError, TypeError) as exc:
-        raise ArchiveError(f"{where}: the vector is not base64 float32 data") from exc
-    if vector.shape != (dimension,):
-        raise ArchiveError(f"{where}: the vector has {vector.size} values; the collection has {dimension} dimensions")
-    return vector
-
-
-def _chunk_record(stored: StoredChunk) -> dict[str, Any]:
-    c = stored.chunk
-    return {"id": c.id, "index": c.index, "start": c.start, "end": c.end, "token_count": c.token_count,
-            "content": c.content, "metadata": c.metadata, "vector": _vector_text(stored.vector)}
-
-
-def _canonical(kind: str, record: dict[str, Any]) -> bytes:
-    """The bytes a record contributes to the digest: what an import must reproduce exactly.
-
-    Conversation turn times are left out (an import stamps its own); everything else counts.
-    """
-    if kind == "conversations":
-        record = {**record, "turns": [{k: v for k, v in t.items() if k != "created_at"} for t in record["turns"]]}
-    elif kind == "memories":
-        # The memory store normalises vectors that are not of unit length as it writes them: the digest
-        # takes them to 5 decimals.
-        vector = np.frombuffer(base64.b64decode(record["vector"]), dtype="<f4")
-        record = {**record, "vector": [round(float(x), 5) for x in vector]}
-    return json.dumps([kind, record], sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-class Digest:
-    """An order-independent SHA-256 digest of records: the sum of their hashes modulo 2**256.
-
-    Order-independent because two stores may list the same documents in different orders; constant
-    memory whatever the export's size.
-    """
-
-    def __init__(self) -> None:
-        self._sum = 0
-        self.records = 0
-
-    def add(self, kind: str, record: dict[str, Any]) -> None:
-        """Count one record of ``kind`` into the digest."""
-        self._sum = (self._sum + int.from_bytes(hashlib.sha256(_canonical(kind, record)).digest(), "big")) % 2**256
-        self.records += 1
-
-    def hexdigest(self) -> str:
-        """The digest so far, as 64 hex digits."""
-        return f"{self._sum:064x}"
-
-
-def read_tenant(store: VectorStore, *, collections: Sequence[str] | None = None,
-                conversations: bool = True) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The tenant's data as (kind, record) pairs: each collection, its documents and loose chunks, then
-    the conversations. ``collections`` limits which collections are read (all by default)."""
-    known = {c.name: c for c in store.list_collections()}
-    names = list(known) if collections is None else list(collections)
-    for name in names:
-        if name not in known:
-            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {store.tenant!r}")
-        yield "collections", _collection_record(known[name])
-        yield from _read_documents(store, name)
-        yield from _read_loose(store, name)
-    if conversations:
-        for conversation_id in store.conversations.ids():
-            yield "conversations", _conversation_record(store, conversation_id)
-        yield from _read_memories(store)
-    yield from _read_failures(store, None if collections is None else set(names))
-
-
-def _read_failures(store: VectorStore, collections: set[str] | None,
-                   only: set[tuple[str, str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The failed-ingest records (of ``collections``, or all; ``only``: these (collection, source) pairs).
-    Their times and attempt counts stay behind: an import starts them again."""
-    for f in sorted(store.failures.list(), key=lambda f: (f.collection, f.source)):
-        if (collections is None or f.collection in collections) and (only is None or (f.collection, f.source) in only):
-            yield "ingest_failures", {"collection": f.collection, "source": f.source, "error_type": f.error_type,
-                                      "error_code": f.error_code, "message": f.message}
-
-
-def _memories_of(store: VectorStore) -> Any:
-    """The tenant's agent memories, or None for a store that keeps none."""
-    return store.memories()
-
-
-def _read_memories(store: VectorStore, only: dict[str, set[str]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Memory stores and every user's memories (``only``: memory ids per store)."""
-    memories = _memories_of(store)
-    if memories is None:
-        return
-    for info in memories.list_stores():
-        if only is not None and info.name not in only:
-            continue
-        yield "memory_stores", {"name": info.name, "analyzer": info.analyzer, "embedder": {
-            "provider": info.embedding_provider, "model": info.embedding_model, "dimension": info.dimension}}
-        for user_id in memories.user_ids(info.name):
-            items, vectors = memories.user_memories(info.name, user_id)
-            for m, vector in zip(items, vectors, strict=True):
-                if only is not None and m.id not in only[info.name]:
-                    continue
-                yield "memories", {"store": info.name, "id": m.id, "user_id": m.user_id, "session_id": m.session_id,
-                                   "memory_type": m.memory_type, "subject": m.subject, "timestamp": m.timestamp,
-                                   "content": m.content, "metadata": m.metadata, "vector": _vector_text(vector)}
-
-
-def _collection_record(c: Collection) -> dict[str, Any]:
-    return {"name": c.name, "description": c.description, "analyzer": c.analyzer, "config": c.config,
-            "embedder": {"provider": c.embedding_provider, "model": c.embedding_model, "dimension": c.dimension}}
-
-
-def _conversation_record(store: VectorStore, conversation_id: str) -> dict[str, Any]:
-    return {"id": conversation_id, "turns": [
-        {"role": t.role, "content": t.content, "metadata": t.metadata, "created_at": t.created_at}
-        for t in store.conversations.turns(conversation_id)]}
-
-
-def _read_documents(store: VectorStore, collection: str,
-                    only: set[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    offset = 0
-    while True:
-        page = store.list_documents(collection, limit=PAGE, offset=offset)
-        if not page:
-            return
-        offset += len(page)
-        wanted = [d for d in page if only is None or d.id in only]
-        chunks = store.document_chunks(collection, [d.id for d in wanted])
-        for d in wanted:
-            yield "documents", {"collection": collection, "id": d.id, "source": d.source,
-                                "content_hash": d.content_hash, "metadata": d.metadata, "version": d.version,
-                                "chunks": [_chunk_record(s) for s in chunks.get(d.id, [])]}
-
-
-def _read_loose(store: VectorStore, collection: str,
-                only: set[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    offset = 0
-    while True:
-        page = store.loose_chunks(collection, LOOSE_PAGE, offset)
-        if not page:
-            return
-        offset += len(page)
-        for stored in page:
-            if only is None or stored.chunk.id in only:
-                yield "chunks", {"collection": collection, "id": stored.chunk.id, "content": stored.chunk.content,
-                                 "metadata": stored.chunk.metadata, "vector": _vector_text(stored.vector)}
-
-
-# -- writing records into a store ---------------------------------------------------------------
-@dataclass
-class Summary:
-    """What an export, import or copy did."""
-
-    tenant: str
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    chunks_in_documents: int = 0
-    digest: str = ""
-    verified: bool = False
-    path: str | None = None
-    skipped_conversations: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
-
-class _Writer:
-    """Writes records into a tenant-bound store through its ordinary write path, in batches."""
-
-    def __init__(self, store: VectorStore, progress: Progress | None) -> None:
-        self.store = store
-        self.progress = progress
-        self.dimensions: dict[str, int] = {}
-        self.batch: list[DocumentWrite] = []
-        self.batch_collection: str | None = None
-        self.summary = Summary(store.tenant)
-        self.written: dict[str, dict[str, set[str]]] = {}  # collection -> {"documents"|"chunks": ids}
-        self.conversations: list[str] = []
-        self.loading = ExitStack()  # the open bulk load of the collection being written
-        self.loading_collection: str | None = None
-        self.memory_dimensions: dict[str, int] = {}
-        self.written_memories: dict[str, set[str]] = {}
-        self.written_failures: set[tuple[str, str]] = set()
-
-    def _memory_store(self) -> Any:
-        memories = _memories_of(self.store)
-        if memories is None:
-            raise ArchiveError(f"the target store ({self.store.kind}) keeps no agent memories")
-        return memories
-
-    def check_collection(self, record: dict[str, Any]) -> None:
-        """Refuse, before anything is written, a collection the target holds with another embedder or analyzer."""
-        try:
-            existing = self.store.get_collection(record["name"])
-        except CollectionNotFoundError:
-            return
-        e = record["embedder"]
-        if (existing.embedding_provider, existing.embedding_model, existing.dimension) != \
-                (e["provider"], e["model"], int(e["dimension"])) or existing.analyzer != record["analyzer"]:
-            raise ArchiveError(
-                f"collection {record['name']!r} exists in tenant {self.store.tenant!r} with the embedder "
-                f"{existing.embedding_provider}:{existing.embedding_model} ({existing.dimension} dimensions) and "
-                f"the {existing.analyzer!r} analyzer; the export has {e['provider']}:{e['model']} "
-                f"({e['dimension']} dimensions) and {record['analyzer']!r}. Import into another tenant or "
-                "delete the collection first")
-
-    def check_memory_store(self, record: dict[str, Any]) -> None:
-        """Refuse, before anything is written, a memory store the target holds with another embedder or analyzer."""
-        from ..errors import RagCorpusNotFoundError
-
-        try:
-            existing = self._memory_store().get_store(record["name"])
-        except RagCorpusNotFoundError:
-            return
-        e = record["embedder"]
-        if (existing.embedding_provider, existing.embedding_model, existing.dimension, existing.analyzer) != \
-                (e["provider"], e["model"], int(e["dimension"]), record["analyzer"]):
-            raise ArchiveError(f"memory store {record['name']!r} exists in tenant {self.store.tenant!r} with another "
-                               "embedder or analyzer; import into another tenant or delete its memories first")
-
-    def check_conversation(self, record: dict[str, Any]) -> bool:
-        """True when the conversation must be written; False when the target already holds it as is."""
-        stored = self.store.conversations.turns(record["id"])
-        if not stored:
-            return True
-        same = [(t.role, t.content, t.metadata) for t in stored] == \
-            [(t["role"], t["content"], t.get("metadata") or {}) for t in record["turns"]]
-        if not same:
-            raise ArchiveError(f"conversation {record['id']!r} exists in tenant {self.store.tenant!r} with other "
-                               "turns; import into another tenant or delete the conversation first")
-        return False
-
-    def add(self, kind: str, record: dict[str, Any]) -> None:
-        if kind == "collections":
-            self.flush()
-            e = record["embedder"]
-            self.store.ensure_collection(record["name"], EmbedderInfo(e["provider"], e["model"], int(e["dimension"])),
-                                         record.get("description", ""), record.get("config") or {},
-                                         analyzer=record["analyzer"])
-            self.dimensions[record["name"]] = int(e["dimension"])
-            self.written.setdefault(record["name"], {"documents": set(), "chunks": set()})
-        elif kind == "documents":
-            collection = self._collection_of(record)
-            if self.batch_collection not in (None, collection) or len(self.batch) >= PAGE:
-                self.flush()
-            self.batch_collection = collection
-            self.batch.append(self._document(record, self.dimensions[collection]))
-            self.written[collection]["documents"].add(record["id"])
-            self.summary.chunks_in_documents += len(record["chunks"])
-        elif kind == "chunks":
-            self.flush()
-            collection = self._collection_of(record)
-            where = f"chunk {record['id']!r}"
-            self.store.upsert(collection, [VectorRecord(record["content"], record.get("metadata") or {}, record["id"],
-                                                        _vector_from(record["vector"], self.dimensions[collection],
-                                                                     where).tolist())])
-            self.written[collection]["chunks"].add(record["id"])
-        elif kind == "conversations":
-            self.flush()
-            self.end_load()
-            if self.check_conversation(record):
-                turns = [ConversationTurn(t["role"], t["content"], t.get("metadata") or {}) for t in record["turns"]]
-                self.store.conversations.append(record["id"], turns)
-            else:
-                self.summary.skipped_conversations += 1
-            self.conversations.append(record["id"])
-        elif kind == "memory_stores":
-            self.flush()
-            self.end_load()
-            e = record["embedder"]
-            self._memory_store().ensure_store(record["name"], EmbedderInfo(e["provider"], e["model"],
-                                                                           int(e["dimension"])), record["analyzer"])
-            self.memory_dimensions[record["name"]] = int(e["dimension"])
-            self.written_memories.setdefault(record["name"], set())
-        elif kind == "memories":
-            self.flush()
-            name = record["store"]
-            if name not in self.memory_dimensions:
-                raise ArchiveError(f"memory {record.get('id')!r} belongs to memory store {name!r}, which the export "
-                                   "does not describe before it")
-            from ..stores.sql.memory import MemoryWrite
-
-            vector = _vector_from(record["vector"], self.memory_dimensions[name], f"memory {record['id']!r}")
-            self._memory_store().add(name, [MemoryWrite(
-                record["id"], record["user_id"], record.get("session_id"), record["memory_type"], record.get("subject"),
-                record["timestamp"], record["content"], record.get("metadata") or {})], vector[None, :])
-            self.written_memories[name].add(record["id"])
-        elif kind == "ingest_failures":
-            self.flush()
-            from ..types import IngestFailure
-
-            failure = IngestFailure(str(record["collection"]), str(record["source"]), str(record["error_type"]),
-                                    str(record["error_code"]), str(record["message"]))
-            self.store.failures.record(failure.collection, [failure])
-            self.written_failures.add((failure.collection, failure.source))
-        else:
-            raise ArchiveError(f"unknown record kind {kind!r}")
-        self.summary.counts[kind] += 1
-        if self.progress is not None:
-            self.progress(kind, self.summary.counts[kind])
-
-    def _collection_of(self, record: dict[str, Any]) -> str:
-        collection = record.get("collection")
-        if collection not in self.dimensions:
-            raise ArchiveError(f"{record.get('id')!r} belongs to collection {collection!r}, which the export "
-                               "does not describe before it")
-        return str(collection)
-
-    @staticmethod
-    def _document(record: dict[str, Any], dimension: int) -> DocumentWrite:
-        chunks, vectors = [], []
-        for c in record["chunks"]:
-            chunks.append(ChunkWrite(c["id"], c["content"], int(c["index"]), int(c["start"]), int(c["end"]),
-                                     int(c["token_count"]), c.get("metadata") or {}))
-            vectors.append(_vector_from(c["vector"], dimension, f"chunk {c['id']!r} of document {record['id']!r}"))
-        block = np.vstack(vectors) if vectors else np.zeros((0, dimension), dtype=np.float32)
-        return DocumentWrite(record["id"], record["source"], record.get("content_hash", ""),
-                             record.get("metadata") or {}, chunks, block, version=int(record.get("version", 1)))
-
-    def flush(self) -> None:
-        if not self.batch:
-            return
-        assert self.batch_collection is not None
-        if self.loading_collection != self.batch_collection:
-            self.end_load()
-            self.loading.enter_context(self.store.bulk_load(self.batch_collection))
-            self.loading_collection = self.batch_collection
-        self.store.write_documents(self.batch_collection, self.batch)
-        self.batch = []
-
-    def end_load(self) -> None:
-        """Close the open bulk load: a backend with a vector index builds or extends it now."""
-        self.loading.close()
-        self.loading = ExitStack()
-        self.loading_collection = None
-
-    def finish(self, expected_digest: str | None) -> Summary:
-        """Flush, read back what was written and compare it with ``expected_digest`` (if given)."""
-        self.flush()
-        self.end_load()
-        digest = Digest()
-        for kind, record in self.read_back():
-            digest.add(kind, record)
-        self.summary.digest = digest.hexdigest()
-        if expected_digest is not None:
-            if digest.hexdigest() != expected_digest:
-                raise ArchiveError(
-                    f"the imported data of tenant {self.store.tenant!r} does not match the export (digest "
-                    f"{digest.hexdigest()[:16]}… against {expected_digest[:16]}…): the target held other versions of "
-                    "some documents. Import into an empty tenant to get an exact copy")
-            self.summary.verified = True
-        return self.summary
-
-    def read_back(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The written records as the target store now holds them."""
-        for kind, record in read_tenant(self.store, collections=list(self.written), conversations=False):
-            if kind == "collections":
-                yield kind, record
-        for collection, ids in self.written.items():
-            yield from _read_documents(self.store, collection, ids["documents"])
-            if ids["chunks"]:
-                yield from _read_loose(self.store, collection, ids["chunks"])
-        for conversation_id in self.conversations:
-            turns = self.store.conversations.turns(conversation_id)
-            yield "conversations", {"id": conversation_id, "turns": [
-                {"role": t.role, "content": t.content, "metadata": t.metadata} for t in turns]}
-        if self.written_memories:
-            yield from _read_memories(self.store, self.written_memories)
-        if self.written_failures:
-            yield from _read_failures(self.store, None, self.written_failures)
-
-
-def write_tenant(store: VectorStore, records: Iterable[tuple[str, dict[str, Any]]], *,
-                 expected_digest: str | None = None, progress: Progress | None = None) -> Summary:
-    """Write (kind, record) pairs into a tenant-bound store and verify them against ``expected_digest``."""
-    writer = _Writer(store, progress)
-    for kind, record in records:
-        writer.add(kind, record)
-    return writer.finish(expected_digest)
+from .records import (
+    FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    MANIFEST,
+    OPTIONAL_KINDS,
+    Digest,
+    Progress,
+    Summary,
+    collection_record,
+    conversation_record,
+    read_tenant,
+)
+from .writer import TenantWriter
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -552,41 +167,96 @@ def _lines(folder: Path, kind: str) -> Iterator[dict[str, Any]]:
             yield record
 
 
+def holds_data(store: VectorStore) -> bool:
+    """Whether the tenant holds anything an import could meet: collections, conversations or memory stores."""
+    if store.list_collections() or store.conversations.ids():
+        return True
+    memories = store.memories()
+    return memories is not None and bool(memories.list_stores())
+
+
+def _verified_records(folder: Path, manifest: dict[str, Any]) -> None:
+    """Refuse, before anything is written, records that do not add up to the manifest's digest (an export edited
+    and its checksums recomputed: the digest covers the data itself)."""
+    expected = manifest.get("digest")
+    if not isinstance(expected, str):
+        raise ArchiveError(f"{folder / MANIFEST} has no digest of the data")
+    digest = Digest()
+    try:
+        for kind, record in _file_records(folder):
+            digest.add(kind, record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArchiveError(f"{folder}: a record lacks a field or has a wrong value ({type(exc).__name__}: {exc}); "
+                           "nothing was imported") from exc
+    if digest.hexdigest() != expected:
+        raise ArchiveError(f"{folder}: the records do not match the digest in the manifest (the export was changed "
+                           "after it was written); nothing was imported")
+
+
+def _write_all(writer: TenantWriter, records: Iterable[tuple[str, dict[str, Any]]], expected: Callable[[], str | None],
+               where: str) -> Summary:
+    """Write every record and verify the result against ``expected()``; on any failure take back what was written."""
+    try:
+        try:
+            for kind, record in records:
+                writer.add(kind, record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArchiveError(f"{where}: a record lacks a field or has a wrong value ({type(exc).__name__}: {exc})") \
+                from exc
+        return writer.finish(expected())
+    except BaseException:
+        writer.undo()
+        raise
+
+
 def import_tenant(store: VectorStore, path: str | os.PathLike[str], *, progress: Progress | None = None) -> Summary:
-    """Import the export at ``path`` into the tenant-bound ``store``; checked before and verified after."""
+    """Import the export at ``path`` into the tenant-bound ``store``: all of it or, when a check or a write fails,
+    nothing. Checksums, the data digest and the collections', conversations' and memory stores' conflicts are
+    checked before anything is written; documents and records as they are written; afterwards the data read back
+    must match the digest."""
     folder = Path(path)
     manifest = read_manifest(folder)
-    writer = _Writer(store, progress)
-    # Conflicts are found before anything is written.
+    _verified_records(folder, manifest)
+    writer = TenantWriter(store, progress)
     for record in _lines(folder, "collections"):
         writer.check_collection(record)
     for record in _lines(folder, "conversations"):
         writer.check_conversation(record)
     for record in _lines(folder, "memory_stores"):
         writer.check_memory_store(record)
-    try:
-        for kind, record in _file_records(folder):
-            writer.add(kind, record)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArchiveError(f"{folder}: a record lacks a field or has a wrong value ({type(exc).__name__}: {exc})") \
-            from exc
-    summary = writer.finish(manifest.get("digest"))
+    summary = _write_all(writer, _file_records(folder), lambda: manifest.get("digest"), str(folder))
     summary.path = str(folder)
     return summary
 
 
 def copy_tenant(source: VectorStore, target: VectorStore, *, collections: Sequence[str] | None = None,
                 progress: Progress | None = None) -> Summary:
-    """Copy a tenant's data from one store to another (or to another tenant), vectors as they are."""
-    writer = _Writer(target, progress)
+    """Copy a tenant's data from one store to another (or to another tenant), vectors as they are: all of it, or
+    nothing when a check or a write fails."""
+    writer = TenantWriter(target, progress)
     known = {c.name: c for c in source.list_collections()}
     for name in known if collections is None else collections:
         if name in known:
-            writer.check_collection(_collection_record(known[name]))
+            writer.check_collection(collection_record(known[name]))
     for conversation_id in source.conversations.ids():
-        writer.check_conversation(_conversation_record(source, conversation_id))
+        writer.check_conversation(conversation_record(source, conversation_id))
     digest = Digest()
-    for kind, record in read_tenant(source, collections=collections):
-        digest.add(kind, record)
-        writer.add(kind, record)
-    return writer.finish(digest.hexdigest())
+
+    def records() -> Iterator[tuple[str, dict[str, Any]]]:
+        for kind, record in read_tenant(source, collections=collections):
+            digest.add(kind, record)
+            yield kind, record
+
+    return _write_all(writer, records(), digest.hexdigest, f"tenant {source.tenant!r}")
+
+
+def write_tenant(store: VectorStore, records: Iterable[tuple[str, dict[str, Any]]], *,
+                 expected_digest: str | None = None, progress: Progress | None = None) -> Summary:
+    """Write (kind, record) pairs into a tenant-bound store and verify them against ``expected_digest``: all of
+    them, or nothing."""
+    return _write_all(TenantWriter(store, progress), records, lambda: expected_digest, f"tenant {store.tenant!r}")
+
+
+__all__ = ["FILES", "FORMAT", "FORMAT_VERSION", "KINDS", "MANIFEST", "Digest", "Summary", "TenantWriter",
+           "copy_tenant", "export_tenant", "holds_data", "import_tenant", "read_manifest", "read_tenant",
+           "write_tenant"]

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 
 from ..config import Settings, redact_url
 from ..engine import Bunko, Tenant
+from ..ratelimit import RateLimiter
 from ..spool import spool_root
 from ..stores.service import ServiceRecords, service_records
 from ..version import __version__
@@ -42,12 +43,13 @@ logger = logging.getLogger(__name__)
 @dataclass(slots=True)
 class ServerState:
     """What the routes share in one API process: the engine, the server records (API keys and rate windows),
-    the spool folder, and the tenant scopes built so far."""
+    the spool folder, the per-key rate limiter, and the tenant scopes built so far."""
 
     engine: Bunko
     records: ServiceRecords
     settings: ServerSettings
     spool: Path
+    limiter: RateLimiter
     _tenants: dict[str, Tenant] = field(default_factory=dict)
 
     def tenant_for(self, tenant: str) -> Tenant:
@@ -84,7 +86,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
         warm_up = getattr(bunko.embedder, "warm_up", None)
         if warm_up is not None:
             await asyncio.to_thread(warm_up)
-        state = ServerState(bunko, records, limits, spool)
+        state = ServerState(bunko, records, limits, spool, RateLimiter(records, limits.rate_limit_per_minute))
         app.state.bunko = state
         rate = f"{limits.rate_limit} requests/min per key" if limits.rate_limit else "no rate limit"
         logger.info("bunko API worker %d ready (store %s; uploads up to %d MiB; %s)",

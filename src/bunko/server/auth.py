@@ -1,8 +1,8 @@
 """API keys and per-key rate limits; the tenant of a request comes from its key alone (R15).
 
 A key is sent as ``Authorization: Bearer bk_...`` or ``X-API-Key: bk_...``. The store keeps only
-its SHA-256 (see :mod:`bunko.stores.service`). Each request counts against its key's window of
-the current minute, in the store, so the limit holds across worker processes.
+its SHA-256 (see :mod:`bunko.stores.service`). Each request counts against its key's sliding
+one-minute window (:mod:`bunko.ratelimit`), in the store, so the limit holds across worker processes.
 
 A request works in the key's tenant as the key's user: ``Tenant.for_user(key.user_id)`` (see
 :mod:`bunko.scope`), whose usage records and search logs carry the user and whose conversations are
@@ -12,8 +12,6 @@ kept in the user's namespace (tenant keys share one).
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -81,15 +79,11 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
     if key is None:
         raise Problem(401, "INVALID_API_KEY", "the API key is not valid or was revoked",
                       headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-    limit = state.settings.rate_limit_per_minute
-    if limit:
-        now = time.time()
-        window = int(now // 60)
-        count = await asyncio.to_thread(state.records.hit, key.id, window)
-        if count > limit:
-            retry = max(1, math.ceil((window + 1) * 60 - now))
-            raise Problem(429, "RATE_LIMITED", f"this API key made more than {limit} requests this minute; "
-                          f"retry in {retry} s", headers={"Retry-After": str(retry)})
+    if state.limiter.limit:
+        decision = await asyncio.to_thread(state.limiter.check, key.id)
+        if not decision.allowed:
+            raise Problem(429, "RATE_LIMITED", decision.message(),
+                          headers={"Retry-After": str(decision.retry_after)})
     return key
 
 
@@ -108,7 +102,7 @@ async def caller(
     if key is None:
         key = await authenticate_headers(state, request.scope["headers"])
         request.scope.setdefault("state", {})[KEY_STATE] = key
-    return Caller(key, state.tenant_for(key.tenant).for_user(key.user_id))
+    return Caller(key, state.tenant_for(key.tenant).for_user(key.user_id, admin=key.admin))
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

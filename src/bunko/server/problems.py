@@ -69,6 +69,8 @@ def status_of(exc: BunkoError) -> int:
 
 # An engine error's HTTP status: the first row whose classes it is a subclass of (narrower rows first), else 400.
 _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
+    ((errors.InvalidFieldError,), 422),
+    ((errors.ForbiddenError,), 403),
     ((errors.NotFoundError,), 404),
     ((errors.FilterError,), 422),
     ((errors.UnsupportedFormatError,), 415),
@@ -114,6 +116,8 @@ def from_bunko(exc: BunkoError) -> Problem:
     extra: dict[str, Any] = {}
     if isinstance(cause, FilterError):
         extra["problems"] = [p.to_dict() for p in cause.problems]
+    elif isinstance(cause, errors.InvalidFieldError):
+        extra["field"] = cause.field
     detail = exc.message
     if status == 500:
         logger.error("server-side error: %s: %s", type(cause).__name__, exc.message)

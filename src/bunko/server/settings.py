@@ -11,6 +11,7 @@
 | spool folder (shared) | ``--spool-dir`` | ``BUNKO_SPOOL_DIR`` | ``[server] spool_dir`` | ``BUNKO_HOME/spool`` |
 | job lease (s) | ``--job-lease-seconds`` | ``BUNKO_JOB_LEASE_SECONDS`` | ``[server] job_lease_seconds`` | 60 |
 | claims of a job before it fails | | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
+| jobs of a tenant in flight | | ``BUNKO_TENANT_JOBS_IN_FLIGHT`` | ``[server] tenant_jobs_in_flight`` | 0 (off) |
 | longest ``?wait=true`` of an upload (s) | | ``BUNKO_UPLOAD_WAIT_SECONDS`` | ``[server] upload_wait_seconds`` | 300 |
 
 ``job_workers = 0``: separate ``bunko worker`` processes take the jobs (``--job-lease-seconds`` is a flag

@@ -5,10 +5,14 @@ The API spools an upload to ``SPOOL/<tenant>/<job id>/<file name>`` and records 
 process starts beside itself (``[server] job_workers``, default 1; 0 when separate workers run) --
 take jobs from the store:
 
-- **Claim** (:meth:`ServiceRecords.claim_job`): the oldest waiting job of any tenant, or one whose
-  lease ran out, under ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (an immediate transaction on
-  SQLite), so concurrent workers never take the same job. Each claim counts an attempt; a job claimed
-  ``job_attempts`` times whose worker died again is failed with the reason instead.
+- **Claim** (:meth:`ServiceRecords.claim_job`): tenants take turns -- the claim goes to the tenant
+  with waiting jobs whose last claim is the oldest, in it to the user whose last claim is the oldest,
+  and to that user's oldest waiting job (or one whose lease ran out) -- so a tenant (or a user) that
+  queued thousands of uploads delays only itself; a tenant with
+  ``[server] tenant_jobs_in_flight`` jobs in flight waits its turn (0: no cap). Claims are taken one at
+  a time (an advisory lock on PostgreSQL, an immediate transaction on SQLite), so concurrent workers
+  never take the same job. Each claim counts an attempt; a job claimed ``job_attempts`` times whose
+  worker died again is failed with the reason instead.
 - **Heartbeat**: a thread of its own renews the lease every quarter of ``job_lease_seconds``,
   whatever the processing (CPU-bound splitting, a slow provider) is doing, so a live job is never
   declared dead. A renewal that finds the job no longer ours (deleted, erased) is noted.
@@ -20,7 +24,7 @@ take jobs from the store:
   document removed again. The spooled file goes when the job has ended.
 
 A worker reaches a tenant's jobs through ``Tenant.jobs`` (:class:`~bunko.jobs.TenantJobs`); only the claim,
-which takes the oldest job of any tenant, uses the store's server records directly.
+which looks across tenants, uses the store's server records directly.
 
 Nothing the API needs lives in a worker: the API processes stay stateless, and any number of them
 and of workers can share one PostgreSQL. Workers must see the API's spool folder (``[server]
@@ -168,13 +172,14 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.concurrency = concurrency or server.job_concurrency
         self.lease = server.job_lease_seconds
+        self.tenant_cap = server.tenant_jobs_in_flight
         self.max_bytes = server.max_upload_bytes
         self.poll_seconds = poll_seconds
         self.processed = 0
 
     def claim(self) -> Claim | None:
         """Claim one job (failing, on the way, jobs whose workers died too often)."""
-        result = self.records.claim_job(self.id, self.lease)
+        result = self.records.claim_job(self.id, self.lease, tenant_cap=self.tenant_cap)
         for tenant, job_id in result.failed:
             logger.warning("upload %s of tenant %s failed: its workers exited %s", job_id, tenant,
                            "before it finished too often")

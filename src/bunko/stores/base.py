@@ -28,6 +28,7 @@ from ..types import (
     EmbedderInfo,
     IngestFailure,
     IngestResult,
+    RecordOwner,
     SearchHit,
     UsageEvent,
     UsageTotal,
@@ -378,12 +379,15 @@ class VectorStore(RecordStore, Protocol):
         ...
 
     # Chunks and vectors (R14)
-    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
-        """Insert or update records that carry vectors; ids are generated when missing."""
+    def upsert(self, collection: str, records: Sequence[VectorRecord], *,
+               owner: RecordOwner | None = None) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing. ``owner`` is who writes:
+        a restricted one may replace only its user's records (``ForbiddenError``), and new records are its user's."""
         ...
 
-    def delete(self, collection: str, ids: Sequence[str]) -> int:
-        """Delete chunks by id; returns how many existed in this tenant's collection."""
+    def delete(self, collection: str, ids: Sequence[str], *, owner: RecordOwner | None = None) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection (a restricted ``owner``:
+        only its user's records, else ``ForbiddenError`` and nothing deleted)."""
         ...
 
     def chunk_vectors(self, collection: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -7,7 +7,8 @@ any number of worker processes (``bunko serve --workers N``) can share one store
   A key carries its tenant, optionally a user id, and whether it is the tenant's admin key. Keys are
   looked up *before* a tenant is known (the tenant comes from the key, R15), so this table is not
   tenant-scoped; it holds only hashes.
-- **Rate-limit windows** count requests per key and fixed one-minute window.
+- **Rate-limit windows** count requests per key and one-minute window; the limiter (:mod:`bunko.ratelimit`)
+  weighs the previous window's count in, a sliding window.
 - **Jobs** (tenant data, tenant-scoped like every other table, RLS on PostgreSQL) record each
   uploaded file: ``processing`` → ``completed`` or ``failed`` with the reason, never backwards (the
   updates say ``WHERE status = 'processing'`` and a trigger refuses any other change). A job is a
@@ -203,6 +204,11 @@ class ServiceRecords(Protocol):
         """Count one request of a key in a window; returns the window's count so far."""
         ...
 
+    def rate_count(self, key_id: int, window_start: int) -> tuple[int, int]:
+        """Count one request of a key in a window; returns (the window's count so far, the previous window's),
+        for the sliding limiter (:mod:`bunko.ratelimit`)."""
+        ...
+
     def create_job(self, store: VectorStore, job: Job) -> None:
         """Record a new job in the store's tenant."""
         ...
@@ -215,11 +221,13 @@ class ServiceRecords(Protocol):
         """All jobs of the store's tenant, oldest first (dead workers' jobs failed first)."""
         ...
 
-    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS) -> ClaimResult:
-        """Claim the oldest waiting (or abandoned) job of any tenant for ``worker``, with a lease.
+    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS, *, tenant_cap: int = 0) -> ClaimResult:
+        """Claim a waiting (or abandoned) job for ``worker``, with a lease, taking turns across tenants: the
+        tenant whose last claim is the oldest goes first, and in it the user whose last claim is the oldest,
+        with that user's oldest waiting job; a tenant with ``tenant_cap`` jobs in flight waits (0: no cap).
 
-        Concurrent claimers never get the same job (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
-        immediate transaction on SQLite). A job already claimed ``max_attempts`` times is failed instead.
+        Concurrent claimers never get the same job, and the cap holds. A job already claimed
+        ``max_attempts`` times is failed instead.
         """
         ...
 

@@ -25,6 +25,7 @@ from typing import Any
 from ...analysis import get_analyzer, token_pairs
 from ..sql.postings import Counted
 from .dialect import POSTGRES, PostingsCopy
+from .migrations_tenancy import M016_RECORD_OWNERS, M017_SLIDING_RATES, M018_FAIR_CLAIMS
 
 logger = logging.getLogger(__name__)
 
@@ -650,6 +651,9 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m013_collection_mutation_seq", _M013_MUTATION_SEQ),
     ("m014_keyword_postings", _M014_KEYWORD_POSTINGS),
     ("m015_keyword_postings_format_2", _M015_POSTINGS_FORMAT_2),
+    ("m016_record_owners", M016_RECORD_OWNERS),
+    ("m017_sliding_rate_windows", M017_SLIDING_RATES),
+    ("m018_fair_job_claims", M018_FAIR_CLAIMS),
 ]
 
 BOOTSTRAP = [

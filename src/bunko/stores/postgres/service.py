@@ -56,3 +56,10 @@ class PostgresServiceRecords(SQLServiceRecords):
         """Count one request of a key in a window; returns the window's count so far."""
         with self.backend.transaction(None, None, write=True) as conn:
             return int(conn.execute("SELECT bunko.rate_hit(%s, %s)", (key_id, window_start)).fetchone()[0])
+
+    def rate_count(self, key_id: int, window_start: int) -> tuple[int, int]:
+        """Count one request of a key in a window; returns (the window's count so far, the previous window's)."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            row = conn.execute("SELECT current_hits, previous_hits FROM bunko.rate_count(%s, %s)",
+                               (key_id, window_start)).fetchone()
+        return int(row[0]), int(row[1])

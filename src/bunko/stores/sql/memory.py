@@ -255,6 +255,21 @@ class SQLMemories:
                 params.extend(values)
             return int(self._store.run(conn, f"DELETE FROM memories WHERE {where}", params).rowcount)
 
+    def drop_store(self, name: str) -> int:
+        """Delete one memory store with every user's memories in it; returns how many memories there were."""
+        with self._store.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:
+                return 0
+            row = self._store.run(conn, "SELECT id FROM memory_stores WHERE tenant_id = ? AND name = ?",
+                                  (tenant_pk, name)).fetchone()
+            if row is None:
+                return 0
+            count = int(self._store.run(conn, "SELECT count(*) FROM memories WHERE tenant_id = ? AND store_id = ?",
+                                        (tenant_pk, row[0])).fetchone()[0])
+            self._store.run(conn, "DELETE FROM memories WHERE tenant_id = ? AND store_id = ?", (tenant_pk, row[0]))
+            self._store.run(conn, "DELETE FROM memory_stores WHERE tenant_id = ? AND id = ?", (tenant_pk, row[0]))
+        return count
+
     def erase_tenant(self) -> int:
         """Delete every memory store and memory of this tenant; returns how many memories there were."""
         with self._store.session(write=True) as (conn, tenant_pk):

@@ -175,6 +175,20 @@ class SQLServiceRecords:
                           (key_id, window_start))
         return count
 
+    def rate_count(self, key_id: int, window_start: int) -> tuple[int, int]:
+        """Count one request of a key in a window; returns (the window's count so far, the previous window's)."""
+        with self.backend.transaction(None, None, write=True) as conn:
+            count = int(self._run(
+                conn, "INSERT INTO rate_windows (key_id, window_start, hits) VALUES (?, ?, 1) ON CONFLICT "
+                      "(key_id, window_start) DO UPDATE SET hits = rate_windows.hits + 1 RETURNING hits",
+                (key_id, window_start)).fetchone()[0])
+            if count == 1:  # a new window: forget those before the previous one
+                self._run(conn, "DELETE FROM rate_windows WHERE key_id = ? AND window_start < ?",
+                          (key_id, window_start - 1))
+            previous = self._run(conn, "SELECT hits FROM rate_windows WHERE key_id = ? AND window_start = ?",
+                                 (key_id, window_start - 1)).fetchone()
+        return count, 0 if previous is None else int(previous[0])
+
     # -- tenant data: jobs and erasure ----------------------------------------------------------
     def _job(self, row: Any) -> Job:
         d = self._d
@@ -233,11 +247,16 @@ class SQLServiceRecords:
                               (tenant_pk,)).fetchall()
         return [self._job(r) for r in rows]
 
-    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS) -> ClaimResult:
-        """Claim the oldest waiting (or abandoned) job of any tenant for ``worker``, with a lease.
+    def claim_job(self, worker: str, lease_seconds: float = LEASE_SECONDS, *, tenant_cap: int = 0) -> ClaimResult:
+        """Claim a waiting (or abandoned) job for ``worker``, with a lease, taking turns across tenants.
 
-        Concurrent claimers never get the same job (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
-        immediate transaction on SQLite). A job already claimed ``max_attempts`` times is failed instead.
+        The claim goes to the tenant with waiting jobs whose last claim is the oldest (a tenant never
+        claimed from first), within it to the user whose last claim is the oldest (the tenant's keys
+        without a user count as one), and to that user's oldest waiting job: a tenant's (or a user's)
+        backlog delays only itself. A tenant with ``tenant_cap`` jobs in flight (claimed, lease live) waits (0: no cap).
+        Claims are taken one at a time (an advisory lock on PostgreSQL, an immediate transaction on
+        SQLite), so concurrent claimers never get the same job and the cap holds. A job already claimed
+        ``max_attempts`` times is failed instead.
         """
         result = ClaimResult()
         now = time.time()
@@ -249,30 +268,55 @@ class SQLServiceRecords:
         with self.backend.transaction(None, None, write=True) as conn:
             if self._d.name == "postgresql":
                 # Across tenants under RLS: the owner's SECURITY DEFINER function picks the job.
-                rows = conn.execute("SELECT tenant, job_uid, attempt, claimed FROM bunko.claim_job(%s, %s, %s, %s)",
-                                    (worker, now, lease_seconds, abandoned_message("%s"))).fetchall()
+                rows = conn.execute("SELECT tenant, job_uid, attempt, claimed FROM bunko.claim_job(%s, %s, %s, %s, %s)",
+                                    (worker, now, lease_seconds, abandoned_message("%s"), tenant_cap)).fetchall()
                 for tenant, uid, attempt, claimed in rows:
                     if claimed:
                         result.claim = Claim(tenant, uid, int(attempt))
                     else:
                         result.failed.append((tenant, uid))
                 return result
-            while True:
-                row = self._run(conn, "SELECT j.id, t.name, j.uid, j.attempts, j.max_attempts FROM jobs j "
-                                      "JOIN tenants t ON t.id = j.tenant_id WHERE j.status = 'processing' "
-                                      "AND j.lease_until < ? ORDER BY j.lease_until, j.id LIMIT 1", (now,)).fetchone()
-                if row is None:
-                    return result
-                pk, tenant, uid, attempts, max_attempts = row
-                if attempts >= max_attempts:
-                    self._run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
-                                    "updated_at = {now} WHERE id = ?", (_ABANDONED, abandoned_message(attempts), pk))
-                    result.failed.append((tenant, uid))
-                    continue
-                self._run(conn, "UPDATE jobs SET attempts = attempts + 1, worker = ?, lease_until = ?, "
-                                "updated_at = {now} WHERE id = ?", (worker, now + lease_seconds, pk))
-                result.claim = Claim(tenant, uid, int(attempts) + 1)
-                return result
+            # The same turns as PostgreSQL's bunko.claim_job (m018), in SQLite's dialect.
+            turns = self._run(conn, "SELECT w.tenant_id, t.name FROM (SELECT tenant_id, min(id) AS first_id FROM jobs "
+                                    "WHERE status = 'processing' AND lease_until < ? GROUP BY tenant_id) w "
+                                    "JOIN tenants t ON t.id = w.tenant_id WHERE ? <= 0 OR (SELECT count(*) FROM jobs f "
+                                    "WHERE f.tenant_id = w.tenant_id AND f.status = 'processing' "
+                                    "AND f.lease_until >= ?) < ? ORDER BY (SELECT max(c.claimed_at) FROM jobs c "
+                                    "WHERE c.tenant_id = w.tenant_id) NULLS FIRST, w.first_id",
+                              (now, tenant_cap, now, tenant_cap)).fetchall()
+            for tenant_pk, tenant in turns:
+                users = self._run(conn, "SELECT q.user_id FROM jobs q WHERE q.tenant_id = ? "
+                                        "AND q.status = 'processing' AND q.lease_until < ? "
+                                        "GROUP BY q.user_id ORDER BY (SELECT max(c.claimed_at) "
+                                        "FROM jobs c WHERE c.tenant_id = q.tenant_id AND c.user_id IS q.user_id) "
+                                        "NULLS FIRST, min(q.id)", (tenant_pk, now)).fetchall()
+                for (user_id,) in users:
+                    if self._claim_of_user(conn, result, (tenant_pk, tenant, user_id), worker, now, lease_seconds):
+                        return result
+            return result
+
+    def _claim_of_user(self, conn: Any, result: ClaimResult, who: tuple[int, str, str | None], worker: str,
+                       now: float, lease_seconds: float) -> bool:
+        """SQLite: claim the oldest waiting job of one user of a tenant into ``result`` (failing, on the way,
+        jobs claimed too often); False when the user has none left to claim."""
+        tenant_pk, tenant, user_id = who
+        while True:
+            row = self._run(conn, "SELECT id, uid, attempts, max_attempts FROM jobs WHERE tenant_id = ? "
+                                  "AND user_id IS ? AND status = 'processing' AND lease_until < ? "
+                                  "ORDER BY lease_until, id LIMIT 1",
+                            (tenant_pk, user_id, now)).fetchone()
+            if row is None:
+                return False
+            pk, uid, attempts, max_attempts = row
+            if attempts >= max_attempts:
+                self._run(conn, "UPDATE jobs SET status = 'failed', error_code = ?, error = ?, worker = NULL, "
+                                "updated_at = {now} WHERE id = ?", (_ABANDONED, abandoned_message(attempts), pk))
+                result.failed.append((tenant, uid))
+                continue
+            self._run(conn, "UPDATE jobs SET attempts = attempts + 1, worker = ?, lease_until = ?, claimed_at = ?, "
+                            "updated_at = {now} WHERE id = ?", (worker, now + lease_seconds, now, pk))
+            result.claim = Claim(tenant, uid, int(attempts) + 1)
+            return True
 
     def renew_job(self, store: VectorStore, job_id: str, lease_until: float, worker: str | None = None) -> bool:
         """Extend a processing job's lease (held by ``worker``, when given); False if it is no longer held."""

@@ -41,6 +41,7 @@ from ...types import (
     DocumentInfo,
     EmbedderInfo,
     IngestResult,
+    RecordOwner,
     SearchHit,
     VectorRecord,
     new_id,
@@ -53,6 +54,7 @@ from ..base import (
     StoredChunk,
     check_analyzer,
 )
+from . import owners
 from .dialect import Dialect
 from .plan import PlannedWrite, StoredDocument, plan_writes
 from .reader import DOCUMENT_JOIN, SQLReader
@@ -548,8 +550,10 @@ class SQLStore:
         return len(rows)
 
     # -- chunks and vectors ---------------------------------------------------------------------
-    def upsert(self, collection: str, records: Sequence[VectorRecord]) -> list[str]:
-        """Insert or update records that carry vectors; ids are generated when missing (R14)."""
+    def upsert(self, collection: str, records: Sequence[VectorRecord], *,
+               owner: RecordOwner | None = None) -> list[str]:
+        """Insert or update records that carry vectors; ids are generated when missing (R14). ``owner`` is the
+        writer (:mod:`bunko.stores.sql.owners`): a restricted one may replace only its user's records."""
         if not records:
             return []
         for record in records:
@@ -579,21 +583,30 @@ class SQLStore:
                             f"document {record.document_id!r} does not exist in collection {collection!r}"
                         )
                     doc_pks[record.document_id] = int(found[0])
+            found = owners.existing_owners(self, conn, tenant_pk, collection_pk, ids)
+            if owner is not None:
+                owners.check_records(owner, found, "replace")
+                owners.check_documents(self, conn, tenant_pk, owner, list(doc_pks))
             self._delete_chunks(conn, tenant_pk, collection_pk, uids=ids)
             rows: list[ChunkRow] = [
                 (ids[i], doc_pks.get(r.document_id or ""), None, int(r.metadata.get("chunk_index", 0)), 0,
                  len(r.content), 0, r.content, r.metadata) for i, r in enumerate(records)]
             self._insert_chunks(conn, tenant_pk, collection_pk, rows, vectors, keywords)
+            owners.stamp(self, conn, tenant_pk, collection_pk, owner, records, ids, found)
             self._wrote(conn, tenant_pk, collection_pk)
         return ids
 
-    def delete(self, collection: str, ids: Sequence[str]) -> int:
-        """Delete chunks by id; returns how many existed in this tenant's collection."""
+    def delete(self, collection: str, ids: Sequence[str], *, owner: RecordOwner | None = None) -> int:
+        """Delete chunks by id; returns how many existed in this tenant's collection. A restricted ``owner``
+        may delete only its user's records (:mod:`bunko.stores.sql.owners`)."""
         if not ids:
             return 0
         with self.session(write=True) as (conn, tenant_pk):
             collection_pk = self._collection_row(conn, tenant_pk, collection).key
             assert tenant_pk is not None
+            if owner is not None and owner.restricted:
+                owners.check_records(owner, owners.existing_owners(self, conn, tenant_pk, collection_pk,
+                                                                   [str(i) for i in ids]), "delete")
             removed = self._delete_chunks(conn, tenant_pk, collection_pk, uids=[str(i) for i in ids])
             if removed:
                 self._wrote(conn, tenant_pk, collection_pk)

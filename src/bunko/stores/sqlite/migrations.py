@@ -293,6 +293,18 @@ MIGRATIONS: list[Migration] = [
     _m010_keyword_postings,
     # 11: the postings of every collection in format 2 (bunko.stores.sql.postings), rebuilt from its FTS5 text.
     _m011_postings_format_2,
+    # 12: the user who created a record upserted without a document (bunko.stores.sql.owners).
+    """
+    ALTER TABLE chunks ADD COLUMN owner TEXT;
+    """,
+    # 13: fair job claims (bunko.stores.sql.service: claim_job): when each job was claimed, so the next claim
+    # goes to the tenant, and in it to the user, whose last claim is the oldest.
+    """
+    ALTER TABLE jobs ADD COLUMN claimed_at REAL;
+    CREATE INDEX jobs_claims ON jobs (tenant_id, claimed_at);
+    CREATE INDEX jobs_user_claims ON jobs (tenant_id, user_id, claimed_at);
+    CREATE INDEX jobs_waiting ON jobs (tenant_id, lease_until, id) WHERE status = 'processing';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,106 @@
+"""PostgreSQL migrations of many tenants and users on one engine (m016 on), kept apart from
+:mod:`.migrations` (which lists them in order) so each module stays readable.
+
+Like every migration they hold what they run: plain SQL, no call into the store's live code.
+"""
+
+from __future__ import annotations
+
+# m016: the user who created a record upserted without a document (bunko.stores.sql.owners).
+M016_RECORD_OWNERS = [
+    "ALTER TABLE bunko.chunks ADD COLUMN owner text",
+]
+
+# m017: the sliding rate limiter's count (bunko.ratelimit): the current window's hits after this one and the
+# previous window's, which it keeps (rate_hit forgot every window before the current one). Like rate_hit
+# (m007) it runs as its owner: the application role cannot read or change rate windows itself.
+M017_SLIDING_RATES = [
+    """CREATE FUNCTION bunko.rate_count(p_key_id bigint, p_window bigint)
+        RETURNS TABLE (current_hits integer, previous_hits integer)
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    BEGIN
+        INSERT INTO bunko.rate_windows AS w (key_id, window_start, hits) VALUES (p_key_id, p_window, 1)
+            ON CONFLICT (key_id, window_start) DO UPDATE SET hits = w.hits + 1 RETURNING w.hits INTO current_hits;
+        IF current_hits = 1 THEN  -- a new window: forget those before the previous one
+            DELETE FROM bunko.rate_windows WHERE key_id = p_key_id AND window_start < p_window - 1;
+        END IF;
+        previous_hits := coalesce((SELECT w.hits FROM bunko.rate_windows w
+                                    WHERE w.key_id = p_key_id AND w.window_start = p_window - 1), 0);
+        RETURN NEXT;
+    END
+    $fn$""",
+    "REVOKE EXECUTE ON FUNCTION bunko.rate_count(bigint, bigint) FROM PUBLIC",
+]
+
+# m018: fair job claims (bunko.stores.sql.service: claim_job). A claim records its time (claimed_at); the
+# next claim goes to the tenant with waiting jobs whose last claim is the oldest (never: first), and in it
+# to the user (the tenant's keys without a user are one) whose last claim is the oldest, its oldest waiting
+# job, so one tenant's (or user's) backlog delays only itself; a tenant with ``p_cap`` jobs in flight (claimed,
+# lease live) waits its turn (0: no cap). Claims take a transaction-scoped advisory lock, one at a time, so
+# the order and the cap hold with concurrent claimers; a claim is a few index lookups. The m009 function
+# stays for processes of earlier versions during an upgrade.
+M018_FAIR_CLAIMS = [
+    "ALTER TABLE bunko.jobs ADD COLUMN claimed_at double precision",
+    "CREATE INDEX jobs_claims ON bunko.jobs (tenant_id, claimed_at)",
+    "CREATE INDEX jobs_user_claims ON bunko.jobs (tenant_id, user_id, claimed_at)",
+    "CREATE INDEX jobs_waiting ON bunko.jobs (tenant_id, lease_until, id) WHERE status = 'processing'",
+    """CREATE FUNCTION bunko.claim_job(p_worker text, p_now double precision, p_lease double precision,
+                                     p_error text, p_cap integer)
+        RETURNS TABLE (tenant text, job_uid text, attempt integer, claimed boolean)
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        t record;
+        u record;
+        j record;
+    BEGIN
+        PERFORM pg_advisory_xact_lock(727275);
+        FOR t IN
+            SELECT w.tenant_id FROM (SELECT q.tenant_id, min(q.id) AS first_id FROM bunko.jobs q
+                                      WHERE q.status = 'processing' AND q.lease_until < p_now
+                                      GROUP BY q.tenant_id) w
+             WHERE p_cap <= 0 OR (SELECT count(*) FROM bunko.jobs f WHERE f.tenant_id = w.tenant_id
+                                   AND f.status = 'processing' AND f.lease_until >= p_now) < p_cap
+             ORDER BY (SELECT max(c.claimed_at) FROM bunko.jobs c WHERE c.tenant_id = w.tenant_id) NULLS FIRST,
+                      w.first_id
+        LOOP
+            FOR u IN
+                SELECT q.user_id FROM bunko.jobs q
+                 WHERE q.tenant_id = t.tenant_id AND q.status = 'processing' AND q.lease_until < p_now
+                 GROUP BY q.user_id
+                 ORDER BY (SELECT max(c.claimed_at) FROM bunko.jobs c WHERE c.tenant_id = t.tenant_id
+                            AND c.user_id IS NOT DISTINCT FROM q.user_id) NULLS FIRST, min(q.id)
+            LOOP
+                LOOP
+                    SELECT q.id, q.uid, q.attempts, q.max_attempts INTO j FROM bunko.jobs q
+                     WHERE q.tenant_id = t.tenant_id AND q.user_id IS NOT DISTINCT FROM u.user_id
+                       AND q.status = 'processing' AND q.lease_until < p_now
+                     ORDER BY q.lease_until, q.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                    EXIT WHEN NOT FOUND;
+                    tenant := (SELECT n.name FROM bunko.tenants n WHERE n.id = t.tenant_id);
+                    job_uid := j.uid;
+                    IF j.attempts >= j.max_attempts THEN
+                        -- Its workers died as often as allowed: failed, with the reason.
+                        UPDATE bunko.jobs SET status = 'failed', error_code = 'JOB_ABANDONED',
+                               error = format(p_error, j.attempts), worker = NULL, updated_at = now()
+                         WHERE id = j.id;
+                        attempt := j.attempts;
+                        claimed := false;
+                        RETURN NEXT;
+                    ELSE
+                        UPDATE bunko.jobs SET attempts = j.attempts + 1, worker = p_worker,
+                               lease_until = p_now + p_lease, claimed_at = p_now, updated_at = now()
+                         WHERE id = j.id;
+                        attempt := j.attempts + 1;
+                        claimed := true;
+                        RETURN NEXT;
+                        RETURN;
+                    END IF;
+                END LOOP;
+            END LOOP;
+        END LOOP;
+    END
+    $fn$""",
+    "REVOKE ALL ON FUNCTION bunko.claim_job(text, double precision, double precision, text, integer) FROM PUBLIC",
+]
+
+__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS"]
