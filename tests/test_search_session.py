@@ -5,9 +5,6 @@ on both stores; the legs rank chunk keys and only the returned hits are read who
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +12,11 @@ import httpx
 import pytest
 
 from bunko import Bunko
-from bunko.config import Settings
 from bunko.search import Retriever
 from bunko.testing.hooks import counting
 from bunko.types import Document
+
+from .served import serve
 
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("fastapi")
@@ -27,24 +25,9 @@ pytest.importorskip("fastapi")
 @pytest.fixture(params=["sqlite", "postgresql"])
 def served(request: pytest.FixtureRequest, tmp_path: Path, embedder: object) -> Iterator[tuple[str, Bunko]]:
     """``create_app`` served by uvicorn in a thread over a real socket, on each store."""
-    from bunko.server.app import create_app
-
     url = request.getfixturevalue("pg_url") if request.param == "postgresql" else f"sqlite:///{tmp_path / 's.db'}"
-    engine = Bunko(url, embedder=embedder)
-    app = create_app(engine, Settings.resolve(url, rate_limit=0))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120  # only catches a hang
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", engine
-    server.should_exit = True
-    thread.join(60)
-    engine.close()
+    with serve(url, embedder, rate_limit=0) as app:
+        yield app.url, app.engine
 
 
 def test_a_hybrid_search_with_a_filter_over_http_reads_its_collection_once(served: tuple[str, Bunko]) -> None:
