@@ -355,6 +355,27 @@ def test_uploading_a_changed_file_with_the_same_name_makes_a_new_version(server:
         assert (stored.id, stored.source, stored.version) == (first["documentId"], "note.md", 2)
 
 
+def test_a_changed_upload_embeds_only_its_changed_chunks(server: LiveServer, tmp_path: Path) -> None:
+    """Chunk-level reuse over HTTP: the job of a new version says how many chunks it embedded and how many took
+    the vector of the same chunk of the version it replaced; so does the document listing."""
+    client = server.client(server.key("acme"))
+    sections = [f"## 第{i}節\n\n" + f"第{i}節の手順では、申請書を所属長に提出し、承認を得てから総務部へ回付する。" * 8
+                for i in range(8)]
+    manual = tmp_path / "manual.md"
+    manual.write_text("# 手順書\n\n" + "\n\n".join(sections), encoding="utf-8")
+    first = _upload(client, manual, wait=True)
+    assert first["status"] == "completed" and first["chunkCount"] > 4, first
+    assert (first["embeddedChunks"], first["reusedChunks"]) == (first["chunkCount"], 0)
+    sections[3] += "（改訂）提出期限は十日以内とする。"
+    manual.write_text("# 手順書\n\n" + "\n\n".join(sections), encoding="utf-8")
+    second = _upload(client, manual, wait=True)
+    assert second["status"] == "completed" and second["documentId"] == first["documentId"], second
+    assert second["embeddedChunks"] + second["reusedChunks"] == second["chunkCount"]
+    assert 0 < second["embeddedChunks"] < second["reusedChunks"], second
+    (listed,) = client.get("/api/v1/documents").json()["documents"]
+    assert (listed["embeddedChunks"], listed["reusedChunks"]) == (second["embeddedChunks"], second["reusedChunks"])
+
+
 def test_vector_upsert_and_query_over_http(server: LiveServer) -> None:
     """R14 over HTTP: records with and without vectors, queries by vector and by text; tenants stay apart."""
     a, b = server.client(server.key("acme")), server.client(server.key("globex"))

@@ -75,11 +75,12 @@ class TenantJobs:
 
     def finish(self, job_id: str, status: str, *, worker: str, chunk_count: int = 0,
                processing_time_ms: float | None = None, error_code: str | None = None,
-               error: str | None = None) -> bool:
+               error: str | None = None, embedded_chunks: int = 0, reused_chunks: int = 0) -> bool:
         """Record how ``worker`` ended a job; False when the job was no longer its to end."""
         return self._records.finish_job(self._store, job_id, status, chunk_count=chunk_count,
                                         processing_time_ms=processing_time_ms, error_code=error_code,
-                                        error=error, worker=worker)
+                                        error=error, worker=worker, embedded_chunks=embedded_chunks,
+                                        reused_chunks=reused_chunks)
 
     def upload_target(self, collection: str, filename: str) -> UploadTarget:
         """The document an upload of ``filename`` into ``collection`` makes a new version of, its job, and a job

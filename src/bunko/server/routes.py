@@ -52,12 +52,19 @@ def _state(request: Request) -> Any:
 
 
 # -- documents ------------------------------------------------------------------------------
+def _reuse(job: Job) -> dict[str, int | None]:
+    """How a completed job's chunks got their vectors (nothing to say before it completes)."""
+    done = job.status == "completed"
+    return {"embeddedChunks": job.embedded_chunks if done else None,
+            "reusedChunks": job.reused_chunks if done else None}
+
+
 def _job_info(job: Job) -> schemas.DocumentInfo:
     error = schemas.DocumentError(code=job.error_code or "ERROR", message=job.error or "") if job.error else None
     return schemas.DocumentInfo(id=job.id, filename=job.filename, fileSize=job.file_size, chunkCount=job.chunk_count,
                                 uploadedAt=job.created_at, status=job.status,
                                 collection=job.collection, processingTime=job.processing_time_ms, error=error,
-                                metadata=job.metadata)
+                                metadata=job.metadata, **_reuse(job))
 
 
 def _stored_info(document: StoredDocument, collection: str) -> schemas.DocumentInfo:
@@ -188,7 +195,8 @@ async def upload_document(
     else:
         response.headers["Location"] = f"{request.scope.get('root_path', '')}{router.prefix}/documents/{job.id}"
     return schemas.UploadResponse(documentId=job.id, filename=job.filename, status=job.status,
-                                  chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error)
+                                  chunkCount=job.chunk_count, processingTime=job.processing_time_ms, error=error,
+                                  **_reuse(job))
 
 
 async def _wait_for_job(request: Request, jobs: TenantJobs, job: Job, limit: float) -> Job:

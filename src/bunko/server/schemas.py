@@ -201,6 +201,11 @@ class DocumentError(BaseModel):
     message: str
 
 
+_EMBEDDED = "chunks of the upload that were embedded (once its processing completed)"
+_REUSED = ("chunks of the upload that took the vector of the same chunk of the version it replaced, instead of "
+           "being embedded again (once its processing completed)")
+
+
 class DocumentInfo(BaseModel):
     id: str
     filename: str
@@ -214,6 +219,8 @@ class DocumentInfo(BaseModel):
     metadata: dict[str, Any]
     version: int | None = Field(None, description="the stored version (1, then one more per changed re-upload); "
                                 "none while the first version is processing")
+    embeddedChunks: int | None = Field(None, description=_EMBEDDED)
+    reusedChunks: int | None = Field(None, description=_REUSED)
 
 
 class UploadResponse(BaseModel):
@@ -223,6 +230,8 @@ class UploadResponse(BaseModel):
     chunkCount: int
     processingTime: float | None = None
     error: DocumentError | None = None
+    embeddedChunks: int | None = Field(None, description=_EMBEDDED)
+    reusedChunks: int | None = Field(None, description=_REUSED)
 
 
 class DocumentList(BaseModel):

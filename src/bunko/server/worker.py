@@ -48,7 +48,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import crashpoints, metrics
 from ..config import Settings
@@ -129,6 +129,17 @@ def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
     return IngestItem(job.filename, load)
 
 
+class Outcome(NamedTuple):
+    """How processing one upload ended: its status and chunks (with how they got their vectors), or the error."""
+
+    status: str
+    chunks: int
+    code: str | None = None
+    error: str | None = None
+    embedded: int = 0
+    reused: int = 0
+
+
 class Heartbeat:
     """Renews a job's lease from its own thread, every quarter of the lease, until stopped."""
 
@@ -203,11 +214,13 @@ class Worker:
         logger.info("worker %s: upload %s of tenant %s, attempt %d", self.id, job.id, claim.tenant, claim.attempt)
         started = time.perf_counter()
         with Heartbeat(jobs, job.id, self.id, self.lease):
-            status, chunks, code, error = await self._run(tenant.for_user(job.user_id), job, path)
+            outcome = await self._run(tenant.for_user(job.user_id), job, path)
+        status, chunks, code, error = outcome.status, outcome.chunks, outcome.code, outcome.error
         elapsed = (time.perf_counter() - started) * 1000
         try:
             ours = await asyncio.to_thread(jobs.finish, job.id, status, chunk_count=chunks, processing_time_ms=elapsed,
-                                           error_code=code, error=error, worker=self.id)
+                                           error_code=code, error=error, worker=self.id,
+                                           embedded_chunks=outcome.embedded, reused_chunks=outcome.reused)
             if not ours:
                 await asyncio.to_thread(self._after_losing, tenant, jobs, job.id, status, folder)
             else:
@@ -220,6 +233,7 @@ class Worker:
         crashpoints.reach("job.finished")
         job.status, job.chunk_count, job.processing_time_ms = status, chunks, elapsed
         job.error_code, job.error = code, error
+        job.embedded_chunks, job.reused_chunks = outcome.embedded, outcome.reused
         return job if ours else None
 
     def _after_losing(self, tenant: Tenant, jobs: TenantJobs, job_id: str, status: str, folder: Path) -> None:
@@ -235,7 +249,7 @@ class Worker:
             shutil.rmtree(folder, ignore_errors=True)
         # else: another worker holds it now and needs the file
 
-    async def _run(self, scope: Tenant, job: Job, path: Path) -> tuple[str, int, str | None, str | None]:
+    async def _run(self, scope: Tenant, job: Job, path: Path) -> Outcome:
         """Ingest the upload in ``scope`` (the job's user's: usage and logs carry the user)."""
 
         def hide(message: str) -> str:
@@ -244,19 +258,20 @@ class Worker:
         if not path.is_file():
             logger.error("upload %s: %s is missing; the API and the workers must share [server] spool_dir",
                          job.id, path)
-            return ("failed", 0, "UPLOAD_MISSING", "the uploaded file is not in the spool folder this worker "
-                    "reads; upload the file again")
+            return Outcome("failed", 0, "UPLOAD_MISSING", "the uploaded file is not in the spool folder this worker "
+                           "reads; upload the file again")
         try:
             report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
         except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...)
-            return "failed", 0, exc.code, hide(exc.message)
+            return Outcome("failed", 0, exc.code, hide(exc.message))
         except Exception:
             logger.exception("unexpected error while processing upload %s", job.id)
-            return "failed", 0, "INTERNAL_ERROR", "unexpected error while processing (see the worker's log)"
+            return Outcome("failed", 0, "INTERNAL_ERROR", "unexpected error while processing (see the worker's log)")
         if report.errors:
             failure = report.errors[0]
-            return "failed", 0, failure.code, hide(failure.message)
-        return "completed", report.documents[0].chunks, None, None
+            return Outcome("failed", 0, failure.code, hide(failure.message))
+        result = report.documents[0]
+        return Outcome("completed", result.chunks, embedded=result.embedded, reused=result.reused)
 
     async def run(self, stop: asyncio.Event, *, max_jobs: int | None = None) -> None:
         """Claim and process jobs until ``stop`` is set (or ``max_jobs`` were processed); running jobs finish."""

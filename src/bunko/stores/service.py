@@ -107,6 +107,8 @@ class Job:
     attempts: int = 0  # claims by workers so far
     max_attempts: int = MAX_ATTEMPTS
     worker: str | None = None  # the worker holding the lease
+    embedded_chunks: int = 0  # chunks of the upload embedded ...
+    reused_chunks: int = 0  # ... and chunks that took the vector of the same chunk of the version replaced
 
 
 @dataclass(slots=True, frozen=True)
@@ -237,9 +239,11 @@ class ServiceRecords(Protocol):
 
     def finish_job(self, store: VectorStore, job_id: str, status: str, *, chunk_count: int = 0,
                    processing_time_ms: float | None = None, error_code: str | None = None,
-                   error: str | None = None, worker: str | None = None) -> bool:
+                   error: str | None = None, worker: str | None = None, embedded_chunks: int = 0,
+                   reused_chunks: int = 0) -> bool:
         """Set a processing job's final state (only while ``worker``, when given, holds it); False if the
-        job is no longer processing for this worker (erased, deleted, failed or claimed by another)."""
+        job is no longer processing for this worker (erased, deleted, failed or claimed by another).
+        ``embedded_chunks`` and ``reused_chunks`` say how the chunks of a completed job got their vectors."""
         ...
 
     def delete_jobs(self, store: VectorStore, job_ids: list[str]) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 from ...analysis import get_analyzer, token_pairs
 from ..sql.postings import Counted
 from .dialect import POSTGRES, PostingsCopy
-from .migrations_tenancy import M016_RECORD_OWNERS, M017_SLIDING_RATES, M018_FAIR_CLAIMS
+from .migrations_tenancy import M016_RECORD_OWNERS, M017_SLIDING_RATES, M018_FAIR_CLAIMS, M019_JOB_REUSE
 
 logger = logging.getLogger(__name__)
 
@@ -654,6 +654,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m016_record_owners", M016_RECORD_OWNERS),
     ("m017_sliding_rate_windows", M017_SLIDING_RATES),
     ("m018_fair_job_claims", M018_FAIR_CLAIMS),
+    ("m019_job_chunk_reuse", M019_JOB_REUSE),
 ]
 
 BOOTSTRAP = [

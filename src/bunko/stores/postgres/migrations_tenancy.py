@@ -103,4 +103,11 @@ M018_FAIR_CLAIMS = [
     "REVOKE ALL ON FUNCTION bunko.claim_job(text, double precision, double precision, text, integer) FROM PUBLIC",
 ]
 
-__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS"]
+# m019: what an upload job's ingest embedded and what it took from the version it replaced (chunk-level reuse,
+# bunko.indexing), reported with the job.
+M019_JOB_REUSE = [
+    "ALTER TABLE bunko.jobs ADD COLUMN embedded_chunks integer NOT NULL DEFAULT 0, "
+    "ADD COLUMN reused_chunks integer NOT NULL DEFAULT 0",
+]
+
+__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE"]

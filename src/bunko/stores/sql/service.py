@@ -31,7 +31,8 @@ from .memory import SQLMemories
 from .store import SQLBackend, SQLStore
 
 _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, status, chunk_count, processing_time_ms, "
-                "error_code, error, metadata, lease_until, created_at, updated_at, attempts, max_attempts, worker")
+                "error_code, error, metadata, lease_until, created_at, updated_at, attempts, max_attempts, worker, "
+                "embedded_chunks, reused_chunks")
 KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
 _ABANDONED = "JOB_ABANDONED"
 
@@ -194,7 +195,8 @@ class SQLServiceRecords:
         d = self._d
         return Job(row[0], row[1], row[2], int(row[3]), row[4], row[5], row[6], int(row[7]),
                    None if row[8] is None else float(row[8]), row[9], row[10], dict(d.json_out(row[11]) or {}),
-                   float(row[12]), d.time_out(row[13]), d.time_out(row[14]), int(row[15]), int(row[16]), row[17])
+                   float(row[12]), d.time_out(row[13]), d.time_out(row[14]), int(row[15]), int(row[16]), row[17],
+                   int(row[18]), int(row[19]))
 
     def create_job(self, store: VectorStore, job: Job) -> None:
         """Record a new job in the store's tenant."""
@@ -330,9 +332,11 @@ class SQLServiceRecords:
 
     def finish_job(self, store: VectorStore, job_id: str, status: str, *, chunk_count: int = 0,
                    processing_time_ms: float | None = None, error_code: str | None = None,
-                   error: str | None = None, worker: str | None = None) -> bool:
+                   error: str | None = None, worker: str | None = None, embedded_chunks: int = 0,
+                   reused_chunks: int = 0) -> bool:
         """Set a processing job's final state (only while ``worker``, when given, holds it); False if the
-        job is no longer processing for this worker (erased, deleted, failed or claimed by another)."""
+        job is no longer processing for this worker (erased, deleted, failed or claimed by another).
+        ``embedded_chunks`` and ``reused_chunks`` say how the chunks of a completed job got their vectors."""
         if status not in ("completed", "failed"):
             raise VectorStoreError(f"a job ends completed or failed, not {status!r}")
         scoped = self._scoped(store)
@@ -340,8 +344,10 @@ class SQLServiceRecords:
         with scoped.session(write=True) as (conn, tenant_pk):
             return int(scoped.run(
                 conn, "UPDATE jobs SET status = ?, chunk_count = ?, processing_time_ms = ?, error_code = ?, error = ?, "
+                      "embedded_chunks = ?, reused_chunks = ?, "
                       f"updated_at = {{now}} WHERE tenant_id = ? AND uid = ? AND status = 'processing'{held}",
-                (status, chunk_count, processing_time_ms, error_code, error, tenant_pk, job_id,
+                (status, chunk_count, processing_time_ms, error_code, error, embedded_chunks, reused_chunks,
+                 tenant_pk, job_id,
                  *([] if worker is None else [worker]))).rowcount) > 0
 
     def delete_jobs(self, store: VectorStore, job_ids: list[str]) -> int:

@@ -305,6 +305,11 @@ MIGRATIONS: list[Migration] = [
     CREATE INDEX jobs_user_claims ON jobs (tenant_id, user_id, claimed_at);
     CREATE INDEX jobs_waiting ON jobs (tenant_id, lease_until, id) WHERE status = 'processing';
     """,
+    # 14: what an upload job's ingest embedded and what it took from the version it replaced (bunko.indexing).
+    """
+    ALTER TABLE jobs ADD COLUMN embedded_chunks INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN reused_chunks INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
