@@ -334,9 +334,7 @@ class SQLServiceRecords:
                    processing_time_ms: float | None = None, error_code: str | None = None,
                    error: str | None = None, worker: str | None = None, embedded_chunks: int = 0,
                    reused_chunks: int = 0) -> bool:
-        """Set a processing job's final state (only while ``worker``, when given, holds it); False if the
-        job is no longer processing for this worker (erased, deleted, failed or claimed by another).
-        ``embedded_chunks`` and ``reused_chunks`` say how the chunks of a completed job got their vectors."""
+        """The contract's ``finish_job``: one UPDATE guarded by the job's status and, when given, its worker."""
         if status not in ("completed", "failed"):
             raise VectorStoreError(f"a job ends completed or failed, not {status!r}")
         scoped = self._scoped(store)
