@@ -12,6 +12,7 @@ kept in the user's namespace (tenant keys share one).
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -84,6 +85,15 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
         if not decision.allowed:
             raise Problem(429, "RATE_LIMITED", decision.message(),
                           headers={"Retry-After": str(decision.retry_after)})
+    tenant_decision = await asyncio.to_thread(state.limiter.check_tenant, key.tenant)
+    if not tenant_decision.allowed:
+        raise Problem(429, "QUOTA_EXCEEDED",
+                      f"this tenant's requests per minute quota is {tenant_decision.limit} and its keys made "
+                      f"{math.floor(tenant_decision.estimate) - 1} requests in the last minute; retry in "
+                      f"{tenant_decision.retry_after} s",
+                      headers={"Retry-After": str(tenant_decision.retry_after)},
+                      extra={"quota": "requests_per_minute", "limit": tenant_decision.limit,
+                             "usage": math.floor(tenant_decision.estimate) - 1})
     return key
 
 
