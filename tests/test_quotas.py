@@ -79,6 +79,20 @@ def test_a_tenant_at_its_chunk_quota_is_refused_its_next_upload_and_upsert(serve
                          files={"file": ("notice.txt", NOTICE.encode())}).status_code == 200
 
 
+def test_the_upload_workers_ingest_refuses_a_document_that_would_pass_the_quota(served: Served) -> None:
+    """Below its quota at upload time, past it with the document: the worker's write is refused whole."""
+    key = served.key("acme")
+    served.engine.backend.service_records().set_quota("acme", {"chunks": 1})
+    long_text = "\n\n".join(f"第{n}条 {NOTICE}" for n in range(60))
+    with served.client(key) as acme:
+        body = problem(acme.post("/api/v1/documents/upload?wait=true",
+                                 files={"file": ("long.txt", long_text.encode())}), 413, "QUOTA_EXCEEDED")
+        job = acme.get(f"/api/v1/documents/{body['documentId']}").json()
+        assert job["status"] == "failed" and job["error"]["code"] == "QUOTA_EXCEEDED", job
+        assert _quotas(acme)["chunks"] == {"limit": 1, "usage": 0}
+        assert acme.post("/api/v1/search/keyword", json={"query": "避難所"}).json()["results"] == []
+
+
 def test_the_ingest_and_the_upsert_of_the_library_refuse_a_write_that_passes_a_quota(
         store_url: str, embedder: object) -> None:
     with Bunko(store_url, embedder=embedder) as engine:

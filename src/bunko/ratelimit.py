@@ -40,6 +40,16 @@ class RateDecision:
         return (f"this API key made more than {self.limit} requests in the last minute; retry in "
                 f"{self.retry_after} s")
 
+    @property
+    def used(self) -> int:
+        """The requests counted in the last minute before this one (the estimate, rounded down)."""
+        return max(0, math.floor(self.estimate) - 1)
+
+    def quota_message(self) -> str:
+        """Why a request refused by its tenant's requests-per-minute quota was refused, for the caller."""
+        return (f"this tenant's requests per minute quota is {self.limit} and its keys made {self.used} requests "
+                f"in the last minute; retry in {self.retry_after} s")
+
 
 def sliding_estimate(current: int, previous: int, elapsed: float) -> float:
     """Requests in the last 60 seconds, estimated from this minute's ``current`` count, the previous minute's

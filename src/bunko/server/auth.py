@@ -12,7 +12,6 @@ kept in the user's namespace (tenant keys share one).
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -87,13 +86,10 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
                           headers={"Retry-After": str(decision.retry_after)})
     tenant_decision = await asyncio.to_thread(state.limiter.check_tenant, key.tenant)
     if not tenant_decision.allowed:
-        raise Problem(429, "QUOTA_EXCEEDED",
-                      f"this tenant's requests per minute quota is {tenant_decision.limit} and its keys made "
-                      f"{math.floor(tenant_decision.estimate) - 1} requests in the last minute; retry in "
-                      f"{tenant_decision.retry_after} s",
+        raise Problem(429, "QUOTA_EXCEEDED", tenant_decision.quota_message(),
                       headers={"Retry-After": str(tenant_decision.retry_after)},
                       extra={"quota": "requests_per_minute", "limit": tenant_decision.limit,
-                             "usage": math.floor(tenant_decision.estimate) - 1})
+                             "usage": tenant_decision.used})
     return key
 
 
