@@ -93,6 +93,20 @@ def test_the_upload_workers_ingest_refuses_a_document_that_would_pass_the_quota(
         assert acme.post("/api/v1/search/keyword", json={"query": "避難所"}).json()["results"] == []
 
 
+def test_an_upload_past_the_uploads_per_day_quota_is_429_before_its_job(served: Served) -> None:
+    key = served.key("acme")
+    size = len(NOTICE.encode())
+    served.engine.backend.service_records().set_quota("acme", {"upload_bytes_per_day": size + size // 2})
+    with served.client(key) as acme:
+        assert acme.post("/api/v1/documents/upload?wait=true",
+                         files={"file": ("a.txt", NOTICE.encode())}).status_code == 200
+        body = problem(acme.post("/api/v1/documents/upload", files={"file": ("b.txt", NOTICE.encode())}),
+                       429, "QUOTA_EXCEEDED")
+        assert (body["quota"], body["limit"], body["usage"]) == ("upload_bytes_per_day", size + size // 2, size)
+        assert [d["filename"] for d in acme.get("/api/v1/documents").json()["documents"]] == ["a.txt"]
+        assert _quotas(acme)["upload_bytes_per_day"] == {"limit": size + size // 2, "usage": size}
+
+
 def test_the_ingest_and_the_upsert_of_the_library_refuse_a_write_that_passes_a_quota(
         store_url: str, embedder: object) -> None:
     with Bunko(store_url, embedder=embedder) as engine:
@@ -115,6 +129,15 @@ def test_the_ingest_and_the_upsert_of_the_library_refuse_a_write_that_passes_a_q
             acme.add_document(Document(NOTICE, {"source": "notice.txt"}), "notes")
         assert refused.value.quota == "documents" and not refused.value.rate_like
         assert acme.quota().documents == 0
+
+        # Bytes of stored chunk text (UTF-8): "三つ目" is 9 bytes.
+        held = acme.quota().bytes
+        records.set_quota("acme", {"bytes": held + 9}, clear={"documents"})
+        with pytest.raises(QuotaExceededError) as refused:
+            acme.upsert("notes", [{"id": "c", "content": "三つ目だよ"}])
+        assert (refused.value.quota, refused.value.usage) == ("bytes", held)
+        acme.upsert("notes", [{"id": "c", "content": "三つ目"}])
+        assert acme.quota().bytes == held + 9
 
         other = engine.tenant("globex")
         other.add_document(Document(NOTICE, {"source": "notice.txt"}), "notes")
