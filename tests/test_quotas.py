@@ -54,6 +54,7 @@ def test_a_tenant_at_its_chunk_quota_is_refused_its_next_upload_and_upsert(serve
         body = problem(acme.post("/api/v1/documents/upload", files={"file": ("notice.txt", NOTICE.encode())}),
                        413, "QUOTA_EXCEEDED")
         assert (body["quota"], body["limit"], body["usage"]) == ("chunks", 2, 2), body
+        assert "chunks quota is 2 and it has 2; it is at that quota" in body["detail"], body
         assert acme.get("/api/v1/documents").json()["documents"] == []  # no job was queued
         body = problem(acme.post("/api/v1/collections/default/vectors", json={
             "records": [{"id": "n3", "content": "三つ目のメモ"}]}), 413, "QUOTA_EXCEEDED")

@@ -66,15 +66,16 @@ def check_limit(name: str, value: int) -> int:
     return value
 
 
-def exceeded(name: str, limit: int, usage: int, adding: int, unit: str = "") -> QuotaExceededError:
-    """The error for work that would take ``usage`` past ``limit`` by ``adding``."""
+def exceeded(name: str, limit: int, usage: int, adding: int | None, unit: str = "") -> QuotaExceededError:
+    """The error for work that would take ``usage`` past ``limit`` by ``adding`` (None: the tenant is at it)."""
     what = name.replace("_", " ")
+    rate_like = name in RATE_LIKE
+    used = "has used" if rate_like else "has"
+    grows = "it is at that quota" if adding is None else f"the request would add {adding}{unit}"
+    remedy = "retry later" if rate_like else "delete some data"
     return QuotaExceededError(
-        f"this tenant's {what} quota is {limit}{unit} and it has {usage}{unit}; the request would add "
-        f"{adding}{unit} (delete some data or ask the operator to raise the quota)" if name not in RATE_LIKE else
-        f"this tenant's {what} quota is {limit}{unit} and it has used {usage}{unit}; the request would add "
-        f"{adding}{unit} (retry later or ask the operator to raise the quota)",
-        quota=name, limit=limit, usage=usage, rate_like=name in RATE_LIKE)
+        f"this tenant's {what} quota is {limit}{unit} and it {used} {usage}{unit}; {grows} ({remedy} or ask the "
+        "operator to raise the quota)", quota=name, limit=limit, usage=usage, rate_like=rate_like)
 
 
 __all__ = ["MAX_LIMIT", "QUOTA_NAMES", "RATE_LIKE", "Quota", "check_limit", "exceeded"]

@@ -109,7 +109,7 @@ def check_room(store: SQLStore, conn: Any, tenant_pk: int | None, quota: Quota, 
         now = held(store, conn, tenant_pk, with_bytes="bytes" in limits)
         for name, limit in limits.items():
             if now[name] >= limit:
-                raise exceeded(name, limit, now[name], 1, " bytes" if name == "bytes" else "")
+                raise exceeded(name, limit, now[name], None, " bytes" if name == "bytes" else "")
     if quota.upload_bytes_per_day is not None and upload_bytes:
         used = uploaded_today(store, conn, tenant_pk)
         if used + upload_bytes > quota.upload_bytes_per_day:
