@@ -208,3 +208,21 @@ def test_mcp_over_http_counts_tool_calls_against_the_keys_rate_limit(
     assert [c.is_error for c in calls] == [False, False, False, True]
     assert "RATE_LIMITED" in calls[3].content[0].text and "retry in" in calls[3].content[0].text
     assert not other.is_error  # another key has its own budget
+
+
+def test_mcp_over_http_counts_tool_calls_against_the_tenants_requests_per_minute_quota(
+        tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    """A tenant's requests-per-minute quota (bunko admin tenants set-quota) counts the tool calls of all of its
+    keys, with the per-key limit off."""
+    url = f"sqlite:///{tmp_path / 'mcp.db'}"
+    _seed_store(url, embedder)
+    with Bunko(url, embedder=embedder) as engine:
+        records = engine.backend.service_records()
+        key_a = records.create_api_key("school", "child-a")[0]
+        key_b = records.create_api_key("school", "child-b")[0]
+        records.set_quota("school", {"requests_per_minute": 3})
+    with _http_server(url, tmp_path, BUNKO_RATE_LIMIT="0") as mcp_url:
+        first = asyncio.run(_http_calls(mcp_url, key_a, 2))
+        second = asyncio.run(_http_calls(mcp_url, key_b, 2))
+    assert [c.is_error for c in first + second] == [False, False, False, True]
+    assert "QUOTA_EXCEEDED: this tenant" in second[1].content[0].text and "retry in" in second[1].content[0].text

@@ -16,7 +16,7 @@ GLOBAL_TABLES = {"api_keys", "rate_windows", "schema_migrations"}
 # tenants is the distribution table itself: its id *is* the tenant key.
 TENANT_TABLES = {"collections", "documents", "document_versions", "chunks", "usage_records", "search_logs",
                  "conversation_turns", "jobs", "memory_stores", "memories", "keyword_df", "ingest_failures",
-                 "keyword_postings"}
+                 "keyword_postings", "tenant_quotas", "tenant_rate_windows"}
 # Keys of tenant tables that do not yet lead with tenant_id: the serial primary keys (globally unique
 # already; they become (tenant_id, id) when the tables are distributed) and one version key.
 NOT_YET_LEADING = {

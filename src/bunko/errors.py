@@ -318,6 +318,24 @@ class ArchiveError(BunkoError):
     code = "ARCHIVE_ERROR"
 
 
+class QuotaExceededError(BunkoError):
+    """A tenant's quota (set by the operator, ``bunko admin tenants set-quota``) refuses the work before it starts.
+
+    ``quota`` names it (``documents``, ``chunks``, ``bytes``, ``upload_bytes_per_day``, ``requests_per_minute``),
+    ``limit`` is its value and ``usage`` what the tenant holds or used (before the refused work). ``rate_like``:
+    the refusal ends with time (uploads per day, requests per minute), not only by deleting data.
+    """
+
+    code = "QUOTA_EXCEEDED"
+
+    def __init__(self, message: str, *, quota: str, limit: int, usage: int, rate_like: bool = False) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.limit = limit
+        self.usage = usage
+        self.rate_like = rate_like
+
+
 class InvalidMemoryError(BunkoError, ValueError):
     """An agent memory record or request is malformed (empty content, unknown memory type, bad user id)."""
 
@@ -415,6 +433,7 @@ __all__ = [
     "ProviderAuthFailed",
     "ProviderFailure",
     "ProviderTimeout",
+    "QuotaExceededError",
     "RAGPipelineError",
     "RagCorpusNotFoundError",
     "RagSearchError",

@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from . import crashpoints
-from .errors import BunkoError, EmbedderMismatchError, NotFoundError, RAGPipelineError
+from .errors import BunkoError, EmbedderMismatchError, NotFoundError, QuotaExceededError, RAGPipelineError
 from .indexing import IndexManager
 from .loaders import LoadOptions, Skipped, discover, load_path
 from .loaders.url import FetchPolicy
@@ -286,10 +286,10 @@ class _Runner:
 
 def document_result(report: IngestReport, document: Document) -> IngestResult:
     """The result of ingesting one document (``add_document``), or its failure raised: a missing collection,
-    another embedder's collection, or any other error as ``RAGPipelineError`` naming the source."""
+    another embedder's collection, a tenant quota, or any other error as ``RAGPipelineError`` naming the source."""
     if report.errors:
         error = report.errors[0].exception
-        if error is None or isinstance(error, NotFoundError | EmbedderMismatchError):
+        if error is None or isinstance(error, NotFoundError | EmbedderMismatchError | QuotaExceededError):
             raise error or BunkoError(report.errors[0].message)
         raise RAGPipelineError(f"{document.source}: {error.message}") from error
     result = report.documents[0]

@@ -53,6 +53,11 @@ class TenantJobs:
         """Where the upload of a job waits for its worker."""
         return job_folder(self.spool, self.tenant, job_id)
 
+    def check_upload(self, size: int) -> None:
+        """Refuse (``QuotaExceededError``) an upload of ``size`` bytes before its job is queued: the tenant is
+        at a quota on what it holds, or the upload would pass its uploads-per-day quota."""
+        self._records.check_upload(self._store, size)
+
     # -- one job ----------------------------------------------------------------------------------
     def create(self, job: Job, *, replace: bool = False) -> None:
         """Record a job waiting for a worker; ``replace``: the job of the document's earlier version (same id)

@@ -7,6 +7,9 @@ current``. A fixed one-minute window lets twice the limit through around a minut
 just before it, the limit again just after); the estimate does not, since just after the boundary the
 previous minute still counts almost whole.
 
+A tenant's requests-per-minute quota (set by the operator) is judged the same way over the tenant's own
+windows, counting the requests of all of its keys (:meth:`RateLimiter.check_tenant`).
+
 The REST API (:mod:`bunko.server.auth`) and MCP over HTTP (:mod:`bunko.integrations.mcp_server`) share
 one limiter per process, over the same windows, so a key has one budget whichever way it calls.
 """
@@ -36,6 +39,16 @@ class RateDecision:
         """Why a refused request was refused, for the caller."""
         return (f"this API key made more than {self.limit} requests in the last minute; retry in "
                 f"{self.retry_after} s")
+
+    @property
+    def used(self) -> int:
+        """The requests counted in the last minute before this one (the estimate, rounded down)."""
+        return max(0, math.floor(self.estimate) - 1)
+
+    def quota_message(self) -> str:
+        """Why a request refused by its tenant's requests-per-minute quota was refused, for the caller."""
+        return (f"this tenant's requests per minute quota is {self.limit} and its keys made {self.used} requests "
+                f"in the last minute; retry in {self.retry_after} s")
 
 
 def sliding_estimate(current: int, previous: int, elapsed: float) -> float:
@@ -79,6 +92,20 @@ class RateLimiter:
         if estimate <= self.limit:
             return RateDecision(True, estimate, self.limit)
         return RateDecision(False, estimate, self.limit, retry_after(current, previous, elapsed, self.limit))
+
+    def check_tenant(self, tenant: str) -> RateDecision:
+        """Count one request of ``tenant`` against its requests-per-minute quota (:mod:`bunko.stores.quotas`),
+        over all of its keys, and judge it the same way (allowed when it has no such quota)."""
+        now = self.clock() if self.clock is not None else time.time()
+        window = int(now // WINDOW_SECONDS)
+        elapsed = now - window * WINDOW_SECONDS
+        limit, current, previous = self.records.tenant_rate_count(tenant, window)
+        if limit is None:
+            return RateDecision(True, 0.0, 0)
+        estimate = sliding_estimate(current, previous, elapsed)
+        if estimate <= limit:
+            return RateDecision(True, estimate, limit)
+        return RateDecision(False, estimate, limit, retry_after(current, previous, elapsed, limit))
 
 
 __all__ = ["WINDOW_SECONDS", "RateDecision", "RateLimiter", "retry_after", "sliding_estimate"]

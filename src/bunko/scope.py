@@ -32,7 +32,7 @@ from .pipeline import RAGPipeline
 from .search import Retriever
 from .splitters import splitter_spec
 from .spool import spool_root
-from .stores.service import conversation_prefix, service_records
+from .stores.service import QuotaStatus, conversation_prefix, service_records
 from .types import RecordOwner, SearchHit, UsageEvent
 from .usage import Meter, route, store_kind
 
@@ -150,6 +150,10 @@ class TenantScope(Generic[E]):
         engine = self._engine
         return TenantJobs(service_records(engine.backend), self._store,
                           self._spool or spool_root(engine.settings), flush=engine.flush_usage)
+
+    def quota(self) -> QuotaStatus:
+        """This tenant's quotas (set by the operator) beside its usage (:mod:`bunko.stores.quotas`)."""
+        return service_records(self._engine.backend).quota_status(self._store)
 
     def index_manager(self, collection: str = DEFAULT_COLLECTION, *, splitter: str | None = None,
                       analyzer: str | None = None, embedder: Any = None) -> IndexManager:

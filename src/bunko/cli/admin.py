@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from ..stores.quotas import MAX_LIMIT, QUOTA_NAMES
 from .common import (
     confirm,
     emit_json,
@@ -32,7 +33,7 @@ def admin() -> None:
 
 @admin.group("tenants")
 def admin_tenants() -> None:
-    """Create, list and delete tenants."""
+    """Create, list and delete tenants, and set their quotas."""
 
 
 @admin.group("keys")
@@ -110,6 +111,54 @@ def tenants_list(ctx: click.Context, as_json: bool) -> None:
     for t in tenants:
         stdout.print(f"{escape(t.name)}  {t.collections} collections, {t.documents} documents, "
                      f"{t.api_keys} active keys  [dim]created {t.created_at}[/]")
+
+
+def _limit(name: str) -> Any:
+    return click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(0, MAX_LIMIT), default=None,
+                        metavar="N", help=QUOTA_HELP[name])
+
+
+QUOTA_HELP = {
+    "documents": "Documents the tenant may hold.",
+    "chunks": "Chunks (records) the tenant may hold, uploads and upserts together.",
+    "bytes": "Bytes of chunk text (UTF-8) the tenant may hold.",
+    "upload_bytes_per_day": "Bytes of files the tenant may upload over HTTP in 24 hours.",
+    "requests_per_minute": "HTTP requests per minute over all of the tenant's keys.",
+}
+
+
+QUOTA_CLI_NAMES = ("documents", "chunks", "bytes", "uploads-per-day", "requests-per-minute")
+
+
+@admin_tenants.command("set-quota")
+@click.argument("name")
+@_limit("documents")
+@_limit("chunks")
+@_limit("bytes")
+@click.option("--uploads-per-day", "upload_bytes_per_day", type=click.IntRange(0, MAX_LIMIT), default=None,
+              metavar="N", help=QUOTA_HELP["upload_bytes_per_day"])
+@_limit("requests_per_minute")
+@click.option("--clear", "clear", multiple=True, type=click.Choice(QUOTA_CLI_NAMES),
+              help="Remove this quota (no limit); may be given more than once.")
+@json_command()
+def tenants_set_quota(ctx: click.Context, name: str, clear: tuple[str, ...], as_json: bool,
+                      **limits: int | None) -> None:
+    """Set the quotas of tenant NAME (unset ones stay as they are; --clear removes one) and show them.
+
+    Work that would pass a quota is refused before it starts with QUOTA_EXCEEDED (HTTP 413 for documents,
+    chunks and bytes, 429 for uploads per day and requests per minute)."""
+    records = open_records(ctx)
+    cleared = {QUOTA_NAMES[QUOTA_CLI_NAMES.index(c)] for c in clear}
+    both = cleared & {k for k, v in limits.items() if v is not None}
+    if both:
+        fail("ConfigError", f"quota {sorted(both)[0]} is both set and cleared", as_json)
+    quota = records.set_quota(name, limits, cleared)
+    if as_json:
+        emit_json({"tenant": name, "quota": quota.to_dict()})
+        return
+    stderr.print(f"quotas of tenant '{escape(name)}':")
+    for key, value in quota.to_dict().items():
+        stdout.print(f"  {key.replace('_', ' ')}: {'no limit' if value is None else value}")
 
 
 @admin_tenants.command("delete")

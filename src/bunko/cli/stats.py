@@ -40,29 +40,42 @@ def parse_since(value: str | None) -> datetime | None:
               help="Only usage since then: 7d, 24h, 30m, or an ISO date/time like 2026-11-01.")
 @json_command()
 def usage(ctx: click.Context, tenant: str, since: str | None, as_json: bool) -> None:
-    """Summarise a tenant's usage: embedding and LLM tokens, searches and upserts."""
+    """Summarise a tenant's usage: embedding and LLM tokens, searches and upserts, and each quota beside its usage."""
     start = parse_since(since)
-    totals = get_engine(ctx).tenant(tenant).usage(start)
+    scope = get_engine(ctx).tenant(tenant)
+    totals = scope.usage(start)
+    quotas = scope.quota()
     if as_json:
         emit_json({"tenant": tenant, "since": start.isoformat() if start else None,
-                    "usage": [t.to_dict() for t in totals]})
+                   "usage": [t.to_dict() for t in totals], "quotas": quotas.to_dict()})
         return
     if not totals:
         stderr.print(f"no usage recorded for tenant '{escape(tenant)}'" + (f" since {start:%Y-%m-%d %H:%M} UTC"
                                                                           if start else ""))
-        return
-    table = Table(title=f"usage of tenant '{escape(tenant)}'" + (f" since {start:%Y-%m-%d %H:%M} UTC" if start else ""),
-                  title_justify="left")
-    for name in ("operation", "provider", "model"):
-        table.add_column(name, overflow="fold")
-    for name in ("calls", "input tokens", "output tokens", "items", "avg ms"):
-        table.add_column(name, justify="right")
-    for t in totals:
-        row = t.to_dict()
-        table.add_row(escape(t.operation), escape(t.provider), escape(t.model), str(t.calls), str(t.input_tokens),
-                      str(t.output_tokens), str(t.items), f"{row['latency_ms_avg']:.1f}")
-    stdout.print(table)
+    else:
+        table = Table(title=f"usage of tenant '{escape(tenant)}'"
+                      + (f" since {start:%Y-%m-%d %H:%M} UTC" if start else ""), title_justify="left")
+        for name in ("operation", "provider", "model"):
+            table.add_column(name, overflow="fold")
+        for name in ("calls", "input tokens", "output tokens", "items", "avg ms"):
+            table.add_column(name, justify="right")
+        for t in totals:
+            row = t.to_dict()
+            table.add_row(escape(t.operation), escape(t.provider), escape(t.model), str(t.calls),
+                          str(t.input_tokens), str(t.output_tokens), str(t.items), f"{row['latency_ms_avg']:.1f}")
+        stdout.print(table)
+    stdout.print(quota_table(tenant, quotas.to_dict()))
 
+
+def quota_table(tenant: str, quotas: dict[str, dict[str, int | None]]) -> Table:
+    """Each quota of a tenant beside its usage (now; uploads over the last 24 hours, requests this minute)."""
+    table = Table(title=f"quotas of tenant '{escape(tenant)}'", title_justify="left")
+    for name in ("quota", "usage", "limit"):
+        table.add_column(name, justify="left" if name == "quota" else "right")
+    for name, figures in quotas.items():
+        limit = figures["limit"]
+        table.add_row(name.replace("_", " "), str(figures["usage"]), "no limit" if limit is None else str(limit))
+    return table
 
 
 @click.command("stats")

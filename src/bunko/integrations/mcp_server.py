@@ -97,6 +97,9 @@ class BunkoMCP(MCPServer):
             decision = await asyncio.to_thread(self.limiter.check, key.id)
             if not decision.allowed:
                 raise ToolError(f"RATE_LIMITED: {decision.message()}")
+        quota = await asyncio.to_thread(self.limiter.check_tenant, key.tenant)
+        if not quota.allowed:
+            raise ToolError(f"QUOTA_EXCEEDED: {quota.quota_message()}")
         return Caller(self.engine.tenant(key.tenant).for_user(key.user_id, admin=key.admin), key.user_id)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:

@@ -84,6 +84,12 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
         if not decision.allowed:
             raise Problem(429, "RATE_LIMITED", decision.message(),
                           headers={"Retry-After": str(decision.retry_after)})
+    tenant_decision = await asyncio.to_thread(state.limiter.check_tenant, key.tenant)
+    if not tenant_decision.allowed:
+        raise Problem(429, "QUOTA_EXCEEDED", tenant_decision.quota_message(),
+                      headers={"Retry-After": str(tenant_decision.retry_after)},
+                      extra={"quota": "requests_per_minute", "limit": tenant_decision.limit,
+                             "usage": tenant_decision.used})
     return key
 
 

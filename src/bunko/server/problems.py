@@ -64,6 +64,8 @@ class Problem(Exception):
 
 def status_of(exc: BunkoError) -> int:
     """The HTTP status for an engine error."""
+    if isinstance(exc, errors.QuotaExceededError) and exc.rate_like:
+        return 429  # uploads per day, requests per minute: the same request succeeds later
     return _status_of_type(type(exc))
 
 
@@ -75,6 +77,8 @@ _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((errors.FilterError,), 422),
     ((errors.UnsupportedFormatError,), 415),
     ((errors.ArchiveTooLargeError,), 413),
+    # What a tenant holds (documents, chunks, bytes): too large for its quota until data goes or the quota rises.
+    ((errors.QuotaExceededError,), 413),
     ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError), 409),
     ((errors.RateLimited,), 503),
     ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
@@ -118,6 +122,8 @@ def from_bunko(exc: BunkoError) -> Problem:
         extra["problems"] = [p.to_dict() for p in cause.problems]
     elif isinstance(cause, errors.InvalidFieldError):
         extra["field"] = cause.field
+    elif isinstance(cause, errors.QuotaExceededError):
+        extra.update(quota=cause.quota, limit=cause.limit, usage=cause.usage)
     detail = exc.message
     if status == 500:
         logger.error("server-side error: %s: %s", type(cause).__name__, exc.message)

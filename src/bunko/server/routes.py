@@ -167,6 +167,7 @@ async def upload_document(
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
+        await asyncio.to_thread(jobs.check_upload, size)  # quotas: refused before the job is queued
         kind = await asyncio.to_thread(_kind, path, state.settings.max_upload_bytes)
         if password:
             if kind != "pdf":
@@ -540,9 +541,12 @@ async def usage(
     caller: CallerDep,
     since: Annotated[datetime | None, Query(description="ISO-8601 time; default: everything")] = None,
 ) -> schemas.UsageResponse:
-    """Calls, tokens, items and latency per operation, provider and model."""
+    """Calls, tokens, items and latency per operation, provider and model; each quota beside its usage."""
     totals = await asyncio.to_thread(caller.scope.usage, since)
-    return schemas.UsageResponse(tenant=caller.tenant, usage=[t.to_dict() for t in totals])
+    quotas = await asyncio.to_thread(caller.scope.quota)
+    return schemas.UsageResponse(tenant=caller.tenant, usage=[t.to_dict() for t in totals],
+                                 quotas={name: schemas.QuotaFigure(**figures)
+                                         for name, figures in quotas.to_dict().items()})
 
 
 @router.delete("/users/{user_id}/data", response_model=schemas.Erasure, responses=PROBLEM_RESPONSES,

@@ -262,9 +262,17 @@ class CollectionList(BaseModel):
     collections: list[CollectionInfo]
 
 
+class QuotaFigure(BaseModel):
+    limit: int | None = Field(description="the operator's limit; null: no limit")
+    usage: int = Field(description="what the tenant holds now (documents, chunks, bytes), uploaded in the last "
+                                   "24 hours (upload_bytes_per_day) or requested this minute (requests_per_minute)")
+
+
 class UsageResponse(BaseModel):
     tenant: str
     usage: list[dict[str, Any]]
+    quotas: dict[str, QuotaFigure] = Field(default_factory=dict,
+                                           description="each quota beside its usage (bunko admin tenants set-quota)")
 
 
 class SearchLogEntry(BaseModel):

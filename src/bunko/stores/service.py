@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError
 from .base import StoreBackend, VectorStore
+from .quotas import Quota
 
 KEY_PREFIX = "bk_"
 JOB_STATUSES = ("processing", "completed", "failed")
@@ -167,8 +168,49 @@ class Erasure:
                 "collections": self.collections, "memories": self.memories, "ingestFailures": self.ingest_failures}
 
 
+@dataclass(slots=True, frozen=True)
+class QuotaStatus:
+    """A tenant's quotas beside what it holds and used (``bunko usage``, ``GET /usage``)."""
+
+    quota: Quota
+    documents: int = 0
+    chunks: int = 0
+    bytes: int = 0  # UTF-8 size of the stored chunk text
+    upload_bytes_per_day: int = 0  # bytes uploaded over HTTP in the last 24 hours
+    requests_per_minute: int = 0  # requests counted in the current minute (only while that quota is set)
+
+    def to_dict(self) -> dict[str, dict[str, int | None]]:
+        """Each quota name -> {"limit": the limit or None, "usage": the usage}."""
+        return {name: {"limit": getattr(self.quota, name), "usage": getattr(self, name)}
+                for name in self.quota.to_dict()}
+
+
 class ServiceRecords(Protocol):
     """Backend-level records of the server (keys, rate limits) and tenant-bound jobs."""
+
+    def get_quota(self, tenant: str) -> Quota:
+        """A tenant's quota (no limits when none was set)."""
+        ...
+
+    def set_quota(self, tenant: str, values: dict[str, int | None], clear: set[str] | frozenset[str] = frozenset(),
+                  ) -> Quota:
+        """Set (``values``; None leaves one as it is) and clear (``clear``) a registered tenant's quotas, as the
+        operator; returns the quota now in force. ``NotFoundError`` for an unknown tenant."""
+        ...
+
+    def quota_status(self, store: VectorStore) -> QuotaStatus:
+        """The store's tenant's quotas with its usage."""
+        ...
+
+    def check_upload(self, store: VectorStore, size: int) -> None:
+        """Refuse (``QuotaExceededError``) an upload of ``size`` bytes before its job is queued: a quota on what
+        the tenant holds is already reached, or the upload would pass its uploads-per-day quota."""
+        ...
+
+    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int | None, int, int]:
+        """The tenant's requests-per-minute quota (None: none, and nothing counted), and when set the request
+        counted: (the quota, the window's count so far, the previous window's)."""
+        ...
 
     def create_tenant(self, tenant: str) -> bool:
         """Register a tenant; False if it already existed."""

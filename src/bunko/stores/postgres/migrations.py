@@ -25,7 +25,13 @@ from typing import Any
 from ...analysis import get_analyzer, token_pairs
 from ..sql.postings import Counted
 from .dialect import POSTGRES, PostingsCopy
-from .migrations_tenancy import M016_RECORD_OWNERS, M017_SLIDING_RATES, M018_FAIR_CLAIMS, M019_JOB_REUSE
+from .migrations_tenancy import (
+    M016_RECORD_OWNERS,
+    M017_SLIDING_RATES,
+    M018_FAIR_CLAIMS,
+    M019_JOB_REUSE,
+    M020_TENANT_QUOTAS,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +237,9 @@ _GRANTS = [
         IF to_regprocedure('bunko.authenticate_key(text)') IS NOT NULL THEN
             REVOKE ALL ON bunko.api_keys, bunko.rate_windows FROM {APP_ROLE};
             REVOKE ALL ON SEQUENCE bunko.api_keys_id_seq FROM {APP_ROLE};
+        END IF;
+        IF to_regclass('bunko.tenant_quotas') IS NOT NULL THEN  -- quotas: the operator's (m020)
+            REVOKE INSERT, UPDATE, DELETE ON bunko.tenant_quotas FROM {APP_ROLE};
         END IF;
     END
     $do$""",
@@ -655,6 +664,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m017_sliding_rate_windows", M017_SLIDING_RATES),
     ("m018_fair_job_claims", M018_FAIR_CLAIMS),
     ("m019_job_chunk_reuse", M019_JOB_REUSE),
+    ("m020_tenant_quotas", M020_TENANT_QUOTAS),
 ]
 
 BOOTSTRAP = [

@@ -110,4 +110,34 @@ M019_JOB_REUSE = [
     "ADD COLUMN reused_chunks integer NOT NULL DEFAULT 0",
 ]
 
-__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE"]
+# m020: per-tenant quotas (bunko.stores.quotas; NULL: no limit). The operator (the owner login) sets them; the
+# application role reads its own tenant's row only (the grants revoke its writes), so a server process cannot
+# raise its tenant's quota. A tenant's request windows (its requests-per-minute quota) are tenant data.
+M020_TENANT_QUOTAS = [
+    """CREATE TABLE bunko.tenant_quotas (
+        tenant_id bigint PRIMARY KEY REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        documents bigint,
+        chunks bigint,
+        bytes bigint,
+        upload_bytes_per_day bigint,
+        requests_per_minute integer
+    )""",
+    "ALTER TABLE bunko.tenant_quotas ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE bunko.tenant_quotas FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY tenant_read ON bunko.tenant_quotas FOR SELECT "
+    "USING (tenant_id = NULLIF(current_setting('bunko.tenant_id', true), '')::bigint)",
+    "CREATE POLICY quota_operator ON bunko.tenant_quotas TO CURRENT_USER USING (true) WITH CHECK (true)",
+    """CREATE TABLE bunko.tenant_rate_windows (
+        tenant_id bigint NOT NULL REFERENCES bunko.tenants (id) ON DELETE CASCADE,
+        window_start bigint NOT NULL,
+        hits integer NOT NULL,
+        PRIMARY KEY (tenant_id, window_start)
+    )""",
+    "ALTER TABLE bunko.tenant_rate_windows ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE bunko.tenant_rate_windows FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY tenant_isolation ON bunko.tenant_rate_windows "
+    "USING (tenant_id = NULLIF(current_setting('bunko.tenant_id', true), '')::bigint) "
+    "WITH CHECK (tenant_id = NULLIF(current_setting('bunko.tenant_id', true), '')::bigint)",
+]
+
+__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE", "M020_TENANT_QUOTAS"]

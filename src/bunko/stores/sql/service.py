@@ -14,6 +14,7 @@ from typing import Any
 
 from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, VectorStoreError
 from ..base import VectorStore
+from ..quotas import QUOTA_NAMES, Quota
 from ..service import (
     LEASE_SECONDS,
     APIKey,
@@ -21,12 +22,14 @@ from ..service import (
     ClaimResult,
     Erasure,
     Job,
+    QuotaStatus,
     TenantInfo,
     check_user_id,
     conversation_prefix,
     hash_key,
     new_api_key,
 )
+from . import quotas
 from .memory import SQLMemories
 from .store import SQLBackend, SQLStore
 
@@ -189,6 +192,70 @@ class SQLServiceRecords:
             previous = self._run(conn, "SELECT hits FROM rate_windows WHERE key_id = ? AND window_start = ?",
                                  (key_id, window_start - 1)).fetchone()
         return count, 0 if previous is None else int(previous[0])
+
+    # -- quotas (bunko.stores.quotas) ------------------------------------------------------------
+    def get_quota(self, tenant: str) -> Quota:
+        """A tenant's quota (no limits when none was set)."""
+        store = self.backend.for_tenant(tenant)
+        with store.session() as (conn, tenant_pk):
+            return quotas.read_quota(store, conn, tenant_pk)
+
+    def set_quota(self, tenant: str, values: dict[str, int | None], clear: set[str] | frozenset[str] = frozenset(),
+                  ) -> Quota:
+        """Set and clear a registered tenant's quotas, as the operator; returns the quota now in force."""
+        self._require_operator("set quotas")
+        quota = self.get_quota(tenant).changed(values, clear)  # checks the names and values first
+        with self._operator("set quotas", write=True) as conn:
+            row = self._run(conn, "SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"tenant {tenant!r} does not exist; create it with `bunko admin tenants create`")
+            limits = [getattr(quota, name) for name in QUOTA_NAMES]
+            self._run(conn, f"INSERT INTO tenant_quotas (tenant_id, {', '.join(QUOTA_NAMES)}) "
+                            f"VALUES (?, {', '.join('?' for _ in QUOTA_NAMES)}) ON CONFLICT (tenant_id) DO UPDATE SET "
+                            + ", ".join(f"{name} = excluded.{name}" for name in QUOTA_NAMES),
+                      (int(row[0]), *limits))
+        return quota
+
+    def quota_status(self, store: VectorStore) -> QuotaStatus:
+        """The store's tenant's quotas with its usage."""
+        scoped = self._scoped(store)
+        with scoped.session() as (conn, tenant_pk):
+            quota = quotas.read_quota(scoped, conn, tenant_pk)
+            held = quotas.held(scoped, conn, tenant_pk)
+            uploaded = quotas.uploaded_today(scoped, conn, tenant_pk)
+            requests = 0
+            if tenant_pk is not None and quota.requests_per_minute is not None:
+                found = scoped.run(conn, "SELECT hits FROM tenant_rate_windows WHERE tenant_id = ? "
+                                         "AND window_start = ?", (tenant_pk, int(time.time() // 60))).fetchone()
+                requests = 0 if found is None else int(found[0])
+        return QuotaStatus(quota, held["documents"], held["chunks"], held["bytes"], uploaded, requests)
+
+    def check_upload(self, store: VectorStore, size: int) -> None:
+        """Refuse (``QuotaExceededError``) an upload of ``size`` bytes before its job is queued."""
+        scoped = self._scoped(store)
+        with scoped.session() as (conn, tenant_pk):
+            quota = quotas.read_quota(scoped, conn, tenant_pk)
+            if not quota.is_empty():
+                quotas.check_room(scoped, conn, tenant_pk, quota, upload_bytes=size)
+
+    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int | None, int, int]:
+        """The tenant's requests-per-minute quota and, when set, the request counted in its windows."""
+        scoped = self.backend.for_tenant(tenant)
+        with scoped.session() as (conn, tenant_pk):
+            limit = quotas.read_quota(scoped, conn, tenant_pk).requests_per_minute
+        if limit is None or tenant_pk is None:
+            return None, 0, 0
+        with scoped.session(write=True) as (conn, tenant_pk):
+            count = int(scoped.run(
+                conn, "INSERT INTO tenant_rate_windows (tenant_id, window_start, hits) VALUES (?, ?, 1) ON CONFLICT "
+                      "(tenant_id, window_start) DO UPDATE SET hits = tenant_rate_windows.hits + 1 RETURNING hits",
+                (tenant_pk, window_start)).fetchone()[0])
+            if count == 1:  # a new window: forget those before the previous one
+                scoped.run(conn, "DELETE FROM tenant_rate_windows WHERE tenant_id = ? AND window_start < ?",
+                           (tenant_pk, window_start - 1))
+            previous = scoped.run(conn, "SELECT hits FROM tenant_rate_windows WHERE tenant_id = ? "
+                                        "AND window_start = ?", (tenant_pk, window_start - 1)).fetchone()
+        return limit, count, 0 if previous is None else int(previous[0])
 
     # -- tenant data: jobs and erasure ----------------------------------------------------------
     def _job(self, row: Any) -> Job:

@@ -54,7 +54,7 @@ from ..base import (
     StoredChunk,
     check_analyzer,
 )
-from . import owners
+from . import owners, quotas
 from .dialect import Dialect
 from .plan import PlannedWrite, StoredDocument, plan_writes
 from .reader import DOCUMENT_JOIN, SQLReader
@@ -421,6 +421,7 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None
+            guard = quotas.begin(self, conn, tenant_pk)
             crashpoints.reach("store.write.begin")
             same_analyzer(row.analyzer, analyzer, collection)
             collection_pk, dim = row.key, row.dimension
@@ -473,6 +474,7 @@ class SQLStore:
                 self._wrote(conn, tenant_pk, collection_pk)
             total = int(self.run(conn, "SELECT chunk_count FROM collections WHERE tenant_id = ? AND id = ?",
                                  (tenant_pk, collection_pk)).fetchone()[0])
+            quotas.enforce(self, conn, tenant_pk, guard)
             crashpoints.reach("store.write.chunks")
         crashpoints.reach("store.write.committed")
         self._after_write(collection_pk, total)
@@ -568,6 +570,7 @@ class SQLStore:
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None
+            guard = quotas.begin(self, conn, tenant_pk)
             same_analyzer(row.analyzer, analyzer, collection)
             collection_pk = row.key
             check_dimension(row.dimension, vectors.shape[1] if vectors.ndim == 2 else -1, collection)
@@ -593,6 +596,7 @@ class SQLStore:
                  len(r.content), 0, r.content, r.metadata) for i, r in enumerate(records)]
             self._insert_chunks(conn, tenant_pk, collection_pk, rows, vectors, keywords)
             owners.stamp(self, conn, tenant_pk, collection_pk, owner, records, ids, found)
+            quotas.enforce(self, conn, tenant_pk, guard)
             self._wrote(conn, tenant_pk, collection_pk)
         return ids
 

@@ -310,6 +310,24 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE jobs ADD COLUMN embedded_chunks INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN reused_chunks INTEGER NOT NULL DEFAULT 0;
     """,
+    # 15: per-tenant quotas set by the operator (bunko.stores.quotas; NULL: no limit), and the tenant's own
+    # request windows for its requests-per-minute quota (bunko.ratelimit).
+    """
+    CREATE TABLE tenant_quotas (
+        tenant_id INTEGER PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+        documents INTEGER,
+        chunks INTEGER,
+        bytes INTEGER,
+        upload_bytes_per_day INTEGER,
+        requests_per_minute INTEGER
+    );
+    CREATE TABLE tenant_rate_windows (
+        tenant_id INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+        window_start INTEGER NOT NULL,
+        hits INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, window_start)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
