@@ -69,6 +69,12 @@ def retry_after(current: int, previous: int, elapsed: float, limit: int) -> int:
     return max(1, math.ceil(WINDOW_SECONDS - elapsed + max(0.0, later)))
 
 
+# How long a process trusts the requests-per-minute quota it read for a tenant: a tenant without one then
+# costs its requests no store transaction at all (most tenants), and a quota the operator sets or clears
+# applies within this many seconds.
+QUOTA_SECONDS = 5.0
+
+
 class RateLimiter:
     """A per-key sliding-window limit of ``limit`` requests per minute (0: no limit), over ``records``.
 
@@ -79,6 +85,17 @@ class RateLimiter:
         self.records = records
         self.limit = limit
         self.clock = clock
+        self._quotas: dict[str, tuple[float, int | None]] = {}  # tenant -> (trusted until, monotonic; its quota)
+
+    def _tenant_quota(self, tenant: str) -> int | None:
+        """The tenant's requests-per-minute quota, read again once ``QUOTA_SECONDS`` have passed."""
+        now = time.monotonic()
+        known = self._quotas.get(tenant)
+        if known is not None and known[0] > now:
+            return known[1]
+        limit = self.records.get_quota(tenant).requests_per_minute
+        self._quotas[tenant] = (now + QUOTA_SECONDS, limit)
+        return limit
 
     def check(self, key_id: int) -> RateDecision:
         """Count one request of ``key_id`` and judge it (blocking: it writes to the store)."""
@@ -96,6 +113,8 @@ class RateLimiter:
     def check_tenant(self, tenant: str) -> RateDecision:
         """Count one request of ``tenant`` against its requests-per-minute quota (:mod:`bunko.stores.quotas`),
         over all of its keys, and judge it the same way (allowed when it has no such quota)."""
+        if self._tenant_quota(tenant) is None:
+            return RateDecision(True, 0.0, 0)
         now = self.clock() if self.clock is not None else time.time()
         window = int(now // WINDOW_SECONDS)
         elapsed = now - window * WINDOW_SECONDS
@@ -108,4 +127,4 @@ class RateLimiter:
         return RateDecision(False, estimate, limit, retry_after(current, previous, elapsed, limit))
 
 
-__all__ = ["WINDOW_SECONDS", "RateDecision", "RateLimiter", "retry_after", "sliding_estimate"]
+__all__ = ["QUOTA_SECONDS", "WINDOW_SECONDS", "RateDecision", "RateLimiter", "retry_after", "sliding_estimate"]
