@@ -243,6 +243,12 @@ class CollectionNotFoundError(NotFoundError):
     code = "COLLECTION_NOT_FOUND"
 
 
+class UploadInProgressError(VectorStoreError):
+    """A file of the same name is still being processed in the collection: its new version waits until it ends."""
+
+    code = "UPLOAD_IN_PROGRESS"
+
+
 class DocumentNotFoundError(NotFoundError):
     """The document does not exist in this tenant's collection."""
 
@@ -429,5 +435,6 @@ __all__ = [
     "SplitterError",
     "UnknownProviderError",
     "UnsupportedFormatError",
+    "UploadInProgressError",
     "VectorStoreError",
 ]

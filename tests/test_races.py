@@ -1,0 +1,101 @@
+"""Races of the upload path, forced in a chosen order (no sleeps): two uploads of one file name at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bunko.errors import BunkoError, UploadInProgressError
+from bunko.jobs import TenantJobs
+from bunko.stores import StoreBackend, open_backend
+from bunko.stores.service import Job, service_records
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else f"sqlite:///{tmp_path / 's.db'}"
+    b = open_backend(url)
+    yield b
+    b.close()
+
+
+def test_two_uploads_of_one_name_checked_before_either_is_recorded_make_one_job(backend: StoreBackend,
+                                                                               tmp_path: Path) -> None:
+    jobs = TenantJobs(service_records(backend), backend.for_tenant("acme"), tmp_path / "spool")
+    first = jobs.upload_target("docs", "a.txt")
+    second = jobs.upload_target("docs", "a.txt")  # both checks before either insert
+    assert first.busy is None and second.busy is None
+    jobs.create(Job("one", "docs", "a.txt", 1, lease_until=0.0))
+    with pytest.raises(BunkoError) as refused:
+        jobs.create(Job("two", "docs", "a.txt", 1, lease_until=0.0))
+    assert refused.value.code == "UPLOAD_IN_PROGRESS"
+    assert [j.id for j in jobs.list()] == ["one"]
+
+
+def _staged(jobs: TenantJobs, text: str) -> Path:
+    folder = jobs.staging()
+    folder.mkdir(parents=True)
+    (folder / "a.txt").write_text(text)
+    return folder
+
+
+def test_two_new_versions_of_one_document_at_once_keep_the_first_ones_file(backend: StoreBackend,
+                                                                          tmp_path: Path) -> None:
+    """Both uploads name the same document (same id, same job folder): the one refused leaves the other's file."""
+    records = service_records(backend)
+    store = backend.for_tenant("acme")
+    jobs = TenantJobs(records, store, tmp_path / "spool")
+    records.create_job(store, Job("doc", "docs", "a.txt", 1, lease_until=0.0))
+    assert records.finish_job(store, "doc", "completed")  # the first version is stored
+    first, second = _staged(jobs, "version two"), _staged(jobs, "version three")  # both spooled, both checked
+    jobs.create(Job("doc", "docs", "a.txt", 1, lease_until=0.0), replace=True, staged=first)
+    with pytest.raises(UploadInProgressError):
+        jobs.create(Job("doc", "docs", "a.txt", 1, lease_until=0.0), replace=True, staged=second)
+    assert (jobs.folder("doc") / "a.txt").read_text() == "version two"
+    assert [(j.id, j.status) for j in jobs.list()] == [("doc", "processing")]
+
+
+def test_two_job_creations_in_flight_at_once_on_postgresql_make_one_job(pg_url: str, tmp_path: Path) -> None:
+    """The first creation holds its transaction open (job inserted, not committed) while the second checks:
+    the second waits for it, then sees the first job and is refused."""
+    import psycopg
+
+    backend = open_backend(pg_url)
+    try:
+        records = service_records(backend)
+        store = backend.for_tenant("acme")
+        records.create_tenant("acme")
+        inserted, go = threading.Event(), threading.Event()
+        outcome: dict[str, BaseException | None] = {}
+
+        def first_inside() -> None:
+            inserted.set()
+            assert go.wait(600)  # only catches a hang
+
+        def create(name: str, hook: Callable[[], None] | None) -> None:
+            try:
+                records.create_job(store, Job(name, "docs", "a.txt", 1, lease_until=0.0), before_commit=hook)
+                outcome[name] = None
+            except BaseException as exc:  # recorded for the assertions below
+                outcome[name] = exc
+
+        one = threading.Thread(target=create, args=("one", first_inside))
+        one.start()
+        assert inserted.wait(600)
+        two = threading.Thread(target=create, args=("two", None))
+        two.start()
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # until the second waits for the first (or ended)
+            while two.is_alive() and not conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                                      "AND NOT granted").fetchone()[0]:
+                pass
+        go.set()
+        one.join()
+        two.join()
+        assert outcome["one"] is None and isinstance(outcome["two"], UploadInProgressError)
+        assert [j.id for j in records.list_jobs(store)] == ["one"]
+    finally:
+        backend.close()
+
