@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from bunko import Bunko, Tenant
+from bunko.embedders import UniversalSentenceEncoderEmbedder
 from bunko.errors import BunkoError, UploadInProgressError
 from bunko.jobs import TenantJobs
+from bunko.server.worker import Worker
 from bunko.stores import StoreBackend, open_backend
 from bunko.stores.service import Job, service_records
+from bunko.testing.hooks import paused_at
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -98,4 +103,45 @@ def test_two_job_creations_in_flight_at_once_on_postgresql_make_one_job(pg_url: 
         assert [j.id for j in records.list_jobs(store)] == ["one"]
     finally:
         backend.close()
+
+
+# -- a collection deleted while an upload job writes to it ------------------------------------------------
+TEXT = "避難所には最低3日分の水を備えておきます。非常食も用意します。"
+
+
+@pytest.mark.parametrize("deletion", ["collection", "tenant erasure"])
+def test_a_collection_deleted_while_its_upload_runs_stays_deleted(store_url: str, tmp_path: Path, deletion: str,
+                                                                  embedder: UniversalSentenceEncoderEmbedder) -> None:
+    """The worker has read the upload and not yet written; the collection is deleted (with its jobs, or with
+    all of the tenant's data); the worker goes on: it fails the job without creating the collection again,
+    and leaves no file."""
+    engine = Bunko(store_url, embedder=embedder)
+    try:
+        spool = tmp_path / "spool"
+        tenant = Tenant(engine, engine.backend.for_tenant("acme"), spool=spool)
+        tenant.upsert("docs", [{"content": TEXT}])
+        jobs = tenant.jobs
+        staged = jobs.staging()
+        staged.mkdir(parents=True)
+        (staged / "a.txt").write_text(TEXT)
+        jobs.create(Job("up1", "docs", "a.txt", len(TEXT.encode()), lease_until=0.0), staged=staged)
+        worker = Worker(engine, spool=spool, worker_id="w1")
+        claim = worker.claim()
+        assert claim is not None and claim.job_id == "up1"
+        ended: list[Job | None] = []
+        with paused_at("ingest.loaded") as pause:  # the file read, nothing written
+            thread = threading.Thread(target=lambda: ended.append(asyncio.run(worker.process(claim))))
+            thread.start()
+            assert pause.reached.wait(600)  # only catches a hang
+            if deletion == "collection":
+                assert tenant.delete_collection("docs").name == "docs"
+            else:
+                assert jobs.erase_tenant().job_ids == ["up1"]
+            pause.go.set()
+            thread.join()
+        assert ended == [None]  # the job was no longer the worker's to end
+        assert [c.name for c in tenant.collections()] == []  # not created again, empty
+        assert jobs.list() == [] and not jobs.folder("up1").exists()
+    finally:
+        engine.close()
 

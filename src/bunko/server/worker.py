@@ -58,6 +58,7 @@ from ..ingest import IngestItem
 from ..jobs import TenantJobs
 from ..loaders import LoadOptions, load_path
 from ..spool import remove_job_files, spool_root
+from ..stores.base import writing_for_job
 from ..stores.service import Claim, Job, service_records
 from ..types import Document
 from .threads import limit_blas_threads
@@ -213,7 +214,7 @@ class Worker:
         crashpoints.reach("job.claimed")
         logger.info("worker %s: upload %s of tenant %s, attempt %d", self.id, job.id, claim.tenant, claim.attempt)
         started = time.perf_counter()
-        with Heartbeat(jobs, job.id, self.id, self.lease):
+        with Heartbeat(jobs, job.id, self.id, self.lease), writing_for_job(job.id, self.id):
             outcome = await self._run(tenant.for_user(job.user_id), job, path)
         status, chunks, code, error = outcome.status, outcome.chunks, outcome.code, outcome.error
         elapsed = (time.perf_counter() - started) * 1000

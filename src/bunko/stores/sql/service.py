@@ -417,8 +417,13 @@ class SQLServiceRecords:
         scoped = self._scoped(store)
         collections = scoped.list_collections()
         erasure = Erasure(documents=sum(c.document_count for c in collections), collections=len(collections))
-        with scoped.session(write=True) as (conn, tenant_pk):  # first: deleting a collection drops its own
+        # First the jobs (a worker still processing one then creates no collection again: jobs.py), and the
+        # failed-ingest records (deleting a collection drops its own).
+        with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is not None:
+                erasure.job_ids = [r[0] for r in scoped.run(conn, "DELETE FROM jobs WHERE tenant_id = ? RETURNING uid",
+                                                            (tenant_pk,)).fetchall()]
+                erasure.jobs = len(erasure.job_ids)
                 erasure.ingest_failures = int(scoped.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ?",
                                                          (tenant_pk,)).rowcount)
         for collection in collections:
@@ -426,10 +431,8 @@ class SQLServiceRecords:
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return erasure
-            erasure.job_ids = [r[0] for r in scoped.run(conn, "SELECT uid FROM jobs WHERE tenant_id = ?",
-                                                        (tenant_pk,)).fetchall()]
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
-                      for table in (*_USER_TABLES, "conversation_turns")]
-            erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
+                      for table in ("search_logs", "usage_records", "conversation_turns")]
+            erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
         erasure.memories = SQLMemories(scoped).erase_tenant()
         return erasure
