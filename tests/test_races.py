@@ -17,6 +17,7 @@ from bunko.server.worker import Worker
 from bunko.stores import StoreBackend, open_backend
 from bunko.stores.service import Job, service_records
 from bunko.testing.hooks import paused_at
+from bunko.types import EmbedderInfo
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -145,3 +146,93 @@ def test_a_collection_deleted_while_its_upload_runs_stays_deleted(store_url: str
     finally:
         engine.close()
 
+
+# -- a moment's database failure while a worker processes an upload --------------------------------------
+def _queued_upload(tenant: Tenant, job_id: str = "up1") -> TenantJobs:
+    jobs = tenant.jobs
+    staged = jobs.staging()
+    staged.mkdir(parents=True)
+    (staged / "a.txt").write_text(TEXT)
+    jobs.create(Job(job_id, "docs", "a.txt", len(TEXT.encode()), lease_until=0.0), staged=staged)
+    return jobs
+
+
+def test_a_worker_whose_connection_is_killed_mid_write_tries_again_and_completes(
+        pg_url: str, tmp_path: Path, embedder: UniversalSentenceEncoderEmbedder) -> None:
+    """The worker's PostgreSQL connection is terminated (pg_terminate_backend) inside its write transaction: a
+    transient failure, so the job is processed again and completes, instead of failing."""
+    import psycopg
+
+    engine = Bunko(pg_url, embedder=embedder)
+    try:
+        spool = tmp_path / "spool"
+        tenant = Tenant(engine, engine.backend.for_tenant("acme"), spool=spool)
+        jobs = _queued_upload(tenant)
+        worker = Worker(engine, spool=spool, worker_id="w1", store_backoff=0.0)
+        claim = worker.claim()
+        assert claim is not None
+        ended: list[Job | None] = []
+        with paused_at("store.write.begin") as pause:  # the worker's write transaction is open
+            thread = threading.Thread(target=lambda: ended.append(asyncio.run(worker.process(claim))))
+            thread.start()
+            assert pause.reached.wait(600)  # only catches a hang
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                killed = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                                      "current_database() AND pid <> pg_backend_pid() "
+                                      "AND state = 'idle in transaction'").fetchall()
+            assert killed == [(True,)]
+            pause.go.set()
+            thread.join()
+        job = jobs.get("up1")
+        assert (job.status, job.error_code) == ("completed", None) and job.chunk_count > 0
+        assert worker.store_retries == 1
+        assert ended[0] is not None and ended[0].status == "completed"
+        assert [d.id for d in tenant.documents("docs")] == ["up1"]
+    finally:
+        engine.close()
+
+
+def test_a_permanent_error_fails_the_job_at_once(store_url: str, tmp_path: Path,
+                                                  embedder: UniversalSentenceEncoderEmbedder) -> None:
+    """A collection built with another embedder refuses the upload: no retry, the job fails with its code."""
+    engine = Bunko(store_url, embedder=embedder)
+    try:
+        spool = tmp_path / "spool"
+        store = engine.backend.for_tenant("acme")
+        store.ensure_collection("docs", EmbedderInfo("test", "another", 3))
+        jobs = _queued_upload(Tenant(engine, store, spool=spool))
+        worker = Worker(engine, spool=spool, worker_id="w1", store_backoff=0.0)
+        claim = worker.claim()
+        assert claim is not None
+        ended = asyncio.run(worker.process(claim))
+        assert ended is not None and (ended.status, ended.error_code) == ("failed", "EMBEDDER_MISMATCH")
+        assert worker.store_retries == 0 and jobs.get("up1").status == "failed"
+    finally:
+        engine.close()
+
+
+def test_a_locked_sqlite_file_is_a_transient_error(tmp_path: Path) -> None:
+    """SQLite's "database is locked" (another connection holds the write lock) is classed as transient; a
+    read-only file is not."""
+    import sqlite3
+
+    from bunko.errors import TransientStoreError, VectorStoreError
+    from bunko.stores.sqlite.backend import sqlite_error
+
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError) as locked:
+        other.execute("BEGIN IMMEDIATE")
+    holder.execute("ROLLBACK")
+    assert isinstance(sqlite_error("write", locked.value), TransientStoreError)
+    path.chmod(0o444)
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError) as refused:
+        readonly.execute("INSERT INTO t VALUES (1)")
+    error = sqlite_error("write", refused.value)
+    assert isinstance(error, VectorStoreError) and not isinstance(error, TransientStoreError)
+    for conn in (holder, other, readonly):
+        conn.close()

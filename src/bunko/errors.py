@@ -207,6 +207,14 @@ class VectorStoreError(BunkoError):
     code = "VECTOR_STORE_ERROR"
 
 
+class TransientStoreError(VectorStoreError):
+    """The database failed for a moment and changed nothing: a serialization failure or a deadlock rolled the
+    transaction back, the connection was lost, the server is restarting, the pool or the file lock was busy.
+    The same operation may succeed when tried again (the stores decide which driver errors these are)."""
+
+    code = "STORE_UNAVAILABLE"
+
+
 class DimensionMismatchError(VectorStoreError):
     """A vector's dimension differs from its collection's fixed dimension."""
 
@@ -433,6 +441,7 @@ __all__ = [
     "RerankTimeoutError",
     "RetrievalError",
     "SplitterError",
+    "TransientStoreError",
     "UnknownProviderError",
     "UnsupportedFormatError",
     "UploadInProgressError",

@@ -77,7 +77,7 @@ _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((errors.ArchiveTooLargeError,), 413),
     ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError,
       errors.UploadInProgressError), 409),
-    ((errors.RateLimited,), 503),
+    ((errors.RateLimited, errors.TransientStoreError), 503),
     ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
     ((errors.ProviderFailure,), 502),
     ((errors.LoaderError, errors.PreprocessingError, errors.EmbeddingError, errors.RetrievalError,
