@@ -11,6 +11,9 @@ Two environment variables, read once per process; without them :func:`reach` cos
 - ``BUNKO_CRASHPOINT_PAUSE``: comma-separated point names. Reaching one of them, the process
   waits until ``DIR/NAME.go`` exists (the test kills it meanwhile, or writes the file to let it on).
 
+In the same process, a test may instead run a function at a point (:func:`on`, through
+``bunko.testing.hooks.paused_at``): it sees the point reached and holds the thread there until it lets it go.
+
 Points in the code: ``ingest.loaded`` (a file read, nothing written), ``ingest.prepared`` (split
 and counted, not yet embedded), ``store.write.begin`` (write transaction open), ``store.version.swap``
 (old versions' chunks deleted, new ones not yet in), ``store.write.chunks`` (new chunks inserted, not
@@ -22,11 +25,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _DIR_ENV = "BUNKO_CRASHPOINT_DIR"
 _PAUSE_ENV = "BUNKO_CRASHPOINT_PAUSE"
 _config: tuple[Path | None, frozenset[str]] | None = None
+_hooks: dict[str, Callable[[], None]] = {}  # in-process: what to run at a point (tests only)
 
 
 def _settings() -> tuple[Path | None, frozenset[str]]:
@@ -40,6 +45,9 @@ def _settings() -> tuple[Path | None, frozenset[str]]:
 
 def reach(name: str) -> None:
     """Announce point ``name``; pause here if the test asked to (see the module docstring)."""
+    hook = _hooks.get(name)
+    if hook is not None:
+        hook()
     folder, pause = _settings()
     if folder is None:
         return
@@ -51,4 +59,12 @@ def reach(name: str) -> None:
             time.sleep(0.01)
 
 
-__all__ = ["reach"]
+def on(name: str, hook: Callable[[], None] | None) -> None:
+    """Run ``hook`` in the thread that reaches point ``name`` (None: no longer); for tests in one process."""
+    if hook is None:
+        _hooks.pop(name, None)
+    else:
+        _hooks[name] = hook
+
+
+__all__ = ["on", "reach"]

@@ -207,6 +207,14 @@ class VectorStoreError(BunkoError):
     code = "VECTOR_STORE_ERROR"
 
 
+class TransientStoreError(VectorStoreError):
+    """The database failed for a moment and changed nothing: a serialization failure or a deadlock rolled the
+    transaction back, the connection was lost, the server is restarting, the pool or the file lock was busy.
+    The same operation may succeed when tried again (the stores decide which driver errors these are)."""
+
+    code = "STORE_UNAVAILABLE"
+
+
 class DimensionMismatchError(VectorStoreError):
     """A vector's dimension differs from its collection's fixed dimension."""
 
@@ -241,6 +249,12 @@ class CollectionNotFoundError(NotFoundError):
     """The collection does not exist in this tenant."""
 
     code = "COLLECTION_NOT_FOUND"
+
+
+class UploadInProgressError(VectorStoreError):
+    """A file of the same name is still being processed in the collection: its new version waits until it ends."""
+
+    code = "UPLOAD_IN_PROGRESS"
 
 
 class DocumentNotFoundError(NotFoundError):
@@ -446,7 +460,9 @@ __all__ = [
     "RerankTimeoutError",
     "RetrievalError",
     "SplitterError",
+    "TransientStoreError",
     "UnknownProviderError",
     "UnsupportedFormatError",
+    "UploadInProgressError",
     "VectorStoreError",
 ]

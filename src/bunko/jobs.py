@@ -12,6 +12,8 @@ what it wrote; deleting the data first would let a worker commit a document, and
 
 from __future__ import annotations
 
+import secrets
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +61,25 @@ class TenantJobs:
         self._records.check_upload(self._store, size)
 
     # -- one job ----------------------------------------------------------------------------------
-    def create(self, job: Job, *, replace: bool = False) -> None:
-        """Record a job waiting for a worker; ``replace``: the job of the document's earlier version (same id)
-        gives way to it."""
-        if replace:
-            self._records.delete_jobs(self._store, [job.id])
-        self._records.create_job(self._store, job)
+    def create(self, job: Job, *, replace: bool = False, staged: Path | None = None) -> None:
+        """Record a job waiting for a worker; ``UploadInProgressError`` while a job of the same file name is
+        still processing in its collection (checked in the transaction that records it). ``replace``: the job
+        of the document's earlier version (same id) gives way to it. ``staged``: the folder (from
+        :meth:`staging`) the upload was spooled to, moved to the job's folder before the job is committed, so
+        a worker finds the file as soon as it can claim the job and a refused upload never touches it."""
+        place = None if staged is None else (lambda: self._place(staged, job.id))
+        self._records.create_job(self._store, job, replace=replace, before_commit=place)
+
+    def staging(self) -> Path:
+        """A new folder of this request alone to spool an upload to before its job is recorded (two uploads of
+        one document share the job's folder); :func:`bunko.server.worker.sweep_spool` removes it if abandoned."""
+        return self.spool / self.tenant / f".arriving-{secrets.token_hex(8)}"
+
+    def _place(self, staged: Path, job_id: str) -> None:
+        """Move a staged upload into the job's folder (any older one there belongs to an ended job)."""
+        target = self.folder(job_id)
+        shutil.rmtree(target, ignore_errors=True)
+        staged.rename(target)  # an OSError rolls the job back
 
     def get(self, job_id: str) -> Job:
         """One job, or ``DocumentNotFoundError``."""

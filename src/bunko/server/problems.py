@@ -79,8 +79,9 @@ _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((errors.ArchiveTooLargeError,), 413),
     # What a tenant holds (documents, chunks, bytes): too large for its quota until data goes or the quota rises.
     ((errors.QuotaExceededError,), 413),
-    ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError), 409),
-    ((errors.RateLimited,), 503),
+    ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError,
+      errors.UploadInProgressError), 409),
+    ((errors.RateLimited, errors.TransientStoreError), 503),
     ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
     ((errors.ProviderFailure,), 502),
     ((errors.LoaderError, errors.PreprocessingError, errors.EmbeddingError, errors.RetrievalError,

@@ -163,7 +163,7 @@ async def upload_document(
     extra = _form_metadata(metadata, tags, category, description)
     filename = _safe_filename(file.filename)
     job_id, previous = await _upload_target(jobs, caller, collection, filename)
-    folder = jobs.folder(job_id)
+    folder = jobs.staging()  # this request's own: another upload of the same document may arrive at once
     path = folder / filename
     size = await _spool(file, path, state.settings.max_upload_bytes)
     try:
@@ -180,8 +180,8 @@ async def upload_document(
     # Waiting for a worker (no lease yet); bunko.server.worker claims it.
     job = Job(job_id, collection, filename, size, mime_type(kind), caller.user_id, metadata=extra,
               lease_until=0.0, max_attempts=state.settings.job_attempts)
-    try:  # the job of the earlier version, if any, gives way to this one
-        await asyncio.to_thread(partial(jobs.create, job, replace=previous is not None))
+    try:  # the job of the earlier version, if any, gives way to this one; 409 if another arrived first
+        await asyncio.to_thread(partial(jobs.create, job, replace=previous is not None, staged=folder))
     except BaseException:
         await asyncio.to_thread(_remove, folder)
         raise

@@ -19,6 +19,12 @@ take jobs from the store:
 - **Run**: the ingest runner, as for ``bunko ingest``, in the tenant scope of the job's user
   (``Tenant.for_user``: its usage records carry the user); the document's source is the file name, so
   a file uploaded again under the same name becomes a new version of the same document.
+- **Transient failures**: processing that failed on a moment's database failure (``TransientStoreError``:
+  a serialization failure, a deadlock, a dropped connection, a busy file; the stores decide which) is
+  run again, up to ``STORE_RETRIES`` times with a doubling pause (``STORE_BACKOFF_SECONDS`` up to
+  ``STORE_BACKOFF_CAP_SECONDS``), while the job is still ours; any other error fails the job at once.
+  Running again is safe: a document is written in one transaction, and one already written is unchanged.
+  Recording the job's end is tried again the same way.
 - **Finish**: only while this worker holds the job (``WHERE status = 'processing' AND worker = ?``),
   so a job failed or re-claimed meanwhile keeps its state. A job deleted while it ran has its
   document removed again. The spooled file goes when the job has ended.
@@ -47,22 +53,26 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .. import crashpoints, metrics
 from ..config import Settings
 from ..engine import Bunko, Tenant
-from ..errors import BunkoError, ConfigError, DocumentNotFoundError
+from ..errors import BunkoError, ConfigError, DocumentNotFoundError, TransientStoreError
 from ..ingest import IngestItem
 from ..jobs import TenantJobs
 from ..loaders import LoadOptions, load_path
 from ..spool import remove_job_files, spool_root
+from ..stores.base import writing_for_job
 from ..stores.service import Claim, Job, service_records
 from ..types import Document
 from .threads import limit_blas_threads
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 # Seconds between claims while there is nothing to do.
 POLL_SECONDS = 0.5
 # A spool folder without a job row is an upload still arriving, unless it is older than this.
@@ -130,7 +140,8 @@ def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
 
 
 class Outcome(NamedTuple):
-    """How processing one upload ended: its status and chunks (with how they got their vectors), or the error."""
+    """How processing one upload ended: its status and chunks (with how they got their vectors), or the error
+    (``transient``: a moment's database failure, ``TransientStoreError``, worth trying again)."""
 
     status: str
     chunks: int
@@ -138,6 +149,19 @@ class Outcome(NamedTuple):
     error: str | None = None
     embedded: int = 0
     reused: int = 0
+    transient: bool = False
+
+
+# Processing that failed on a moment's database failure is tried again this many times, after
+# STORE_BACKOFF_SECONDS, doubled each time up to STORE_BACKOFF_CAP_SECONDS.
+STORE_RETRIES = 3
+STORE_BACKOFF_SECONDS = 0.5
+STORE_BACKOFF_CAP_SECONDS = 8.0
+
+
+def backoff_delays(retries: int, first: float, cap: float) -> list[float]:
+    """The pauses before each retry: ``first``, doubled each time, never more than ``cap``."""
+    return [min(cap, first * 2 ** i) for i in range(retries)]
 
 
 class Heartbeat:
@@ -175,7 +199,8 @@ class Worker:
     """Claims upload jobs from the engine's store and processes them, ``concurrency`` at a time."""
 
     def __init__(self, engine: Bunko, *, spool: Path | None = None, worker_id: str | None = None,
-                 concurrency: int | None = None, poll_seconds: float = POLL_SECONDS) -> None:
+                 concurrency: int | None = None, poll_seconds: float = POLL_SECONDS,
+                 store_retries: int = STORE_RETRIES, store_backoff: float = STORE_BACKOFF_SECONDS) -> None:
         server = engine.settings.server
         self.engine = engine
         self.records = service_records(engine.backend)
@@ -187,6 +212,8 @@ class Worker:
         self.max_bytes = server.max_upload_bytes
         self.poll_seconds = poll_seconds
         self.processed = 0
+        self.store_delays = backoff_delays(store_retries, store_backoff, STORE_BACKOFF_CAP_SECONDS)
+        self.store_retries = 0  # processing tried again after a transient database failure, all jobs together
 
     def claim(self) -> Claim | None:
         """Claim one job (failing, on the way, jobs whose workers died too often)."""
@@ -213,14 +240,22 @@ class Worker:
         crashpoints.reach("job.claimed")
         logger.info("worker %s: upload %s of tenant %s, attempt %d", self.id, job.id, claim.tenant, claim.attempt)
         started = time.perf_counter()
-        with Heartbeat(jobs, job.id, self.id, self.lease):
+        with Heartbeat(jobs, job.id, self.id, self.lease) as beat, writing_for_job(job.id, self.id):
             outcome = await self._run(tenant.for_user(job.user_id), job, path)
+            for delay in self.store_delays:  # a moment's database failure: the job is tried again, not failed
+                if not outcome.transient or beat.lost.is_set():
+                    break
+                logger.warning("upload %s: %s; trying again in %.1f s", job.id, outcome.error, delay)
+                await asyncio.sleep(delay)
+                self.store_retries += 1
+                outcome = await self._run(tenant.for_user(job.user_id), job, path)
         status, chunks, code, error = outcome.status, outcome.chunks, outcome.code, outcome.error
         elapsed = (time.perf_counter() - started) * 1000
+        finish = partial(jobs.finish, job.id, status, chunk_count=chunks, processing_time_ms=elapsed,
+                         error_code=code, error=error, worker=self.id, embedded_chunks=outcome.embedded,
+                         reused_chunks=outcome.reused)
         try:
-            ours = await asyncio.to_thread(jobs.finish, job.id, status, chunk_count=chunks, processing_time_ms=elapsed,
-                                           error_code=code, error=error, worker=self.id,
-                                           embedded_chunks=outcome.embedded, reused_chunks=outcome.reused)
+            ours = await self._again_if_transient(finish, f"record the end of upload {job.id}")
             if not ours:
                 await asyncio.to_thread(self._after_losing, tenant, jobs, job.id, status, folder)
             else:
@@ -235,6 +270,17 @@ class Worker:
         job.error_code, job.error = code, error
         job.embedded_chunks, job.reused_chunks = outcome.embedded, outcome.reused
         return job if ours else None
+
+    async def _again_if_transient(self, call: Callable[[], T], what: str) -> T:
+        """``call`` in a thread, tried again after the backoff pauses while it fails with ``TransientStoreError``."""
+        for delay in self.store_delays:
+            try:
+                return await asyncio.to_thread(call)
+            except TransientStoreError as exc:
+                logger.warning("could not %s: %s; trying again in %.1f s", what, exc.message, delay)
+            await asyncio.sleep(delay)
+            self.store_retries += 1
+        return await asyncio.to_thread(call)
 
     def _after_losing(self, tenant: Tenant, jobs: TenantJobs, job_id: str, status: str, folder: Path) -> None:
         """The job ended without us: deleted or erased (remove what we wrote), or ended by another."""
@@ -262,14 +308,15 @@ class Worker:
                            "reads; upload the file again")
         try:
             report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
-        except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...)
-            return Outcome("failed", 0, exc.code, hide(exc.message))
+        except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...), or the store failed
+            return Outcome("failed", 0, exc.code, hide(exc.message), transient=isinstance(exc, TransientStoreError))
         except Exception:
             logger.exception("unexpected error while processing upload %s", job.id)
             return Outcome("failed", 0, "INTERNAL_ERROR", "unexpected error while processing (see the worker's log)")
         if report.errors:
             failure = report.errors[0]
-            return Outcome("failed", 0, failure.code, hide(failure.message))
+            return Outcome("failed", 0, failure.code, hide(failure.message),
+                           transient=isinstance(failure.exception, TransientStoreError))
         result = report.documents[0]
         return Outcome("completed", result.chunks, embedded=result.embedded, reused=result.reused)
 

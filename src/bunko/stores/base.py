@@ -10,8 +10,9 @@ backend runs on behalf of a scoped store filters by that tenant.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -37,6 +38,28 @@ from ..types import (
 
 if TYPE_CHECKING:
     from .service import ServiceRecords
+
+
+# The upload job whose processing runs in this context, and its worker (see writing_for_job).
+_JOB_WRITES: ContextVar[tuple[str, str] | None] = ContextVar("bunko_job_writes", default=None)
+
+
+@contextmanager
+def writing_for_job(job_id: str, worker: str) -> Iterator[None]:
+    """Inside the block (and the threads and tasks it starts), the writes are an upload job's: a store creates a
+    missing collection only while ``worker`` still holds job ``job_id``, checked in the creating transaction.
+    A job deleted with its collection then fails with ``CollectionNotFoundError`` instead of creating the
+    collection again, empty (docs/ARCHITECTURE.md, "Deleting a collection while its uploads run")."""
+    token = _JOB_WRITES.set((job_id, worker))
+    try:
+        yield
+    finally:
+        _JOB_WRITES.reset(token)
+
+
+def job_writing() -> tuple[str, str] | None:
+    """(job id, worker) when the writes of this context are an upload job's (:func:`writing_for_job`)."""
+    return _JOB_WRITES.get()
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -253,8 +254,12 @@ class ServiceRecords(Protocol):
         for the sliding limiter (:mod:`bunko.ratelimit`)."""
         ...
 
-    def create_job(self, store: VectorStore, job: Job) -> None:
-        """Record a new job in the store's tenant."""
+    def create_job(self, store: VectorStore, job: Job, *, replace: bool = False,
+                   before_commit: Callable[[], None] | None = None) -> None:
+        """Record a new job in the store's tenant, in one transaction with the check that no job of the same
+        file name is still processing in its collection (``UploadInProgressError``); ``replace``: the job of
+        the same id (the document's earlier version) gives way to it. ``before_commit`` runs inside that
+        transaction once the job row is in (the upload's file is moved into place there)."""
         ...
 
     def get_job(self, store: VectorStore, job_id: str) -> Job:

@@ -3,14 +3,19 @@
 * :func:`counting` -- what a backend's tenant stores did around one operation: read and write
   transactions and reads of a collection's row.
 * :func:`connection` -- a raw connection to a backend's database, for tests that look at tables.
+* :func:`paused_at` -- hold the thread that reaches a crash point (:mod:`bunko.crashpoints`) until the test
+  lets it go: a forced interleaving inside one process.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from .. import crashpoints
 
 
 @dataclass(slots=True)
@@ -47,4 +52,35 @@ def connection(backend: Any) -> Iterator[Any]:
             yield conn
 
 
-__all__ = ["Counts", "connection", "counting"]
+@dataclass(slots=True)
+class Pause:
+    """What :func:`paused_at` hands out: ``reached`` is set when a thread arrives at the point (it then waits
+    until ``go`` is set). Only the first arrival is held; later ones pass."""
+
+    reached: threading.Event = field(default_factory=threading.Event)
+    go: threading.Event = field(default_factory=threading.Event)
+
+
+@contextmanager
+def paused_at(point: str) -> Iterator[Pause]:
+    """Hold the first thread that reaches crash point ``point`` there until ``pause.go`` is set; the block's end
+    lets it go in any case."""
+    pause = Pause()
+    lock = threading.Lock()
+
+    def hold() -> None:
+        with lock:
+            first = not pause.reached.is_set()
+            pause.reached.set()
+        if first:
+            pause.go.wait()
+
+    crashpoints.on(point, hold)
+    try:
+        yield pause
+    finally:
+        crashpoints.on(point, None)
+        pause.go.set()
+
+
+__all__ = ["Counts", "Pause", "connection", "counting", "paused_at"]

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...config import PostgresSettings, redact_url
-from ...errors import ConfigError, PgvectorVersionError, VectorStoreError
+from ...errors import ConfigError, PgvectorVersionError, TransientStoreError, VectorStoreError
 from ..sql import SQLBackend, StoreCounters, check_name
 from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
 from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy
@@ -35,6 +35,28 @@ if HAVE_POSTGRES:
     from psycopg_pool import ConnectionPool
 
 logger = logging.getLogger(__name__)
+
+
+# SQLSTATEs of a moment's failure that changed nothing: the server shutting down or restarting, or not yet
+# accepting connections (class 40, transaction rollback, and class 08, connection exception, count whole).
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def transient_error(exc: Any) -> TransientStoreError | None:
+    """The ``TransientStoreError`` a psycopg error stands for, or None when trying again would not help.
+
+    The one place that decides which PostgreSQL failures are transient: a serialization failure or
+    deadlock (SQLSTATE class 40), a connection failure (class 08, or a connection lost with no answer, a
+    pool with no free connection in time), the server shutting down or starting (57P01-57P03). Not: bad
+    data, a constraint, a full disk, a missing privilege.
+    """
+    state = getattr(exc, "sqlstate", None) or ""
+    if state.startswith("40"):
+        return TransientStoreError(f"PostgreSQL rolled the transaction back; nothing was changed, try again: {exc}")
+    if state.startswith("08") or state in _TRANSIENT_STATES or (isinstance(exc, psycopg.OperationalError)
+                                                                  and not state):
+        return TransientStoreError(f"lost the connection to PostgreSQL; nothing was changed, try again: {exc}")
+    return None
 
 
 class PostgresBackend(SQLBackend):
@@ -238,14 +260,13 @@ class PostgresBackend(SQLBackend):
                 yield conn
         except psycopg.errors.UndefinedFile as exc:
             raise VectorStoreError(f"PostgreSQL is missing a file or extension: {exc}") from exc
-        except psycopg.errors.TransactionRollback as exc:  # a deadlock or a serialization failure
-            raise VectorStoreError(f"PostgreSQL rolled the transaction back; nothing was changed, try again: "
-                                   f"{exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise VectorStoreError(f"lost the connection to PostgreSQL: {exc}") from exc
-        except psycopg.errors.DataException as exc:
-            raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
         except psycopg.Error as exc:
+            if (transient := transient_error(exc)) is not None:
+                raise transient from exc
+            if isinstance(exc, psycopg.errors.DataException):
+                raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
+            if isinstance(exc, psycopg.OperationalError):
+                raise VectorStoreError(f"PostgreSQL could not run the statement: {exc}") from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
     def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:

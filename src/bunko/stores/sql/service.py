@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, VectorStoreError
+from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, UploadInProgressError, VectorStoreError
 from ..base import VectorStore
 from ..quotas import QUOTA_NAMES, Quota
 from ..service import (
@@ -38,6 +39,8 @@ _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, statu
                 "embedded_chunks, reused_chunks")
 KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
 _ABANDONED = "JOB_ABANDONED"
+# PostgreSQL: the advisory lock class under which a tenant's job creations (check, then insert) take turns.
+_CREATE_LOCK = 727276
 
 
 def abandoned_message(attempts: int | str) -> str:
@@ -265,14 +268,31 @@ class SQLServiceRecords:
                    float(row[12]), d.time_out(row[13]), d.time_out(row[14]), int(row[15]), int(row[16]), row[17],
                    int(row[18]), int(row[19]))
 
-    def create_job(self, store: VectorStore, job: Job) -> None:
-        """Record a new job in the store's tenant."""
+    def create_job(self, store: VectorStore, job: Job, *, replace: bool = False,
+                   before_commit: Callable[[], None] | None = None) -> None:
+        """Record a new job in the store's tenant; refused with ``UploadInProgressError`` while a job of the same
+        file name is processing in the collection. The check and the insert are one transaction, taken one
+        at a time per tenant (an advisory lock on PostgreSQL, the write lock on SQLite), so two uploads of
+        one name at once make one job. ``replace``: the job of the same id gives way to it."""
         scoped = self._scoped(store)
         with scoped.session(create=True) as (conn, tenant_pk):
+            if self._d.name == "postgresql":
+                self._run(conn, "SELECT pg_advisory_xact_lock(?, ?)", (_CREATE_LOCK, int(tenant_pk or 0) % 2**31))
+            busy = scoped.run(conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND collection = ? AND filename = ? "
+                                    "AND status = 'processing' LIMIT 1",
+                              (tenant_pk, job.collection, job.filename)).fetchone()
+            if busy is not None:
+                raise UploadInProgressError(
+                    f"{job.filename!r} is still being processed in collection {job.collection!r} (document "
+                    f"{busy[0]}); upload the new version when it has finished")
+            if replace:
+                scoped.run(conn, "DELETE FROM jobs WHERE tenant_id = ? AND uid = ?", (tenant_pk, job.id))
             scoped.run(conn, "INSERT INTO jobs (uid, tenant_id, collection, filename, file_size, mime_type, user_id, "
                              "status, metadata, lease_until, max_attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (job.id, tenant_pk, job.collection, job.filename, job.file_size, job.mime_type, job.user_id,
                         job.status, self._d.json_in(job.metadata), job.lease_until, job.max_attempts))
+            if before_commit is not None:
+                before_commit()
 
     def _fail_abandoned(self, scoped: SQLStore) -> None:
         """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died)."""
@@ -462,8 +482,13 @@ class SQLServiceRecords:
         scoped = self._scoped(store)
         collections = scoped.list_collections()
         erasure = Erasure(documents=sum(c.document_count for c in collections), collections=len(collections))
-        with scoped.session(write=True) as (conn, tenant_pk):  # first: deleting a collection drops its own
+        # First the jobs (a worker still processing one then creates no collection again: jobs.py), and the
+        # failed-ingest records (deleting a collection drops its own).
+        with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is not None:
+                erasure.job_ids = [r[0] for r in scoped.run(conn, "DELETE FROM jobs WHERE tenant_id = ? RETURNING uid",
+                                                            (tenant_pk,)).fetchall()]
+                erasure.jobs = len(erasure.job_ids)
                 erasure.ingest_failures = int(scoped.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ?",
                                                          (tenant_pk,)).rowcount)
         for collection in collections:
@@ -471,10 +496,8 @@ class SQLServiceRecords:
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return erasure
-            erasure.job_ids = [r[0] for r in scoped.run(conn, "SELECT uid FROM jobs WHERE tenant_id = ?",
-                                                        (tenant_pk,)).fetchall()]
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
-                      for table in (*_USER_TABLES, "conversation_turns")]
-            erasure.jobs, erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
+                      for table in ("search_logs", "usage_records", "conversation_turns")]
+            erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
         erasure.memories = SQLMemories(scoped).erase_tenant()
         return erasure

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...errors import ConfigError, VectorStoreError
+from ...errors import ConfigError, TransientStoreError, VectorStoreError
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
@@ -51,6 +51,16 @@ def use_wal(conn: sqlite3.Connection, wait: float = 30.0) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
+
+
+def sqlite_error(what: str, exc: sqlite3.Error) -> VectorStoreError:
+    """The store error for a SQLite failure; the one place that decides which are transient: the file
+    locked or busy past the busy timeout (another process held the write lock), which changed nothing."""
+    code = getattr(exc, "sqlite_errorcode", None)  # an extended code: the primary one is its low byte
+    if (code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)) or (
+            code is None and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)):
+        return TransientStoreError(f"{what}: {exc}; nothing was changed, try again")
+    return VectorStoreError(f"{what}: {exc}")
 
 
 class SQLiteBackend(SQLBackend):
@@ -125,7 +135,7 @@ class SQLiteBackend(SQLBackend):
                 with self._read() as conn:
                     yield conn
         except sqlite3.Error as exc:
-            raise VectorStoreError(f"SQLite {'write' if write else 'read'} failed: {exc}") from exc
+            raise sqlite_error(f"SQLite {'write' if write else 'read'} failed", exc) from exc
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -143,7 +153,7 @@ class SQLiteBackend(SQLBackend):
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise VectorStoreError(f"SQLite store is busy or unwritable: {exc}") from exc
+            raise sqlite_error("SQLite store is busy or unwritable", exc) from exc
         try:
             yield conn
         except BaseException:
@@ -156,7 +166,7 @@ class SQLiteBackend(SQLBackend):
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise VectorStoreError(f"SQLite commit failed: {exc}") from exc
+                raise sqlite_error("SQLite commit failed", exc) from exc
 
     def for_tenant(self, tenant: str) -> SQLiteVectorStore:
         """A store bound to ``tenant``; the only way to reach data."""
