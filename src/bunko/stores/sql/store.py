@@ -53,9 +53,8 @@ from ..base import (
     Ranked,
     StoredChunk,
     check_analyzer,
-    job_writing,
 )
-from . import owners, quotas
+from . import jobs, owners, quotas
 from .dialect import Dialect
 from .plan import PlannedWrite, StoredDocument, plan_writes
 from .reader import DOCUMENT_JOIN, SQLReader
@@ -361,7 +360,7 @@ class SQLStore:
         columns = "".join(f", {c}" for c in extra)
         marks = ", ?" * len(extra)
         with self.session(create=True) as (conn, tenant_pk):
-            self._check_job_may_create(conn, tenant_pk, name)
+            jobs.check_job_may_create(self, conn, tenant_pk, name)
             # The write counter starts anywhere: a collection deleted and created again under its
             # name never repeats a counter value its predecessor had (cached results key on it).
             self.run(conn, "INSERT INTO collections (tenant_id, name, description, embedding_provider, "
@@ -379,20 +378,6 @@ class SQLStore:
             )
         check_analyzer(collection, analyzer)
         return collection
-
-    def _check_job_may_create(self, conn: Any, tenant_pk: int | None, name: str) -> None:
-        """Inside an upload job's processing (``writing_for_job``): refuse to create a missing collection unless
-        the job is still its worker's. The job row is locked until this transaction ends, so a deletion of the
-        collection (its jobs first) either comes after the collection exists or before this check."""
-        held = job_writing()
-        if held is None or self.run(conn, "SELECT 1 FROM collections WHERE tenant_id = ? AND name = ?",
-                                    (tenant_pk, name)).fetchone() is not None:
-            return
-        job_id, worker = held
-        if self.run(conn, "SELECT 1 FROM jobs WHERE tenant_id = ? AND uid = ? AND status = 'processing' "
-                          f"AND worker = ?{self._d.for_update}", (tenant_pk, job_id, worker)).fetchone() is None:
-            raise CollectionNotFoundError(f"collection {name!r} was deleted while upload {job_id} was being "
-                                          "processed; nothing was written")
 
     def get_collection(self, name: str) -> Collection:
         """The collection (with its write counter), or ``CollectionNotFoundError``."""
