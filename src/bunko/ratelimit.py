@@ -113,14 +113,13 @@ class RateLimiter:
     def check_tenant(self, tenant: str) -> RateDecision:
         """Count one request of ``tenant`` against its requests-per-minute quota (:mod:`bunko.stores.quotas`),
         over all of its keys, and judge it the same way (allowed when it has no such quota)."""
-        if self._tenant_quota(tenant) is None:
+        limit = self._tenant_quota(tenant)
+        if limit is None:
             return RateDecision(True, 0.0, 0)
         now = self.clock() if self.clock is not None else time.time()
         window = int(now // WINDOW_SECONDS)
         elapsed = now - window * WINDOW_SECONDS
-        limit, current, previous = self.records.tenant_rate_count(tenant, window)
-        if limit is None:
-            return RateDecision(True, 0.0, 0)
+        current, previous = self.records.tenant_rate_count(tenant, window)
         estimate = sliding_estimate(current, previous, elapsed)
         if estimate <= limit:
             return RateDecision(True, estimate, limit)

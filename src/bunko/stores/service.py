@@ -208,9 +208,9 @@ class ServiceRecords(Protocol):
         the tenant holds is already reached, or the upload would pass its uploads-per-day quota."""
         ...
 
-    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int | None, int, int]:
-        """The tenant's requests-per-minute quota (None: none, and nothing counted), and when set the request
-        counted: (the quota, the window's count so far, the previous window's)."""
+    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int, int]:
+        """Count one request of a tenant (one with a requests-per-minute quota) in a window: (the window's count
+        so far, the previous window's)."""
         ...
 
     def create_tenant(self, tenant: str) -> bool:

@@ -241,14 +241,12 @@ class SQLServiceRecords:
             if not quota.is_empty():
                 quotas.check_room(scoped, conn, tenant_pk, quota, upload_bytes=size)
 
-    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int | None, int, int]:
-        """The tenant's requests-per-minute quota and, when set, the request counted in its windows."""
+    def tenant_rate_count(self, tenant: str, window_start: int) -> tuple[int, int]:
+        """The contract's ``tenant_rate_count`` (the caller knows the quota: ``RateLimiter`` keeps it)."""
         scoped = self.backend.for_tenant(tenant)
-        with scoped.session() as (conn, tenant_pk):
-            limit = quotas.read_quota(scoped, conn, tenant_pk).requests_per_minute
-        if limit is None or tenant_pk is None:
-            return None, 0, 0
         with scoped.session(write=True) as (conn, tenant_pk):
+            if tenant_pk is None:  # no such tenant: nothing to count
+                return 0, 0
             count = int(scoped.run(
                 conn, "INSERT INTO tenant_rate_windows (tenant_id, window_start, hits) VALUES (?, ?, 1) ON CONFLICT "
                       "(tenant_id, window_start) DO UPDATE SET hits = tenant_rate_windows.hits + 1 RETURNING hits",
@@ -258,7 +256,7 @@ class SQLServiceRecords:
                            (tenant_pk, window_start - 1))
             previous = scoped.run(conn, "SELECT hits FROM tenant_rate_windows WHERE tenant_id = ? "
                                         "AND window_start = ?", (tenant_pk, window_start - 1)).fetchone()
-        return limit, count, 0 if previous is None else int(previous[0])
+        return count, 0 if previous is None else int(previous[0])
 
     # -- tenant data: jobs and erasure ----------------------------------------------------------
     def _job(self, row: Any) -> Job:
