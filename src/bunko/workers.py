@@ -1,5 +1,6 @@
 """The worker processes bulk work runs on: one pool per process, as many workers as the machine has cores
-(or as ``[ingest] workers`` / ``BUNKO_INGEST_WORKERS`` says; 0 runs everything in the calling process).
+(or as ``[ingest] workers`` / ``BUNKO_INGEST_WORKERS`` says, which an engine applies with
+:func:`set_worker_count`; 0 runs everything in the calling process).
 
 Keyword analysis (Sudachi, bigrams, stemming) is pure Python and holds the GIL, so threads would take
 turns on one core: measured on 20,000 JSQuAD chunks with ``combined_en`` on this 2-core machine,
@@ -44,12 +45,7 @@ def machine_cores() -> int:
 
 def worker_count() -> int:
     """How many worker processes bulk work uses: the setting, else one per core; 0 means none."""
-    if _configured is not None:
-        return _configured
-    env = os.environ.get("BUNKO_INGEST_WORKERS", "").strip()
-    if env.isdigit():
-        return int(env)
-    return machine_cores()
+    return machine_cores() if _configured is None else _configured
 
 
 def set_worker_count(workers: int | None) -> None:

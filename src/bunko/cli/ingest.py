@@ -45,12 +45,16 @@ from .common import (
               help="Read scanned PDF pages and images with Tesseract OCR (when it is installed).")
 @click.option("--ocr-lang", default=None, metavar="LANGS",
               help="Tesseract models for OCR, e.g. jpn+eng or jpn_vert (default: chosen per page).")
+@click.option("--workers", "ingest_workers", default=None, type=click.IntRange(0, 256), metavar="N",
+              help="Worker processes that analyze the chunks' keywords (env BUNKO_INGEST_WORKERS; default: one per "
+                   "core; 0: none, all in this process).")
 @embedder_option()
 @quiet_option()
 @json_command()
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
            analyzer: str | None, password: str | None, content_path: str | None, use_ocr: bool,
-           ocr_lang: str | None, embedder: str | None, quiet: bool, as_json: bool) -> None:
+           ocr_lang: str | None, ingest_workers: int | None, embedder: str | None, quiet: bool,
+           as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON;
@@ -64,7 +68,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     from ..loaders import LoadOptions
 
     load_options = LoadOptions(password=password, content_path=content_path, ocr=use_ocr, ocr_lang=ocr_lang)
-    scope = get_engine(ctx, embedder=embedder).tenant(tenant)
+    scope = get_engine(ctx, embedder=embedder, ingest_workers=ingest_workers).tenant(tenant)
     with reporter(ctx, quiet) as bar:
         bar.note("Loading the embedder")
         warm_up = getattr(scope.engine.embedder, "warm_up", None)
