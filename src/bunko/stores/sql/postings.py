@@ -96,16 +96,13 @@ def _segment(rowids: np.ndarray, sizes: np.ndarray, terms: Sequence[str], owner:
              tf: np.ndarray) -> list[tuple[str, bytes]]:
     """A new segment's rows (term, entries), the ``ALL`` row last, from chunks given in columns: each
     chunk's rowid and token count, and entries (``owner``: the chunk's position, ``term``: an index into
-    ``terms``, ``tf``) -- sorted in numpy, packed in one pass; the terms in text order."""
+    ``terms``, ``tf``) -- sorted in numpy, packed in one pass; the terms in the order of ``terms``."""
     key = int(rowids.min())
     check_tokens(int(sizes.max()))  # the stores refuse such chunks before their write; the entries could not hold them
     counts = np.bincount(term, minlength=len(terms))
-    used = np.flatnonzero(counts)
-    ordered = used[np.argsort(np.asarray([terms[i] for i in used.tolist()], dtype=object), kind="stable")]
-    rank = np.zeros(len(terms), dtype=np.int64)
-    rank[ordered] = np.arange(len(ordered))
+    ordered = np.flatnonzero(counts)
     ids = rowids[owner]
-    order = np.lexsort((ids, rank[term]))  # by term, each term's chunks in rowid order
+    order = np.lexsort((ids, term))  # by term, each term's chunks in rowid order
     blob = pack(key, ids[order], tf[order], sizes[owner][order])
     ends = (np.cumsum(counts[ordered]) * ENTRY.itemsize).tolist()
     out = [(terms[t], blob[start:end]) for t, start, end in zip(ordered.tolist(), [0, *ends[:-1]], ends, strict=True)]
