@@ -206,17 +206,19 @@ class PostingsTable:
         """Merge segments (ascending keys) into the first, each without its deleted chunks: each term's
         entries shifted to that key, in rowid order. False if the offsets would not fit.
 
-        The rows come sorted by term, then segment: the entries are joined and shifted in numpy, and a
-        term's entries are already in rowid order unless segments overlap (then they are sorted)."""
+        The rows are put in term order, then segment order (a stable sort of the rows, read in key order:
+        the database need not sort their entries), joined and shifted in numpy; a term's entries are then
+        in rowid order unless segments overlap (then they are sorted)."""
         for key in keys:
             self._purge(conn, scope, key)
         listed, values = self._d.any("segment", keys)
-        rows = self._run(
-            conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-            f"AND {listed} ORDER BY term, segment", (*scope, *values)).fetchall()
-        if not rows:
+        found = self._run(
+            conn, f"SELECT segment, term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+            f"AND {listed} ORDER BY segment", (*scope, *values)).fetchall()
+        if not found:
             return True
-        terms, segments, blobs = zip(*rows, strict=True)
+        rows = sorted(found, key=lambda row: row[1])  # stable: each term's rows stay in segment order
+        segments, terms, blobs = zip(*rows, strict=True)
         lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs)) // ENTRY.itemsize
         entries = np.frombuffer(b"".join(blobs), dtype=ENTRY).copy()
         shift = np.repeat(np.asarray(segments, dtype=np.int64) - keys[0], lengths)
