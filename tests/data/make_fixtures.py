@@ -624,7 +624,7 @@ def tier_ops(upper: list[str], lower: list[str], cids: dict[str, int], size: flo
 
 # table_ja.pdf: a price list ruled as a table (page 1), and a ruled drawing with no text in its cells (page 2).
 TABLE_TITLE = "防災用品の価格表"
-TABLE_BEFORE = ["備蓄用品の単価と在庫を次の表に示す。価格は税込である。"]
+TABLE_BEFORE = ["備蓄用品の単価と在庫を次の表に示す。価格は税込である。", "表1 備蓄用品の単価と在庫"]
 TABLE_ROWS = [
     ["品番", "品名", "単価（円）", "在庫"],
     ["A-101", "保存水 2L", "180", "240"],

@@ -79,6 +79,8 @@ RULED_HORIZONTAL = 3
 _THIN = 2.0  # points: a path this thin is a line
 _RULE_SEGMENTS = 2000  # segments of complex paths examined on one page
 _RULES = 400  # rules of each direction compared for crossings
+# The line just above a table, when no longer than this, is its caption (``## line`` over each of its parts).
+CAPTION_CHARS = 80
 _RECT_SAMPLE = 160  # text rectangles from the middle of a page examined for interleaved columns
 INTERLEAVED_MIN_ROWS = 4  # rows read across two columns needed to call a page interleaved
 COLUMN_MIN_SHARE = 0.25  # ... each side at least this share of the page's text width
@@ -690,15 +692,19 @@ def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str],
             if status == "text":
                 parts.append(DocumentPart(text, {"page_number": number, **ocr_pages.get(number, {})}))
             continue
+        caption = ""
         for item in layouts[number - 1]:
             if isinstance(item, str):
                 text = next(joined)
                 if text:
                     parts.append(DocumentPart(text, {"page_number": number}))
+                caption = text.rsplit("\n", 1)[-1] if text else ""
                 continue
             tables += 1
             rows = [(row, [_clean(cell) for cell in cells]) for row, cells in pdf_tables.split_lines(item.rows)]
-            parts.extend(Table(rows, {"page_number": number, "table": tables}))
+            caption = caption if len(caption) <= CAPTION_CHARS else ""
+            parts.extend(Table(rows, {"page_number": number, "table": tables}, caption=caption))
+            caption = ""
     without_text = [number for number, (status, _) in enumerate(results, start=1) if status == "empty"]
     garbled = [number for number, (status, _) in enumerate(results, start=1) if status == "garbled"]
     if not parts:
