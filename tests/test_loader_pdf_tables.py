@@ -13,9 +13,16 @@ from tests.conftest import FIXTURES, SHARED_DOCUMENTS
 
 shared_data = pytest.mark.shared_data
 
-PRICE_TABLE = ("## 表1 備蓄用品の単価と在庫\n| 品番 | 品名 | 単価（円） | 在庫 |\n| --- | --- | --- | --- |\n| A-101 | 保存水 2L | 180 | 240 |\n"
-               "| A-102 | 乾パン | 350 | 85 |\n| B-201 | 携帯ラジオ | 2980 | 12 |\n| B-202 | 懐中電灯 | 1480 | 30 |\n"
-               "| C-301 | 救急セット | 2200 | 8 |")
+PRICE_TABLE = "\n".join([
+    "## 表1 備蓄用品の単価と在庫",
+    "| 品番 | 品名 | 単価（円） | 在庫 |",
+    "| --- | --- | --- | --- |",
+    "| A-101 | 保存水 2L | 180 | 240 |",
+    "| A-102 | 乾パン | 350 | 85 |",
+    "| B-201 | 携帯ラジオ | 2980 | 12 |",
+    "| B-202 | 懐中電灯 | 1480 | 30 |",
+    "| C-301 | 救急セット | 2200 | 8 |",
+])
 
 
 def _tables(path: Any) -> dict[int, list[str]]:
@@ -35,7 +42,8 @@ def test_a_ruled_table_is_its_rows_under_the_header_between_the_text_around_it()
     before, table, after, grid = parts
     assert table.text == PRICE_TABLE
     assert (table.metadata["table"], table.metadata["row_start"], table.metadata["row_end"]) == (1, 2, 6)
-    assert before.text == "防災用品の価格表\n備蓄用品の単価と在庫を次の表に示す。価格は税込である。\n表1 備蓄用品の単価と在庫"
+    assert before.text == ("防災用品の価格表\n備蓄用品の単価と在庫を次の表に示す。価格は税込である。\n"
+                           "表1 備蓄用品の単価と在庫")
     assert after.text == "在庫が十を下回った品は月末に発注する。"
     assert "方眼は図を描くための下書きであり、表ではない。" in grid.text  # a ruled grid with empty cells: no table
     assert document.metadata["table_count"] == 1
@@ -77,9 +85,11 @@ def test_tables_of_the_shared_corpus_and_no_tables_from_its_drawings() -> None:
     none from the diagrams and plots of lecture notes and a paper."""
     korean = _tables(SHARED_DOCUMENTS / "normal_4pages.pdf")
     assert list(korean) == [2]
-    assert korean[2][0].startswith("## [표 1] 감염병예방법 제2조제2호 개정전·후 비교\n| 구분 | 개정전 | 개정후 |\n| --- | --- | --- |\n| 분류 | 1군 감염병 | 1급 감염병 |")
+    assert korean[2][0].startswith("## [표 1] 감염병예방법 제2조제2호 개정전·후 비교\n| 구분 | 개정전 | 개정후 |\n"
+                                   "| --- | --- | --- |\n| 분류 | 1군 감염병 | 1급 감염병 |")
     slides = _tables(SHARED_DOCUMENTS / "nlp2004slides.pdf")
     assert list(slides) == [17, 19, 22, 26]
-    assert "| スコア | 単語 | 種類 | 頻度 |\n| --- | --- | --- | --- |\n| 1.000 | sykesville | LOCATION | 3 |" in slides[17][0]
+    assert ("| スコア | 単語 | 種類 | 頻度 |\n| --- | --- | --- | --- |\n| 1.000 | sykesville | LOCATION | 3 |"
+            in slides[17][0])
     for name in ("GeoTopo-komprimiert.pdf", "tracemonkey.pdf", "pdkids.pdf", "multicolumn.pdf", "kampo.pdf"):
         assert _tables(SHARED_DOCUMENTS / name) == {}, name
