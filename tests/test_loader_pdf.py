@@ -126,8 +126,9 @@ def test_manifest_expectations(record: dict[str, Any]) -> None:
     assert_clean(document.content)
     assert document.metadata["page_count"] == record["pages"]
     assert document.metadata["mime_type"] == "application/pdf"
-    numbers = [part.metadata["page_number"] for part in document.parts]  # a page with tables has several parts
-    assert numbers == sorted(numbers) and all(1 <= n <= record["pages"] for n in numbers)
+    pages = [part.metadata["page_number"] for part in document.parts]  # a page with tables has several parts
+    assert pages == sorted(pages) and all(1 <= n <= record["pages"] for n in pages)
+    numbers = sorted(set(pages))
     if "mostly_image_only" in tags:
         without = record.get("pages_without_text") or PAGES_WITHOUT_TEXT[name]
         assert document.metadata["pages_without_text"] == without
