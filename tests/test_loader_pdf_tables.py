@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bunko.loaders import LoadOptions, load_path
+from bunko.loaders import LoadOptions, load_path, pdf_tables
 from bunko.loaders.pdf_tables import is_table, split_lines
 from tests.conftest import FIXTURES, SHARED_DOCUMENTS
 
@@ -93,3 +93,10 @@ def test_tables_of_the_shared_corpus_and_no_tables_from_its_drawings() -> None:
             in slides[17][0])
     for name in ("GeoTopo-komprimiert.pdf", "tracemonkey.pdf", "pdkids.pdf", "multicolumn.pdf", "kampo.pdf"):
         assert _tables(SHARED_DOCUMENTS / name) == {}, name
+
+
+def test_without_pdfplumber_the_table_stays_in_the_page_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdf_tables, "available", lambda: False)
+    [document] = load_path(FIXTURES / "table_ja.pdf")
+    assert [p.metadata for p in document.parts or []] == [{"page_number": 1}, {"page_number": 2}]
+    assert "B-201 携帯ラジオ 2980 12" in document.content and "table_count" not in document.metadata
