@@ -100,3 +100,12 @@ def test_without_pdfplumber_the_table_stays_in_the_page_text(monkeypatch: pytest
     [document] = load_path(FIXTURES / "table_ja.pdf")
     assert [p.metadata for p in document.parts or []] == [{"page_number": 1}, {"page_number": 2}]
     assert "B-201 携帯ラジオ 2980 12" in document.content and "table_count" not in document.metadata
+
+
+def test_graph_paper_is_no_table() -> None:
+    """Rules crossing at more points than MAX_CROSSINGS (100 by 100 here) are a drawing: no cells are sought."""
+    horizontal = [(0.0, 400.0, 10.0 + 4 * i) for i in range(100)]
+    vertical = [(10.0, 406.0, 4.0 * i) for i in range(100)]
+    asked: list[bool] = []
+    assert pdf_tables.find_tables(horizontal, vertical, lambda: asked.append(True) or []) == []
+    assert asked == []  # the page's characters were not even read

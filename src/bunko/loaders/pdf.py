@@ -79,6 +79,10 @@ RULED_HORIZONTAL = 3
 _THIN = 2.0  # points: a path this thin is a line
 _RULE_SEGMENTS = 2000  # segments of complex paths examined on one page
 _RULES = 400  # rules of each direction compared for crossings
+# A page with more rules than this in either direction is a drawing (hatching, a map): crossing them
+# all into cells (pdfplumber's geometry, rules x rules) would take seconds. A Word table of 50 rows and
+# 8 columns, each cell's borders drawn on their own, has about 450 of each.
+MAX_RULES = 1500
 # The line just above a table, when no longer than this, is its caption (``## line`` over each of its parts).
 CAPTION_CHARS = 80
 _RECT_SAMPLE = 160  # text rectangles from the middle of a page examined for interleaved columns
@@ -358,6 +362,8 @@ class _Rules:
         at least two of the vertical ones (two rows of cells)."""
         if len(self.horizontal) < RULED_HORIZONTAL or len(self.vertical) < 2:
             return False
+        if len(self.horizontal) > MAX_RULES or len(self.vertical) > MAX_RULES:  # hatching, a map: no table
+            return False
         vertical = self.vertical[:_RULES]
         crossed = 0
         for x0, x1, y in self.horizontal[:_RULES]:
@@ -455,7 +461,10 @@ def _read_pdfium_page(pdf: Any, index: int, pdfium_c: Any) -> _PdfiumPage:
         layout = None
         if (rules.grid() and candidate.total > 0 and page.get_rotation() == 0 and not missing and not reorder
                 and not candidate.suspect and pdf_tables.available()):
-            layout = _page_layout(textpage, count, rules, page.get_height(), pdfium_c)
+            try:
+                layout = _page_layout(textpage, count, rules, page.get_height(), pdfium_c)
+            except Exception as exc:  # a table is a bonus: the page's text stays as PDFium read it
+                log.debug("tables of page %d not read: %s", index + 1, exc)
     finally:
         textpage.close()
         page.close()
