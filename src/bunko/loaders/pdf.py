@@ -26,6 +26,13 @@ is installed; such pages carry ``ocr``, ``ocr_confidence`` and ``ocr_lang``, and
 to install, when OCR cannot run), one whose every text page is garbled raises ``GarbledTextError``. Files PDFium
 cannot open are tried with pdfminer before they are reported as corrupt.
 
+Tables ruled into cells by lines (:mod:`bunko.loaders.pdf_tables`) become their rows under their
+header row, parts of their own (``table``, ``row_start``, ``row_end``, the line above as caption)
+placed where the table's first character is in the page's text, which loses the table's
+characters. Only pages whose PDFium text is kept are looked at, and only those where PDFium's paths
+include horizontal rules crossed by vertical ones (``_Rules``): the rules and characters come from
+PDFium, so nothing is parsed twice.
+
 The text is tidied on the way (``_clean``, ``_join_hyphenated``): a word hyphenated at a
 line end is joined back (PDFium marks such hyphens with U+FFFE, pdfminer leaves ``-``
 and a line break; soft hyphens U+00AD are dropped) and keeps its hyphen only where it is
