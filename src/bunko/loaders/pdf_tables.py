@@ -10,8 +10,8 @@ strategy does), and each cell takes the characters whose centre is in it.
 pdfplumber's own page analysis is not used: it interprets the page again with pdfminer.six, which
 took 0.2-0.4 s a page on the drawings of the shared corpus (slides and lecture notes draw a lot), 30
 to 50 times the rest of the PDF loader. Its ``text`` strategy (tables guessed from aligned words, no
-lines) made tables of the running text of every page it was tried on; PyMuPDF's ``page.find_tables()`` is AGPL, a licence bunko cannot
-take on.
+lines) made tables of the running text of every page it was tried on; PyMuPDF's
+``page.find_tables()`` is AGPL, a licence bunko cannot take on.
 
 Drawings are ruled too (plots, diagrams, framed boxes of slides), so a grid counts as a table only
 when it looks like one (:func:`is_table`): at least two rows and two columns, one of its first rows
