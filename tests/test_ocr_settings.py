@@ -16,7 +16,7 @@ from bunko.cli import cli
 from bunko.config import Settings
 from bunko.errors import ConfigError, OCRPageLimitError
 from bunko.loaders import LoadOptions, ocr
-from bunko.server.worker import upload_item
+from bunko.server.worker import Worker, upload_item
 from bunko.stores.service import Job
 from tests import scans
 from tests.conftest import FIXTURES
@@ -93,7 +93,13 @@ def test_bunko_ingest_ocr_options_outrank_the_settings(tmp_path: Path, monkeypat
 
 
 @needs_tesseract
-def test_upload_workers_read_with_the_ocr_settings(two_scanned_pages: Path) -> None:
+def test_upload_workers_read_with_the_ocr_settings(tmp_path: Path, embedder: Any, two_scanned_pages: Path) -> None:
+    engine = Bunko(f"sqlite:///{tmp_path / 'jobs.db'}", embedder=embedder, ocr_max_pages=1, ocr_lang="jpn")
+    try:
+        options = Worker(engine, spool=tmp_path / "spool").load_options
+    finally:
+        engine.close()
+    assert (options.ocr_max_pages, options.ocr_lang, options.ocr_page_seconds) == (1, "jpn", 120.0)
     job = Job(id="job-1", collection="scans", filename="two_pages.pdf")
     with pytest.raises(OCRPageLimitError):
         upload_item(job, two_scanned_pages, 10**8, LoadOptions(ocr_max_pages=1)).load()
