@@ -34,6 +34,10 @@ value (``BUNKO_LLM=``) counts as not set.
 | cached query embeddings | ``BUNKO_CACHE_QUERY_VECTORS`` | ``[cache] query_vectors`` | 2048 (0 = off) |
 | cached search results | ``BUNKO_CACHE_SEARCH_RESULTS`` | ``[cache] search_results`` | 512 (0 = off) |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
+| OCR of scans and images on | ``BUNKO_OCR`` | ``[ocr] enabled`` | true (when Tesseract is installed) |
+| OCR models (``jpn+eng``, ...) | ``BUNKO_OCR_LANG`` | ``[ocr] lang`` | chosen per page |
+| OCR time limit per page (s) | ``BUNKO_OCR_PAGE_SECONDS`` | ``[ocr] page_seconds`` | 120 |
+| pages OCR'd per document at most | ``BUNKO_OCR_MAX_PAGES`` | ``[ocr] max_pages`` | 100 |
 | largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
 | largest JSON request body (MiB) | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
 | requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
@@ -262,6 +266,24 @@ class FetchSettings(Section):
         return value
 
 
+class OCRSettings(Section):
+    """``[ocr]``: OCR of scanned PDF pages and images (:mod:`bunko.loaders.ocr`), in ``bunko ingest`` and the
+    upload workers: on or off, the Tesseract models (``jpn+eng``, ``jpn_vert``; unset: chosen per page), the
+    time one page may take (then ``OCRTimeoutError``) and the most pages one document may have read by OCR
+    (then ``OCRPageLimitError``; the document fails, nothing else does). ``bunko ingest --ocr-lang`` and the
+    other ``--ocr`` options outrank them for one run."""
+
+    enabled: Annotated[bool, Env("BUNKO_OCR")] = True
+    lang: Annotated[str | None, Env("BUNKO_OCR_LANG"), Field(pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$")] = None
+    page_seconds: Annotated[float, Env("BUNKO_OCR_PAGE_SECONDS"), Field(gt=0, le=86_400)] = 120.0
+    max_pages: Annotated[int, Env("BUNKO_OCR_MAX_PAGES"), Field(ge=1, le=1_000_000)] = 100
+
+    def load_options(self) -> dict[str, Any]:
+        """The ``LoadOptions`` fields these set (``ocr``, ``ocr_lang``, ``ocr_page_seconds``, ``ocr_max_pages``)."""
+        return {"ocr": self.enabled, "ocr_lang": self.lang, "ocr_page_seconds": self.page_seconds,
+                "ocr_max_pages": self.max_pages}
+
+
 class ServerSettings(Section):
     """``[server]``: limits of the HTTP API.
 
@@ -373,6 +395,7 @@ SECTIONS: dict[str, type[Section]] = {
     "rerank": RerankSettings,
     "cache": CacheSettings,
     "fetch": FetchSettings,
+    "ocr": OCRSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
     "memory": MemorySettings,
@@ -503,6 +526,7 @@ class Settings(BaseSettings):
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    ocr: OCRSettings = Field(default_factory=OCRSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)

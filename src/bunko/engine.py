@@ -182,8 +182,10 @@ class Tenant(TenantScope["Bunko"]):
                       analyzer: str | None = None, options: LoadOptions | None = None,
                       workers: int = LOAD_WORKERS) -> IngestReport:
         """Load and index files, folders and URLs (``workers`` threads read ahead of the embedder); a failing one
-        is reported and the rest go on. Each document is stored whole or not at all."""
+        is reported and the rest go on. Each document is stored whole or not at all. Without ``options``, files
+        are read with the engine's ``[ocr]`` settings."""
         paths = list(paths)  # read twice: to ingest, then to see which folders were ingested again
+        options = options or LoadOptions(**self._engine.settings.ocr.load_options())
         items, skipped = runner.path_items(paths, options, FetchPolicy.from_settings(self._engine.settings))
         report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
                                           analyzer=analyzer, workers=workers, bulk=True)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -123,12 +124,13 @@ def sweep_spool(engine: Bunko, root: Path, *, grace: float = ORPHAN_GRACE_SECOND
 
 
 # -- one upload -------------------------------------------------------------------------------------
-def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
+def upload_item(job: Job, path: Path, max_bytes: int, options: LoadOptions | None = None) -> IngestItem:
     """The upload as one document whose source is its file name: uploading a changed file with the
-    same name into the same collection makes a new version of the same document (R4)."""
+    same name into the same collection makes a new version of the same document (R4). ``options``: how
+    files are read (the engine's ``[ocr]`` settings), with ``max_bytes`` as the size limit."""
 
     def load() -> list[Document]:
-        documents = load_path(path, LoadOptions(max_bytes=max_bytes))
+        documents = load_path(path, dataclasses.replace(options or LoadOptions(), max_bytes=max_bytes))
         document = documents[0] if len(documents) == 1 else Document(
             "\n\n".join(d.content for d in documents), dict(documents[0].metadata) if documents else {})
         document.id = job.id
@@ -210,6 +212,7 @@ class Worker:
         self.lease = server.job_lease_seconds
         self.tenant_cap = server.tenant_jobs_in_flight
         self.max_bytes = server.max_upload_bytes
+        self.load_options = LoadOptions(**engine.settings.ocr.load_options())
         self.poll_seconds = poll_seconds
         self.processed = 0
         self.store_delays = backoff_delays(store_retries, store_backoff, STORE_BACKOFF_CAP_SECONDS)
@@ -307,7 +310,8 @@ class Worker:
             return Outcome("failed", 0, "UPLOAD_MISSING", "the uploaded file is not in the spool folder this worker "
                            "reads; upload the file again")
         try:
-            report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
+            item = upload_item(job, path, self.max_bytes, self.load_options)
+            report = await scope.aingest_items([item], job.collection)
         except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...), or the store failed
             return Outcome("failed", 0, exc.code, hide(exc.message), transient=isinstance(exc, TransientStoreError))
         except Exception:
