@@ -102,7 +102,9 @@ def test_searches_and_chats_fail_only_while_the_database_is_unreachable(
         _chat_answers(client)
         proxy.down()
         for _ in range(2):
-            problem(_search(client), 503, "STORE_UNAVAILABLE")
+            down = _search(client)
+            problem(down, 503, "STORE_UNAVAILABLE")
+            assert down.headers["retry-after"] == "1"
             _chat_fails_unavailable(client)
         proxy.up()
         assert _search(client).status_code == 200

@@ -21,8 +21,9 @@ take jobs from the store:
   a file uploaded again under the same name becomes a new version of the same document.
 - **Transient failures**: processing that failed on a moment's database failure (``TransientStoreError``:
   a serialization failure, a deadlock, a dropped connection, a busy file; the stores decide which) is
-  run again, up to ``STORE_RETRIES`` times with a doubling pause (``STORE_BACKOFF_SECONDS`` up to
-  ``STORE_BACKOFF_CAP_SECONDS``), while the job is still ours; any other error fails the job at once.
+  run again, at least ``STORE_RETRIES`` times and for as long as ``STORE_OUTAGE_SECONDS`` (a database
+  restart or failover), with a doubling pause (``STORE_BACKOFF_SECONDS`` up to ``STORE_BACKOFF_CAP_SECONDS``),
+  while the job is still ours; any other error fails the job at once.
   Running again is safe: a document is written in one transaction, and one already written is unchanged.
   Recording the job's end is tried again the same way.
 - **Finish**: only while this worker holds the job (``WHERE status = 'processing' AND worker = ?``),
