@@ -64,6 +64,7 @@ class Stats:
         self.acked: dict[str, tuple[str, str]] = {}  # document id -> (tenant, word)
         self.deleted: dict[str, tuple[str, str]] = {}
         self.failures: list[tuple[float, float, str]] = []  # (start, end, what) of each failed request
+        self.transport_errors: list[str] = []
 
     def count(self, kind: str, response: httpx.Response, started: float, failed: str | None = None) -> None:
         with self.lock:
@@ -72,7 +73,7 @@ class Stats:
                 failed = f"{response.status_code} {response.text[:160]}"
             if failed is not None:
                 self.server_errors.append(f"{kind} {failed}")
-                self.failures.append((started, time.monotonic(), f"{kind} {failed[:3]}"))
+                self.failures.append((started, time.monotonic(), f"{kind} {failed.split(' ')[0]}"))
 
 
 def _client_loop(n: int, urls: list[str], keys: dict[str, str], stop: threading.Event, stats: Stats) -> None:
@@ -110,7 +111,7 @@ def _client_loop(n: int, urls: list[str], keys: dict[str, str], stop: threading.
                         failed = f"{r.status_code} {''.join(lines)[:160]}"
                     for line in lines:
                         if line.startswith("data: ") and '"type": "error"' in line.replace('":"', '": "'):
-                            failed = f"stream error {line[6:160]}"
+                            failed = f"SSE {json.loads(line[6:])['error']['code']}"
                     stats.count("chat", r, started, failed)
                 else:
                     doc, word = mine.pop(rng.randrange(len(mine)))
@@ -124,6 +125,7 @@ def _client_loop(n: int, urls: list[str], keys: dict[str, str], stop: threading.
                     stats.requests["transport_error"] += 1
                     stats.server_errors.append(f"transport {type(exc).__name__}")
                     stats.failures.append((started, time.monotonic(), f"transport {type(exc).__name__}"))
+                    stats.transport_errors.append(f"{type(exc).__name__}: {exc}"[:200])
     finally:
         for c in clients:
             c.close()
@@ -250,7 +252,8 @@ def main() -> None:
             "last_error_after_db_up_s": (None if up_at is None or not while_down
                                          else round(max(f[1] for f in while_down) - up_at, 1)),
             "server_error_samples": stats.server_errors[:5],
-            "other_error_samples": [f[2] for f in otherwise][:5], "uploads_acknowledged": len(stats.acked),
+            "other_errors": [(f[2], round(f[0] - started, 1), round(f[1] - started, 1)) for f in otherwise][:10],
+            "transport_error_samples": stats.transport_errors[:5], "uploads_acknowledged": len(stats.acked),
             "uploads_deleted": len(stats.deleted), "acknowledged_uploads_missing": len(missing),
             "missing_statuses": dict(Counter(status.get(d, "?") for d in missing)),
             "deleted_still_searchable": searchable, "documents_half_written": half_written,

