@@ -489,3 +489,47 @@ def test_an_embedding_provider_down_fails_searches_and_uploads_with_a_typed_erro
         assert _search(client).status_code == 200
         assert tenant.ingest([_corpus(tmp_path / "more", 2, "down")], "bousai").errors == []
     assert fake.requests_to("/embeddings")
+
+
+# -- an upgrade while the older version runs ---------------------------------------------------------------------
+def test_an_upgrade_refuses_while_other_sessions_are_connected(pg_server: PostgresServer, tmp_path: Path) -> None:
+    """One migration pending and a session of "the older version" connected: `bunko db migrate` (and a server of
+    the new version, which migrates when it opens) refuses, changing nothing and naming the session; with --force
+    the upgrade runs."""
+    import os
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from bunko.errors import VectorStoreError
+    from bunko.stores.postgres import PostgresBackend, migrate_database, schema_status
+    from bunko.stores.postgres.migrations import MIGRATIONS
+    from bunko.testing.postgres import with_dbname
+
+    from .conftest import ROOT
+
+    with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS bunko_faults_upgrade WITH (FORCE)")
+        conn.execute("CREATE DATABASE bunko_faults_upgrade")
+    url = with_dbname(pg_server.admin_url, "bunko_faults_upgrade")
+    try:
+        migrate_database(url, target=len(MIGRATIONS) - 1)
+        with psycopg.connect(url, application_name="bunko-older") as older:
+            older.execute("SELECT 1")
+            with pytest.raises(VectorStoreError, match="bunko-older"):
+                migrate_database(url)
+            with pytest.raises(VectorStoreError, match="other session"):
+                PostgresBackend(url)
+            assert len(schema_status(url)["pending"]) == 1
+            env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BUNKO_HOME": str(tmp_path / "home")}
+            refused = subprocess.run([sys.executable, "-m", "bunko", "--db", url, "db", "migrate", "--json"],
+                                     env=env, capture_output=True, text=True)
+            assert refused.returncode != 0 and "--force" in refused.stdout + refused.stderr
+            forced = subprocess.run([sys.executable, "-m", "bunko", "--db", url, "db", "migrate", "--force", "--json"],
+                                    env=env, capture_output=True, text=True)
+            assert forced.returncode == 0, forced.stderr
+            assert json.loads(forced.stdout)["applied"] == [MIGRATIONS[-1][0]]
+        assert schema_status(url)["pending"] == []
+    finally:
+        pg_server.drop_database(url)
