@@ -82,6 +82,17 @@ def _chat_fails_unavailable(client: httpx.Client) -> None:
         assert status == 503 and "STORE_UNAVAILABLE" in body, (status, body)
 
 
+def _answers_again(client: httpx.Client) -> int:
+    """Search until the answer is 200 (each one before it a typed 503); returns how many 503s came first."""
+    deadline = time.monotonic() + HANG
+    failed = 0
+    while (response := _search(client)).status_code != 200:
+        problem(response, 503, "STORE_UNAVAILABLE")
+        failed += 1
+        assert time.monotonic() < deadline
+    return failed
+
+
 def _chat_answers(client: httpx.Client) -> None:
     status, events, body = _chat(client)
     assert status == 200 and events, (status, body)
@@ -159,7 +170,7 @@ def test_a_server_that_accepts_but_never_answers_is_a_typed_error(
         proxy.drop()
         problem(_search(client), 503, "STORE_UNAVAILABLE")
         proxy.release()
-        assert _search(client).status_code == 200
+        _answers_again(client)  # the pool's next attempt to connect goes through
 
 
 def _queued_upload(tenant: Tenant, job_id: str = "up1") -> None:
@@ -221,9 +232,9 @@ def test_transient_store_error_is_what_a_lost_database_raises_in_the_library(
 
 
 @pytest.fixture()
-def own_postgres(tmp_path: Path) -> Iterator[TemporaryPostgres]:
+def own_postgres() -> Iterator[TemporaryPostgres]:
     """A PostgreSQL server of this test alone, which it may stop and start."""
-    server = TemporaryPostgres(tmp_path / "pg")
+    server = TemporaryPostgres()
     yield server
     server.close()
 
