@@ -340,6 +340,12 @@ class PostgresSettings(Section):
 
     pool_min: Annotated[int, Env("BUNKO_PG_POOL_MIN"), Field(ge=0)] = 1
     pool_max: Annotated[int, Env("BUNKO_PG_POOL_MAX"), Field(ge=1)] = 8
+    # Seconds a statement waits for a pooled connection (every one busy, or the server unreachable) before
+    # it fails with TransientStoreError (503); also how long one attempt of the pool to reconnect goes on
+    # before it starts over, so a server back after an outage is found within a few seconds.
+    pool_timeout: Annotated[float, Env("BUNKO_PG_POOL_TIMEOUT"), Field(gt=0, le=600)] = 10.0
+    # Seconds a new connection may take to be established (a server that accepts but does not answer).
+    connect_timeout: Annotated[int, Env("BUNKO_PG_CONNECT_TIMEOUT"), Field(ge=2, le=600)] = 10
     hnsw_m: Annotated[int, Env("BUNKO_PG_HNSW_M"), Field(ge=2, le=100)] = 16
     # Graph quality (fixed per collection when its index is built) and search breadth. At 100,000 chunks of
     # benchmarks/bench_search.py, recall@10 of plain vector search was 0.71-0.79 with the former (64, 100)

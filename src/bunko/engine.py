@@ -31,6 +31,7 @@ tenant's usage records (R13) through its :class:`~bunko.usage.Meter`; ``Tenant.u
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -45,6 +46,7 @@ from .blocks.workflow import arun as run_workflow_in
 from .clients import EngineClients
 from .config import DEFAULT_COLLECTION, Settings
 from .conversations import ConversationContext
+from .errors import StorageFullError
 from .generation import LLMProvider
 from .ingest import (
     INGEST_BATCH_CHUNKS,
@@ -78,6 +80,8 @@ from .types import (
     UsageTotal,
     VectorRecord,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class Bunko:
@@ -190,7 +194,12 @@ class Tenant(TenantScope["Bunko"]):
         report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
                                           analyzer=analyzer, workers=workers, bulk=True)
         report.skipped[:0] = skipped
-        await asyncio.to_thread(runner.note_outcome, self._store, collection, items, report, paths)
+        try:
+            await asyncio.to_thread(runner.note_outcome, self._store, collection, items, report, paths)
+        except StorageFullError as exc:  # the report says what failed (STORAGE_FULL too); the list of failures waits
+            if not report.errors:
+                raise
+            logger.warning("could not record the failed files of this ingest: %s", exc.message)
         return report
 
     async def aingest_items(self, items: Sequence[IngestItem], collection: str = DEFAULT_COLLECTION, *,

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...config import PostgresSettings, redact_url
-from ...errors import ConfigError, PgvectorVersionError, TransientStoreError, VectorStoreError
+from ...errors import ConfigError, PgvectorVersionError, StorageFullError, TransientStoreError, VectorStoreError
 from ..sql import SQLBackend, StoreCounters, check_name
 from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
 from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy
@@ -59,6 +59,13 @@ def transient_error(exc: Any) -> TransientStoreError | None:
     return None
 
 
+def disk_full(exc: Any) -> bool:
+    """Whether a psycopg error is the server out of disk space (SQLSTATE 53100, or a write the file system
+    refused with ENOSPC); PostgreSQL has rolled the transaction back."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
+
+
 class PostgresBackend(SQLBackend):
     """A PostgreSQL database that hands out tenant-bound stores."""
 
@@ -72,6 +79,7 @@ class PostgresBackend(SQLBackend):
         self.settings = settings or PostgresSettings.from_env()
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
+        self._sweeping = threading.Lock()
         if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
             migrate_database(conninfo)
         self._check_schema()
@@ -83,9 +91,18 @@ class PostgresBackend(SQLBackend):
             configure=self._configure, open=False, name="bunko",
             # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
             # one restriction size) would stick to the connection; custom plans fit each query.
-            kwargs={"prepare_threshold": None},
-            # A connection the server dropped (restart, idle timeout) is replaced on checkout.
-            check=ConnectionPool.check_connection,
+            # A server that accepts a connection but does not answer fails it after connect_timeout.
+            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout},
+            # A connection the server dropped (restart, idle timeout) is replaced on checkout; finding one
+            # sends every idle connection to be checked (see _check_connection).
+            check=self._check_connection,
+            # Waiting for a connection (all busy, or the server unreachable) ends in PoolTimeout, a
+            # TransientStoreError (503), after pool_timeout instead of psycopg_pool's 30 s.
+            timeout=self.settings.pool_timeout,
+            # The pool's attempts to reconnect back off (1, 2, 4 ... s) for reconnect_timeout, then give up
+            # until the next request asks again. psycopg_pool's 5 minutes would let the backoff grow past a
+            # minute, so a server back from a restart would wait that long for its first connection.
+            reconnect_timeout=max(1.0, self.settings.pool_timeout / 2),
         )
         try:
             self._pool.open(wait=True, timeout=30)
@@ -128,6 +145,23 @@ class PostgresBackend(SQLBackend):
             self._columns.pop(collection_pk, None)
 
     # -- connections ---------------------------------------------------------------------
+    def _check_connection(self, conn: Any) -> None:
+        """The pool's check on checkout; a dead connection has every idle one checked and replaced at once.
+
+        One dead connection means the server restarted or failed over, so the other idle ones are dead too.
+        psycopg_pool would find them one checkout at a time, pausing 1, 2, 4 ... s after each, so with a few
+        dead connections in the pool the first requests after the server is back would time out.
+        """
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            if self._sweeping.acquire(blocking=False):  # one sweep at a time; the others just fail their check
+                try:
+                    self._pool.check()  # a dead socket fails at once; new connections are made in the background
+                finally:
+                    self._sweeping.release()
+            raise
+
     def _configure(self, conn: Any) -> None:
         """Per pooled connection: vector types, and drop to the application role if needed."""
         register_vector(conn)
@@ -263,6 +297,8 @@ class PostgresBackend(SQLBackend):
         except psycopg.Error as exc:
             if (transient := transient_error(exc)) is not None:
                 raise transient from exc
+            if disk_full(exc):
+                raise StorageFullError(f"the disk under PostgreSQL is full; nothing was written: {exc}") from exc
             if isinstance(exc, psycopg.errors.DataException):
                 raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
             if isinstance(exc, psycopg.OperationalError):

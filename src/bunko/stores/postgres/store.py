@@ -240,8 +240,11 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             except CollectionNotFoundError:
                 return
             self._maybe_build_index(collection_pk, total)
-            with self.session() as (conn, _):
-                conn.execute("SELECT bunko.analyze_tables()")
+            try:
+                with self.session() as (conn, _):
+                    conn.execute("SELECT bunko.analyze_tables()")
+            except VectorStoreError as exc:  # statistics only (autovacuum gathers them too): the writes stand
+                logger.warning("could not ANALYZE after a bulk load into %s: %s", collection, exc.message)
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
         """Build (if missing) the HNSW index of a collection; returns its name.

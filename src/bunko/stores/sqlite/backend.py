@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...errors import ConfigError, TransientStoreError, VectorStoreError
+from ...errors import ConfigError, StorageFullError, TransientStoreError, VectorStoreError
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
@@ -55,8 +55,12 @@ def use_wal(conn: sqlite3.Connection, wait: float = 30.0) -> None:
 
 def sqlite_error(what: str, exc: sqlite3.Error) -> VectorStoreError:
     """The store error for a SQLite failure; the one place that decides which are transient: the file
-    locked or busy past the busy timeout (another process held the write lock), which changed nothing."""
+    locked or busy past the busy timeout (another process held the write lock), which changed nothing; and
+    which mean a full disk (``StorageFullError``: SQLite rolled the statement back, or the transaction)."""
     code = getattr(exc, "sqlite_errorcode", None)  # an extended code: the primary one is its low byte
+    if (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or (
+            code is None and "database or disk is full" in str(exc)):
+        return StorageFullError(f"{what}: the disk under the SQLite store is full; nothing was written: {exc}")
     if (code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)) or (
             code is None and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)):
         return TransientStoreError(f"{what}: {exc}; nothing was changed, try again")
