@@ -681,6 +681,37 @@ def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) 
     backend.close()
 
 
+def test_a_larger_collection_is_searched_wider(pg_url: str) -> None:
+    """An unfiltered search's ``hnsw.ef_search`` grows with the square root of the collection's size past
+    ``ef_search_rows`` (to pgvector's 1,000), and the breadth reaches the server in the search's
+    transaction; filtered and small searches keep ``ef_search``."""
+    from bunko.stores.postgres.search import search_breadth
+
+    defaults = PostgresSettings()
+    assert [search_breadth(defaults, n, 10) for n in (10_000, 40_000, 100_000, 160_000, 1_000_000)] == [
+        400, 400, 632, 800, 1000]
+    assert search_breadth(PostgresSettings(ef_search_rows=0), 1_000_000, 10) == 400
+    assert search_breadth(PostgresSettings(ef_search=40), 100, 200) == 200
+    assert search_breadth(PostgresSettings(ef_search=40), 100, 5000) == 1000
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50, ef_search=40, ef_search_rows=100,
+                                                                exact_max_rows=10))
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    vectors = unit_vectors(400, 140)
+    store.write_documents("c", [make_document(f"d{i}", [f"t{i}-{j}" for j in range(40)], vectors[i * 40:(i + 1) * 40],
+                                              metadata={"source": f"d{i}", "half": i % 2}) for i in range(10)])
+    with store.reader(store.read_collection("c")) as reader:
+        ranked = reader.nearest(vectors[3], 5)
+        assert ranked.plan == "hnsw" and int(reader.run("SHOW hnsw.ef_search").fetchone()[0]) == 80  # 40 * 2
+    with store.reader(store.read_collection("c")) as reader:
+        from bunko.filters import parse_filter
+        from bunko.stores.base import Restriction
+
+        ranked = reader.nearest(vectors[3], 5, Restriction(None, parse_filter({"half": 1})))
+        assert ranked.plan.startswith("hnsw-") and reader.run("SHOW hnsw.ef_search").fetchone()[0] == "40"
+    backend.close()
+
+
 def test_a_libpq_connection_string_opens_postgres(pg_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--db "host=... dbname=..."`` (libpq's key=value form) names PostgreSQL, in the CLI and in
     ``open_backend``, instead of a SQLite file of that name; paths with ``=`` stay SQLite paths."""

@@ -324,6 +324,10 @@ class PostgresSettings(Section):
     # and 0.98 with (200, 400), at about the time of an exact numpy scan (docs/ARCHITECTURE.md).
     hnsw_ef_construction: Annotated[int, Env("BUNKO_PG_HNSW_EF_CONSTRUCTION"), Field(ge=4, le=1000)] = 200
     ef_search: Annotated[int, Env("BUNKO_PG_EF_SEARCH"), Field(ge=1, le=1000)] = 400
+    # An unfiltered search of a larger collection searches wider: ef_search up to this many chunks, then
+    # ef_search * sqrt(chunks / ef_search_rows), at most pgvector's 1,000 (search.search_breadth; 0 = never
+    # wider). Measured at 100,000 chunks: recall@10 0.983 / 0.992 / 0.995 at ef_search 400 / 500 / 600.
+    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 40_000
     # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
     hnsw_min_rows: Annotated[int, Env("BUNKO_PG_HNSW_MIN_ROWS"), Field(ge=0)] = 10_000
     maintenance_work_mem: Annotated[str, Env("BUNKO_PG_MAINTENANCE_WORK_MEM")] = "1GB"

@@ -11,6 +11,7 @@ with the collection's counters as statistics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,21 @@ from .columns import DOCUMENT_JOIN
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
+
+
+def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
+    """``hnsw.ef_search`` for an unfiltered search of a collection of ``rows`` chunks.
+
+    An HNSW graph of more vectors needs a wider search for the same recall (at 100,000 chunks of
+    ``benchmarks/bench_search.py``: recall@10 0.983 / 0.992 / 0.995 at 400 / 500 / 600, all under the
+    time of an exact scan; docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
+    ``settings.ef_search_rows`` chunks, then growing with the square root of the size, to pgvector's
+    limit of 1,000; never less than k.
+    """
+    breadth = settings.ef_search
+    if settings.ef_search_rows and rows > settings.ef_search_rows:
+        breadth = round(settings.ef_search * math.sqrt(rows / settings.ef_search_rows))
+    return max(min(1000, breadth), min(1000, top_k), 1)
 
 
 def vector_type(dim: int) -> str:
@@ -56,7 +72,8 @@ class Plan:
             return self._exact(conn, q)
         want = min(self.top_k, self.matching)
         if self.strategy == "hnsw":
-            found = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+            found = self._index(conn, q, ef_search=search_breadth(self.settings, self.total, self.top_k),
+                                limit=self.top_k)
         elif self.strategy == "hnsw-iterative":
             found = self._iterative(conn, q)
         else:
