@@ -11,6 +11,7 @@ forgot its predicate returns nothing.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -119,7 +120,9 @@ class PostgresBackend(SQLBackend):
             self.settings.iterative_scan is not False and version_tuple(self.pgvector_version) >= (0, 8)
         )
         self.index_lock = threading.Lock()
-        self.indexed: set[int] = set()  # collections whose HNSW index is known to exist
+        self.indexed: set[int] = set()  # collections whose vector index is known to exist
+        # The kind of each indexed collection's index: ("hnsw", 0) or ("ivfflat", its lists).
+        self.index_kinds: dict[int, tuple[str, int]] = {}
         # Filtered search: metadata columns of the most recently filtered collections (see MetadataColumns).
         self._columns: OrderedDict[int, MetadataColumns] = OrderedDict()
         self._columns_lock = threading.Lock()
@@ -305,37 +308,56 @@ class PostgresBackend(SQLBackend):
                 raise VectorStoreError(f"PostgreSQL could not run the statement: {exc}") from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
-    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:
-        """``CREATE INDEX CONCURRENTLY`` a collection's HNSW index as the login role; None if it may not.
+    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int,
+                                 rows: int = 0) -> str | None:
+        """``CREATE INDEX CONCURRENTLY`` a collection's vector index as the login role; None if it may not.
 
-        The caller has checked that the collection is the tenant's. Runs outside any transaction
-        (as CONCURRENTLY must); an invalid index left by a failed build is dropped and built again.
+        HNSW (``chunks_hnsw_<pk>``), or IVFFlat over halfvec (``chunks_ivf_<pk>``, see :func:`ivfflat_lists`)
+        when the collection holds ``settings.ivfflat_min_rows`` chunks or more: a collection that grew
+        past that size with an HNSW index gets the IVFFlat one, and then loses the HNSW one. The caller
+        has checked that the collection is the tenant's. Runs outside any transaction (as CONCURRENTLY
+        must); an invalid index left by a failed build is dropped and built again.
         """
-        name = f"chunks_hnsw_{int(collection_pk)}"
-        cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
-                     else (f"halfvec({dim})", "halfvec_cosine_ops"))
+        hnsw, ivf = f"chunks_hnsw_{int(collection_pk)}", f"chunks_ivf_{int(collection_pk)}"
+        want_ivf = bool(self.settings.ivfflat_min_rows) and rows >= self.settings.ivfflat_min_rows and dim <= 4000
+        name = ivf if want_ivf else hnsw
         try:
             with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
                 owner = conn.execute("SELECT pg_has_role(current_user, tableowner, 'USAGE') FROM pg_tables "
                                      "WHERE schemaname = 'bunko' AND tablename = 'chunks'").fetchone()
                 if owner is None or not owner[0]:
                     return None
-                valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
-                                     (f"bunko.{name}",)).fetchone()
-                if valid is not None and valid[0]:
-                    return name
-                if valid is not None:
+
+                def valid(index: str) -> bool | None:
+                    found = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                                         (f"bunko.{index}",)).fetchone()
+                    return None if found is None else bool(found[0])
+
+                if valid(ivf):
+                    return ivf
+                if not want_ivf and valid(hnsw):
+                    return hnsw
+                if valid(name) is not None:  # left invalid by a failed build
                     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(name)))
                 conn.execute("SELECT set_config('maintenance_work_mem', %s, false), "
                              "set_config('max_parallel_maintenance_workers', %s, false)",
                              (self.settings.maintenance_work_mem, str(self.settings.parallel_workers)))
-                conn.execute(sql.SQL(
-                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING hnsw ((embedding::" + cast
-                    + ") " + ops + ") WITH (m = {}, ef_construction = {}) WHERE collection_id = {}"
-                ).format(sql.Identifier(name), sql.Literal(int(m)), sql.Literal(int(ef_construction)),
-                         sql.Literal(int(collection_pk))))
+                if want_ivf:
+                    method = (f"ivfflat ((embedding::halfvec({int(dim)})) halfvec_cosine_ops) "
+                              f"WITH (lists = {ivfflat_lists(rows)})")
+                else:
+                    cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
+                                 else (f"halfvec({dim})", "halfvec_cosine_ops"))
+                    method = (f"hnsw ((embedding::{cast}) {ops}) "
+                              f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})")
+                conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING " + method
+                                     + " WHERE collection_id = {}").format(sql.Identifier(name),
+                                                                          sql.Literal(int(collection_pk))))
+                if want_ivf:  # searches (of every process) look for the IVFFlat index first
+                    self.indexed.discard(int(collection_pk))
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(hnsw)))
         except psycopg.Error as exc:
-            raise VectorStoreError(f"could not build the HNSW index {name}: {exc}") from exc
+            raise VectorStoreError(f"could not build the vector index {name}: {exc}") from exc
         return name
 
     def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
@@ -352,6 +374,12 @@ class PostgresBackend(SQLBackend):
 
     def __repr__(self) -> str:
         return f"PostgresBackend({redact_url(self.url)!r})"
+
+
+def ivfflat_lists(rows: int) -> int:
+    """The lists of an IVFFlat index over ``rows`` vectors: rows / 1,000 up to 1,000,000 rows, then the square
+    root (pgvector's advice), at least 10."""
+    return max(10, rows // 1000 if rows <= 1_000_000 else math.isqrt(rows))
 
 
 def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:

@@ -259,7 +259,7 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             with self.session() as (conn, tenant_pk):
                 if collection_pk is None:
                     collection_pk = self._collection_row(conn, tenant_pk, collection or "").key
-                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction FROM bunko.collections "
+                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction, chunk_count FROM bunko.collections "
                                    "WHERE tenant_id = %s AND id = %s", (tenant_pk, collection_pk)).fetchone()
                 if row is None:
                     return None
