@@ -141,7 +141,7 @@ def settings(grid: str) -> list[Proximity | None]:
             out.append(Proximity(phrase, near, window, 30))
     else:
         phrase, near, window = (float(x) for x in grid.split(","))
-        for title, title_leg in itertools.product((0.0, 0.1, 0.2, 0.3, 0.5), (0.0, 0.05, 0.1, 0.2, 0.3)):
+        for title, title_leg in itertools.product((0.0, 0.3, 0.5, 0.75, 1.0, 1.5), (0.0, 0.05, 0.075, 0.1, 0.2)):
             out.append(Proximity(phrase, near, int(window), 30, title, title_leg))
     return out
 

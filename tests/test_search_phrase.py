@@ -15,6 +15,7 @@ from bunko.search import keyword_query
 from bunko.search.keyword import Proximity, proximity_shares, query_pairs
 from bunko.stores import open_backend
 from bunko.testing.store_suite import INFO, make_document, unit_vectors
+from bunko.types import Document
 
 from .conftest import SHARED_DOCUMENTS
 
@@ -133,3 +134,63 @@ def test_the_tracemonkey_title_finds_its_title_chunk_first(tmp_path: Path, embed
             hits = scope.search(TITLE, "docs", mode=mode, top_k=3).results
             assert hits[0].source.endswith("tracemonkey.pdf") and TITLE in " ".join(hits[0].content.split()), (
                 mode, [(h.source, h.content[:60]) for h in hits])
+
+
+# -- titles ------------------------------------------------------------------------------------------
+def test_a_documents_title_comes_from_its_loader_its_first_line_or_its_file_name() -> None:
+    from bunko.indexing import document_title
+
+    assert document_title({"title": "  Pocket   library "}, "x") == "Pocket library"
+    # A title that only names a file gives way to the first line of text.
+    for junk in ("IBM-PDFs.graffle", "zen_of_python.txt", "Microsoft Word - report.doc"):
+        assert document_title({"title": junk}, "\n\n# The Zen of Python\nBeautiful is better.") == "The Zen of Python"
+    assert document_title({"filename": "notes.md"}, "  \n  ") == "notes"
+    assert document_title({"source": "/a/b/plan.v2.pdf"}, "") == "plan.v2"
+    assert len(document_title({}, "x" * 500)) == 200
+
+
+def test_a_title_match_ranks_the_titled_document_first_and_hits_carry_the_title(db_url: str, embedder) -> None:
+    """The document titled as the query comes first in keyword and hybrid mode (a title leg joins the
+    fusion) though another chunk holds the words more often; its hits carry the title."""
+    with Bunko(db_url, embedder=embedder) as engine:
+        scope = engine.tenant("t")
+        scope.add_document(Document("Each household keeps a kit: water, food and a radio.",
+                                    {"source": "guide.txt", "title": "Household earthquake kit"}), "docs")
+        scope.add_document(Document("School drills\nEarthquake drills: every household practises the earthquake "
+                                    "drill, and the earthquake kit of the school is checked.", {"source": "drill.txt"}),
+                           "docs")
+        for i in range(20):
+            scope.add_document(Document(f"Note {i}: the weather was mild and the rice was cooked slowly.",
+                                        {"source": f"n{i}.txt"}), "docs")
+        bm25 = keyword_query(scope.store, "docs", "Household earthquake kit", 3, proximity=None)
+        assert bm25[0].source == "drill.txt"  # by its words alone, the drill comes first
+        for mode in ("keyword", "hybrid"):
+            hits = scope.search("Household earthquake kit", "docs", mode=mode, top_k=3).results
+            assert hits[0].source == "guide.txt", (mode, [h.source for h in hits])
+            assert hits[0].metadata["title"] == "Household earthquake kit"
+        assert "title" in hits[0].metadata["legs"]  # the hybrid hit came through the title leg too
+        second = scope.search("Household earthquake kit", "docs", mode="keyword", top_k=3).results[1]
+        assert second.metadata["title"] == "School drills"  # no loader title: the first line
+
+
+def test_a_reader_reads_the_text_and_titles_of_its_own_tenant_and_collection_only(db_url: str) -> None:
+    backend = open_backend(db_url)
+    try:
+        stores = {name: backend.for_tenant(name) for name in ("a", "b")}
+        for name, store in stores.items():
+            for collection in ("c", "d"):
+                store.ensure_collection(collection, INFO, analyzer="bigram_en")
+                store.write_documents(collection, [make_document(
+                    f"{name}{collection}.txt", [f"{name} {collection} text {i}" for i in range(3)], unit_vectors(3, 1),
+                    metadata={"source": f"{name}{collection}.txt", "title": f"title {name} {collection}"})])
+        every = np.arange(0, 10_000, dtype=np.int64)  # every key there is, whoever's
+        for name, store in stores.items():
+            for collection in ("c", "d"):
+                with store.reader(store.read_collection(collection)) as reader:
+                    found = reader.texts(every)
+                assert sorted(text for text, _, _ in found.values()) == [f"{name} {collection} text {i}"
+                                                                         for i in range(3)]
+                assert {title for _, _, title in found.values()} == {f"title {name} {collection}"}
+                assert len({document for _, document, _ in found.values()}) == 1
+    finally:
+        backend.close()

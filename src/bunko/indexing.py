@@ -44,7 +44,9 @@ def _splitter_signature(splitter: Splitter) -> str:
 MAX_TITLE_CHARS = 200
 # Titles that name a file, not the document: what PDF producers put in the metadata ("Microsoft Word -
 # report.doc", "IBM-PDFs.graffle", "zen_of_python.txt").
-_FILE_TITLE = re.compile(r"^(microsoft \w+ - .*|[^\s/\\]+\.[A-Za-z][A-Za-z0-9]{1,4})$", re.IGNORECASE)
+_FILE_TITLE = re.compile(
+    r"^(microsoft \w+ - .*|[^\s/\\]+\.(txt|pdf|docx?|rtf|odt|md|html?|tex|dvi|e?ps|ai|indd|qxd|pages|key|graffle"
+    r"|pptx?|xlsx?|csv|png|jpe?g|tiff?|gif|svg|cdr|pub|sxw|wpd))$", re.IGNORECASE)
 
 
 def document_title(metadata: dict[str, Any], text: str) -> str:

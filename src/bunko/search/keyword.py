@@ -13,15 +13,18 @@ phrases, in query order, of idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / av
 A restricted search (documents, a metadata filter) ranks only the chunks the restriction allows, with
 the collection's statistics, so a chunk scores the same with or without it.
 
-Phrase and proximity (:class:`Proximity`): BM25 scores terms independently, so a chunk that holds a
-title word for word ranks below one that repeats one of its words. The leg therefore takes BM25's best
-``candidates`` chunks, reads their text in the same transaction, and multiplies each one's score by
-1 + ``phrase`` x (the share of the query's adjacent term pairs the chunk holds in the same order, next to
-each other) + ``near`` x (the share it holds within ``window`` tokens of each other, in either order
-but not adjacent), each pair weighed by its terms' idf. Terms are the statistics terms (a word, or
-a CJK bigram: two adjacent bigrams of a query are a character trigram), read from the chunk's and
-the query's token sequence (:func:`bunko.analysis.sequence_tokens`) after stemming and stop words, the
-same on both stores. A query of one term is left as BM25 ranks it.
+Phrase, proximity and title (:class:`Proximity`): BM25 scores terms independently, so a chunk that holds
+a title word for word ranks below one that repeats one of its words. The leg therefore takes BM25's best
+``candidates`` chunks, reads their text and their document's title in the same transaction, and
+multiplies each one's score by 1 + ``phrase`` x (the share of the query's adjacent term pairs the chunk
+holds in the same order, next to each other) + ``near`` x (the share it holds within ``window`` tokens
+of each other, in either order but not adjacent) + ``title`` x (how well its document's title matches
+the query), pairs and terms weighed by idf. Terms are the statistics terms (a word, or a CJK bigram:
+two adjacent bigrams of a query are a character trigram), read from the chunk's and the query's token
+sequence (:func:`bunko.analysis.sequence_tokens`) after stemming and stop words, the same on both
+stores. In hybrid mode the documents whose title matches are also a leg of their own (``title_leg``).
+A query of one term with no title weight is left as BM25 ranks it. The weights are chosen with
+``benchmarks/phrase_sweep.py`` (docs/ARCHITECTURE.md "Phrase and title").
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ class Proximity:
     title_leg: float = 0.0
 
 
-# Chosen with `bunko eval` on jsquad-dev and cranfield (benchmarks/phrase_sweep.py; docs/ARCHITECTURE.md
-# "Phrase and proximity").
-PROXIMITY: Proximity | None = Proximity(phrase=0.3, near=0.1, window=8, candidates=30)
+# Chosen on jsquad-dev and cranfield as `bunko eval` runs them (benchmarks/phrase_sweep.py; docs/ARCHITECTURE.md
+# "Phrase and title"): proximity without order helps neither set, so ``near`` is 0.
+PROXIMITY: Proximity | None = Proximity(phrase=0.2, near=0.0, window=8, candidates=30, title=1.0, title_leg=0.05)
 
 
 class _Default:
