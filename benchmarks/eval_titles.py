@@ -2,10 +2,12 @@
 its title chunk comes first.
 
 The files are ingested once into a throw-away SQLite store (the bundled embedder, the default
-analyzer). A document's title is its ``title`` metadata (PDF metadata, HTML ``<title>``), else its
-first line of text; the title chunk is the document's first chunk that holds the title (spaces and
-case aside), else its first chunk. Each title is searched in keyword and hybrid mode; the table
-shows the rank of the title chunk (``-`` when not in the top 10) and the share that came first.
+analyzer). A document's title is found as ``bunko.indexing.document_title`` finds it (copied here, so
+that a checkout without it searches the same titles): its ``title`` metadata (PDF metadata, HTML
+``<title>``) unless it only names a file, else its first line of text. The title chunk is the
+document's first chunk that holds the title (spaces and case aside), else its first chunk. Each title
+is searched in keyword and hybrid mode; the table shows the rank of the title chunk (``-`` when not in
+the top 10) and the share that came first.
 Run it with ``PYTHONPATH`` at two checkouts to compare them::
 
     PYTHONPATH=src python benchmarks/eval_titles.py ../shared/data/documents
@@ -26,6 +28,21 @@ from bunko import Bunko
 SUFFIXES = (".pdf", ".html", ".htm")
 
 
+_FILE_TITLE = re.compile(
+    r"^(microsoft \w+ - .*|[^\s/\\]+\.(txt|pdf|docx?|rtf|odt|md|html?|tex|dvi|e?ps|ai|indd|qxd|pages|key|graffle"
+    r"|pptx?|xlsx?|csv|png|jpe?g|tiff?|gif|svg|cdr|pub|sxw|wpd))$", re.IGNORECASE)
+
+
+def _title(given: object, text: str) -> str:
+    if isinstance(given, str) and given.strip() and not _FILE_TITLE.match(given.strip()):
+        return " ".join(given.split())[:200]
+    for line in text.splitlines():
+        line = " ".join(line.lstrip("#").split())
+        if any(c.isalnum() for c in line):
+            return line[:200]
+    return ""
+
+
 def _flat(text: str) -> str:
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
 
@@ -44,10 +61,7 @@ async def run(args: argparse.Namespace) -> None:
             if not chunks:
                 continue
             chunks.sort(key=lambda c: c.chunk.index)
-            title = str(doc.metadata.get("title") or "").strip()
-            if not title:
-                lines = (line.strip() for c in chunks for line in c.chunk.content.splitlines())
-                title = next((line for line in lines if line), "")
+            title = _title(doc.metadata.get("title"), "\n".join(c.chunk.content for c in chunks))
             if not title:
                 continue
             flat = _flat(title)

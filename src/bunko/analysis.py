@@ -290,7 +290,9 @@ class StemmedAnalyzer:
     def _map(self, tokens: Iterable[str]) -> list[str]:
         stop = self._stop
         words = [t for t in tokens if t not in stop]
-        alphabetic = [i for i, t in enumerate(words) if t.isalpha() and not _CJK_CHAR_RE.search(t)]
+        # One-letter words stem to themselves (checked for every letter below U+3000), so a CJK character,
+        # the commonest token of Japanese text, skips the checks.
+        alphabetic = [i for i, t in enumerate(words) if len(t) > 1 and t.isalpha() and not _CJK_CHAR_RE.search(t)]
         if alphabetic:
             with self._lock:
                 stems = self._stemmer.stemWords([words[i] for i in alphabetic])

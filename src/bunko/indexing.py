@@ -59,7 +59,7 @@ def document_title(metadata: dict[str, Any], text: str) -> str:
         return " ".join(given.split())[:MAX_TITLE_CHARS]
     for line in text.splitlines():
         line = " ".join(line.lstrip("#").split())
-        if len(line) > 1:
+        if any(c.isalnum() for c in line):
             return line[:MAX_TITLE_CHARS]
     name = str(metadata.get("filename") or str(metadata.get("source") or "").rsplit("/", 1)[-1])
     return name.rsplit(".", 1)[0] if "." in name[1:] else name

@@ -66,7 +66,7 @@ class Proximity:
 
 # Chosen on jsquad-dev and cranfield as `bunko eval` runs them (benchmarks/phrase_sweep.py; docs/ARCHITECTURE.md
 # "Phrase and title"): proximity without order helps neither set, so ``near`` is 0.
-PROXIMITY: Proximity | None = Proximity(phrase=0.2, near=0.0, window=8, candidates=30, title=1.0, title_leg=0.05)
+PROXIMITY: Proximity | None = Proximity(phrase=0.2, near=0.0, window=8, candidates=20, title=1.0, title_leg=0.05)
 
 
 class _Default:
@@ -228,11 +228,7 @@ def query_pairs(tokens: Sequence[str], idf: Mapping[str, float]) -> list[Pair]:
 def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) -> tuple[float, float]:
     """The weighed shares of ``pairs`` a chunk's token sequence holds in order and next to each other
     (its first term right before its second), and within ``window`` positions otherwise."""
-    wanted = {t for a, b, _ in pairs for t in (a, b)}
-    where: dict[str, list[int]] = {}
-    for position, unit in sequence_units(tokens):
-        if unit in wanted:
-            where.setdefault(unit, []).append(position)
+    where = _positions(tokens, {t for a, b, _ in pairs for t in (a, b)})
     total = sum(w for _, _, w in pairs)
     ordered = near = 0.0
     for a, b, w in pairs:
@@ -246,6 +242,28 @@ def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) 
         if window > 0 and _within(first, second, window):
             near += w
     return (ordered / total, near / total) if total > 0 else (0.0, 0.0)
+
+
+def _positions(tokens: Sequence[str], wanted: set[str]) -> dict[str, list[int]]:
+    """The positions of the ``wanted`` statistics terms in a token sequence, as ``sequence_units`` finds
+    them, looking only at the tokens that start one (most of a chunk's tokens start none)."""
+    starts = {u.split(" ", 1)[0] for u in wanted}
+    where: dict[str, list[int]] = {}
+    n = len(tokens)
+    for i, token in enumerate(tokens):
+        if token not in starts:
+            continue
+        if len(token) != 1:
+            unit = token
+        elif i + 1 < n and len(tokens[i + 1]) == 1:
+            unit = f"{token} {tokens[i + 1]}"
+        elif i == 0 or len(tokens[i - 1]) != 1:
+            unit = token
+        else:
+            continue
+        if unit in wanted:
+            where.setdefault(unit, []).append(i)
+    return where
 
 
 def _within(first: Sequence[int], second: Sequence[int], window: int) -> bool:
