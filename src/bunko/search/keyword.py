@@ -69,11 +69,11 @@ class Proximity:
 PROXIMITY: Proximity | None = Proximity(phrase=0.2, near=0.0, window=8, candidates=20, title=1.0, title_leg=0.05)
 
 
-class _Default:
-    pass
+class UseDefault:
+    """The type of :data:`DEFAULT`: "the module's :data:`PROXIMITY` when the search runs"."""
 
 
-DEFAULT = _Default()  # keyword_leg's proximity when none is passed: the module's PROXIMITY at call time
+DEFAULT = UseDefault()  # keyword_leg's proximity when none is passed: the module's PROXIMITY at call time
 
 _NONE: Postings = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.uint16))
 
@@ -97,10 +97,10 @@ def query_terms(analyzer_name: str, query: str) -> list[str]:
 
 
 def keyword_leg(reader: CollectionReader, query: str, top_k: int, restriction: Restriction | None = None, *,
-                budget: int = KEYWORD_CANDIDATES, proximity: Proximity | _Default | None = DEFAULT) -> Ranked:
+                budget: int = KEYWORD_CANDIDATES, proximity: Proximity | UseDefault | None = DEFAULT) -> Ranked:
     """The ``top_k`` chunks of the reader's collection by BM25 for ``query``, inside ``restriction``,
     re-ranked by phrase, proximity and title (``proximity``, default :data:`PROXIMITY`; None: BM25 alone)."""
-    how = PROXIMITY if isinstance(proximity, _Default) else proximity
+    how = PROXIMITY if isinstance(proximity, UseDefault) else proximity
     if how is not None and how.title_leg:
         how = replace(how, title_leg=0.0)
     return keyword_legs(reader, query, top_k, restriction, budget=budget, proximity=how).keyword
@@ -108,9 +108,9 @@ def keyword_leg(reader: CollectionReader, query: str, top_k: int, restriction: R
 
 def keyword_legs(reader: CollectionReader, query: str, top_k: int, restriction: Restriction | None = None, *,
                  budget: int = KEYWORD_CANDIDATES,
-                 proximity: Proximity | _Default | None = DEFAULT) -> KeywordRanking:
+                 proximity: Proximity | UseDefault | None = DEFAULT) -> KeywordRanking:
     """:func:`keyword_leg`'s ranking and, when ``proximity.title_leg`` is above 0, the title leg."""
-    how = PROXIMITY if isinstance(proximity, _Default) else proximity
+    how = PROXIMITY if isinstance(proximity, UseDefault) else proximity
     terms = query_terms(reader.row.analyzer, query)
     if not terms:
         return KeywordRanking(Ranked.empty("postings"))
@@ -382,5 +382,5 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
 
 __all__ = ["DEFAULT", "K1", "KEYWORD_CANDIDATES", "PROXIMITY", "B", "Candidates", "KeywordRanking", "Pair", "Proximity",
-           "Query", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares", "query_pairs",
-           "query_terms", "rank_texts", "rescore", "title_share"]
+           "Query", "UseDefault", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
+           "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]

@@ -27,7 +27,7 @@ from ..stores.base import CollectionReader, CollectionRow, Ranked, Restriction, 
 from ..stores.sql.store import check_dimension, check_top_k
 from ..types import SearchHit
 from .fusion import Fusion, fuse_keys
-from .keyword import DEFAULT, Proximity, _Default, keyword_leg, keyword_legs
+from .keyword import DEFAULT, Proximity, UseDefault, keyword_leg, keyword_legs
 
 
 class SearchPort(Protocol):
@@ -124,7 +124,7 @@ def vector_query(store: SearchPort, collection: str, vector: Sequence[float] | n
 def keyword_query(store: SearchPort, collection: str, query: str, top_k: int = 5, *,
                   document_ids: Sequence[str] | None = None, filter: FilterLike = None, include_content: bool = True,
                   explain: dict[str, Any] | None = None, budget: int | None = None,
-                  proximity: Proximity | _Default | None = DEFAULT) -> list[SearchHit]:
+                  proximity: Proximity | UseDefault | None = DEFAULT) -> list[SearchHit]:
     """Top-k by BM25 over the collection's postings with phrase and proximity, best first, inside
     ``document_ids`` and ``filter`` (see :mod:`bunko.search.keyword`); ``budget`` is the ranker's MaxScore
     budget (tests make it small), ``proximity`` None ranks by BM25 alone."""
