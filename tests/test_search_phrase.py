@@ -195,3 +195,10 @@ def test_a_reader_reads_the_text_and_titles_of_its_own_tenant_and_collection_onl
                 assert len({document for _, document, _ in found.values()}) == 1
     finally:
         backend.close()
+
+
+def test_a_json_record_gets_no_title_but_its_own() -> None:
+    from bunko.indexing import document_title
+
+    assert document_title({"json_index": 2, "id": "q-17"}, "Check the batteries.") == ""
+    assert document_title({"json_index": 0, "title": "Water"}, "Store water.") == "Water"

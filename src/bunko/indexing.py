@@ -52,11 +52,14 @@ _FILE_TITLE = re.compile(
 def document_title(metadata: dict[str, Any], text: str) -> str:
     """A document's title: its loader's ``title`` (PDF metadata, HTML ``<title>``, Markdown's first heading,
     DOCX core title or first heading), unless it only names a file; else its first line of text; else the
-    file name without its suffix. Kept in the document's metadata as ``title``: searches weigh matches in
-    it (see :mod:`bunko.search.keyword`), and hits and citations show it."""
+    file name without its suffix; one record of a JSON file has only its own ``title`` field. Kept in the
+    document's metadata as ``title``: searches weigh matches in it (see :mod:`bunko.search.keyword`), and
+    every hit of the document carries it."""
     given = metadata.get("title")
     if isinstance(given, str) and given.strip() and not _FILE_TITLE.match(given.strip()):
         return " ".join(given.split())[:MAX_TITLE_CHARS]
+    if "json_index" in metadata:  # one record of a JSON file: a title only if the record has one (its name
+        return ""  # in listings then tells it by its name or id field, not by its first line)
     for line in text.splitlines():
         line = " ".join(line.lstrip("#").split())
         if any(c.isalnum() for c in line):
