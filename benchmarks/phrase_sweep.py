@@ -2,15 +2,19 @@
 ``bunko.search.keyword.PROXIMITY``.
 
 For each dataset the corpus is ingested once as ``bunko eval`` ingests it (bundled embedder, SQLite,
-default analyzer), then every judged query runs once per leg at the depth ``bunko eval`` asks for:
-the vector leg, and the keyword leg by BM25 alone over its best 100 chunks with their token
-sequences and the query's term pairs. Each setting is then scored offline with the same ``rescore``
-function the keyword leg calls, and the same ``fuse`` the Retriever calls for hybrid: nDCG@10 and
-recall@10 per setting, keyword and hybrid, the first row being BM25 alone (today's ranking).
+default analyzer, each entry's title in its metadata), then every judged query runs once per leg at
+the depth ``bunko eval`` asks for: the vector leg, and the keyword leg by BM25 alone over its best 100
+chunks, recording for each its in-order share, its near share at windows 4, 8 and 16, its document's
+title share and its document (``proximity_shares``, ``title_share``). Each setting is then scored
+offline with ``rescore``'s arithmetic and the title leg as ``keyword_legs`` builds it, fused by the
+same ``fuse_keys`` the search calls: nDCG@10 and recall@10 per setting, keyword and hybrid, the first
+row being BM25 alone (the ranking before).
 
 Usage::
 
-    python benchmarks/phrase_sweep.py ../shared/data/jsquad-dev ../shared/data/cranfield [--save F | --load F]
+    python benchmarks/phrase_sweep.py ../shared/data/cranfield ../shared/data/jsquad-dev --save legs.pkl
+    python benchmarks/phrase_sweep.py ../shared/data/cranfield ../shared/data/jsquad-dev --load legs.pkl \
+        --grid 0.2,0,8      # the title weights over phrase 0.2, near 0, window 8
 """
 
 from __future__ import annotations
