@@ -45,6 +45,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | claims of a job before it fails | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
 | jobs of a tenant in flight | ``BUNKO_TENANT_JOBS_IN_FLIGHT`` | ``[server] tenant_jobs_in_flight`` | 0 (no cap) |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
+| SQLite approximate search | ``BUNKO_SQLITE_<KEY>`` | ``[sqlite] <key>`` | see ``SQLiteSettings`` |
 | memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
 | memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
 
@@ -351,6 +352,26 @@ class PostgresSettings(Section):
         return Settings.resolve().postgres
 
 
+class SQLiteSettings(Section):
+    """``[sqlite]`` / ``BUNKO_SQLITE_<KEY>``: the embedded store's approximate vector search (the ``ann`` extra).
+
+    A collection of at least ``ann_min_rows`` chunks gets an HNSW graph (usearch) that unfiltered vector
+    searches ask for ``ann_candidates`` candidates at breadth ``ann_ef_search``, re-ranked by the exact
+    vectors; smaller collections, filtered searches and installs without usearch scan exactly. Figures in
+    docs/ARCHITECTURE.md ("Approximate vector search").
+    """
+
+    ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
+    ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 50_000
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=4096)] = 128
+    ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
+
+    @classmethod
+    def from_env(cls) -> SQLiteSettings:
+        """The ``[sqlite]`` section resolved without arguments (environment > config file > defaults)."""
+        return Settings.resolve().sqlite
+
+
 class MemorySettings(Section):
     """``[memory]`` / ``BUNKO_MEMORY_*``: agent memory search (:mod:`bunko.memory`)."""
 
@@ -375,6 +396,7 @@ SECTIONS: dict[str, type[Section]] = {
     "fetch": FetchSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
+    "sqlite": SQLiteSettings,
     "memory": MemorySettings,
 }
 
@@ -505,6 +527,7 @@ class Settings(BaseSettings):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    sqlite: SQLiteSettings = Field(default_factory=SQLiteSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     config_path: Path | None = None
 

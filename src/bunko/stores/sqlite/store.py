@@ -28,6 +28,7 @@ from ..sql import ChunkRow, SQLReader, SQLStore
 from ..sql.columns import Column, Misaligned, filter_mask
 from ..sql.postings import check_tokens, counted, term_counts
 from ..sql.records import TenantRecords
+from .ann import Identity, remove_files
 from .matrix import CollectionCache, Matrix, Snapshot, top_indices
 from .schema import create_fts, fts5_totals, fts_table, has_fts
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 # Rows read per step when (re)loading a collection's vectors into memory.
 _LOAD_BATCH = 4096
+# How long a search waits for a collection's HNSW graph while the maintainer updates it, before scanning.
+_GRAPH_WAIT = 0.05
 
 
 def _upsert_df(conn: sqlite3.Connection, scope: tuple[int, int], counts: dict[str, int]) -> None:
@@ -63,6 +66,19 @@ class SQLiteReader(SQLReader):
         bump ``mutation_seq``; then the cache keeps the rows that are still live (one index-only scan of
         keys) and appends the new ones, instead of reading every vector again.
         """
+        snapshot = self._refresh()
+        ann = self._backend.ann
+        if ann is not None and len(snapshot.rowids) >= ann.config.min_rows:
+            graph = self._cache.graphs.get(self._row.key)
+            if graph is None or graph.high_water < snapshot.state[1] or graph.mutation_seq != snapshot.state[0]:
+                ann.schedule(self._identity())
+        return snapshot
+
+    def _identity(self) -> Identity:
+        row = self._row
+        return Identity(self._tenant_pk, row.key, row.name, row.created_at, row.dimension)
+
+    def _refresh(self) -> Snapshot:
         row, cache = self._row, self._cache
         seq, high = row.mutation_seq, row.high_water
         with cache.lock:
@@ -143,6 +159,10 @@ class SQLiteReader(SQLReader):
         matrix = self._matrix()
         norm = float(np.linalg.norm(vector))
         q = vector / norm if norm > 0 else vector
+        if restriction is None:
+            approximate = self._approximate(matrix, q, top_k, threshold)
+            if approximate is not None:
+                return approximate
         if restriction is not None:
             positions: np.ndarray | None = np.flatnonzero(self._mask(matrix, restriction))
             scores = matrix.vectors[positions] @ q
@@ -154,6 +174,32 @@ class SQLiteReader(SQLReader):
             order = order[scores[order] >= threshold]
         picked = order if positions is None else positions[order]
         return Ranked(matrix.rowids[picked], scores[order].astype(np.float64), "exact")
+
+    def _approximate(self, matrix: Snapshot, q: np.ndarray, top_k: int, threshold: float | None) -> Ranked | None:
+        """Top-k from the collection's HNSW graph: its candidates and the rows it does not hold yet, re-ranked
+        by their exact vectors; None when the collection has no usable graph (the caller scans)."""
+        ann = self._backend.ann
+        n = len(matrix.rowids)
+        if ann is None or n < ann.config.min_rows:
+            return None
+        graph = self._cache.graphs.get(self._row.key)
+        count = max(top_k, ann.config.candidates)
+        if graph is None or graph.identity != self._identity() or count * 4 > n:
+            return None
+        found = graph.search(q, count, _GRAPH_WAIT)
+        if found is None:
+            return None
+        keys, graph_high = found
+        positions = np.minimum(np.searchsorted(matrix.rowids, keys), n - 1)
+        positions = positions[matrix.rowids[positions] == keys]  # rows removed since are not in the snapshot
+        tail = int(np.searchsorted(matrix.rowids, graph_high, side="right"))
+        if tail < n:  # rows written since the graph last caught up: ranked exactly
+            positions = np.concatenate([positions, np.arange(tail, n)])
+        scores = matrix.vectors[positions] @ q
+        order = top_indices(scores, top_k)
+        if threshold is not None:
+            order = order[scores[order] >= threshold]
+        return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), "hnsw")
 
     def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
         """FTS5's totals of the collection (the rows and tokens ``bm25()`` reads), with the terms' counts."""
@@ -260,3 +306,4 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
 
     def _forget_collection(self, collection_pk: int) -> None:
         self._backend.matrices.drop(collection_pk)
+        remove_files(self._backend.ann_folder, collection_pk)
