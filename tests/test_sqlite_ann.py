@@ -140,6 +140,17 @@ def test_the_maintainer_catches_the_graph_up_with_writes_and_deletes(tmp_path: P
         live = reader.allowed_in_sql(Restriction())
     assert len(live) == 1900
     assert sorted(keys.tolist()) == sorted(live.tolist())  # the deleted rows left, the new ones came in
+    graph = backend.matrices.graphs[row.key]
+    assert graph.removed == 100
+
+    # Past a quarter of the live rows removed, a new graph without the tombstones takes the old one's place.
+    store.delete_documents([d.id for d in store.list_documents("c")[:5]], "c")
+    built(backend, store)
+    fresh = backend.matrices.graphs[row.key]
+    assert fresh is not graph and fresh.removed == 0 and len(fresh) == 1400
+    q = clustered(1, 14)[0]
+    found = nearest(store, q)
+    assert found.plan == "hnsw" and int(found.keys.min()) > 600
     backend.close()
 
 

@@ -88,6 +88,7 @@ class Graph:
         self.high_water = 0  # every live matrix row up to this key is in the graph
         self.mutation_seq = -2  # the matrix removals the graph has caught up with (-2: not checked yet)
         self.unsaved = 0  # rows added or removed since the graph was last saved or loaded
+        self.removed = 0  # rows removed since the graph was built (tombstones in it)
 
     def search(self, q: np.ndarray, count: int, wait: float) -> tuple[np.ndarray, int] | None:
         """Up to ``count`` candidate keys for ``q`` and the graph's ``high_water``; None if the graph is
@@ -138,7 +139,7 @@ def save(graph: Graph, folder: Path, still_wanted: Callable[[], bool] = lambda: 
         graph.index.save(str(tmp))
         os.replace(tmp, index_path)
         meta = {**graph.identity.as_dict(), "high_water": graph.high_water, "size": len(graph.index),
-                "dtype": DTYPE, "connectivity": CONNECTIVITY}
+                "removed": graph.removed, "dtype": DTYPE, "connectivity": CONNECTIVITY}
         tmp_meta = meta_path.with_suffix(f".tmp{os.getpid()}")
         tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp_meta, meta_path)
@@ -165,6 +166,7 @@ def load(folder: Path, identity: Identity, ef_search: int) -> Graph | None:
         return None
     graph.index.expansion_search = ef_search  # type: ignore[misc]  # a property with a setter
     graph.high_water = int(meta.get("high_water", 0))
+    graph.removed = int(meta.get("removed", 0))
     return graph
 
 
@@ -235,12 +237,32 @@ class Maintainer:
                 or Graph(identity, self.config.ef_search)
             with self._lock:
                 self._graphs[pk] = graph
+        if not self._catch_up(graph, pk):
+            return
+        if graph.removed * 4 > len(graph) > 0:
+            # Removed nodes stay in the graph as tombstones that searches walk through: past a quarter of
+            # the live rows, a new graph is built (the old one answers meanwhile) and takes its place.
+            fresh = Graph(identity, self.config.ef_search)
+            if not self._catch_up(fresh, pk):
+                return
+            with self._lock:
+                if self._graphs.get(pk) is not graph:
+                    return
+                self._graphs[pk] = graph = fresh
+        if self.folder is not None and graph.unsaved >= max(1000, len(graph) // 10):
+            with graph.lock:
+                save(graph, self.folder, self._still_registered(graph))
+
+    def _catch_up(self, graph: Graph, pk: int) -> bool:
+        """Add the matrix's new rows to ``graph`` and remove the ones gone, until it is in step (True) or the
+        maintainer stops (True); False when the process no longer holds the collection."""
         while not self._stopped:
             snap = self._snapshot(pk)
             if snap is None:
                 with self._lock:
-                    self._graphs.pop(pk, None)
-                return
+                    if self._graphs.get(pk) is graph:
+                        del self._graphs[pk]
+                return False
             if snap.state[0] != graph.mutation_seq:  # rows went away: remove them from the graph
                 with graph.lock:
                     keys = np.asarray(graph.index.keys, dtype=np.int64)
@@ -248,19 +270,18 @@ class Maintainer:
                     if len(gone):
                         graph.index.remove(gone.astype(np.uint64))
                         graph.unsaved += len(gone)
+                        graph.removed += len(gone)
                     graph.mutation_seq = snap.state[0]
             start = int(np.searchsorted(snap.rowids, graph.high_water, side="right"))
             if start >= len(snap.rowids):
-                break
+                return True
             stop = min(start + _STEP, len(snap.rowids))
             with graph.lock:
                 graph.index.add(snap.rowids[start:stop].astype(np.uint64), snap.vectors[start:stop],
                                 threads=os.cpu_count() or 1)
                 graph.high_water = int(snap.rowids[stop - 1])
                 graph.unsaved += stop - start
-        if self.folder is not None and graph.unsaved >= max(1000, len(graph) // 10):
-            with graph.lock:
-                save(graph, self.folder, self._still_registered(graph))
+        return True
 
     def _still_registered(self, graph: Graph) -> Callable[[], bool]:
         """Whether ``graph`` is still its collection's (not dropped with it), asked when saving."""
