@@ -69,10 +69,10 @@ def _builder(name: str, dim: int, ef: int) -> tuple[Any, Any, Any]:
     if name.startswith("usearch"):
         from usearch.index import Index
 
-        parts = name.split("-")  # usearch-<dtype>[-m<connectivity>]
-        m = int(parts[2][1:]) if len(parts) > 2 else 16
-        index = Index(ndim=dim, metric="ip", dtype=parts[1], connectivity=m, expansion_add=128,
-                      expansion_search=ef)
+        parts = name.split("-")  # usearch-<dtype>[-m<connectivity>][-e<expansion_add>]
+        shape = {p[0]: int(p[1:]) for p in parts[2:]}
+        index = Index(ndim=dim, metric="ip", dtype=parts[1], connectivity=shape.get("m", 16),
+                      expansion_add=shape.get("e", 128), expansion_search=ef)
 
         def add(m: np.ndarray) -> None:
             index.add(np.arange(len(m), dtype=np.uint64), m, threads=os.cpu_count() or 1)

@@ -8,8 +8,8 @@ numpy (``python -m venv /tmp/chroma && /tmp/chroma/bin/pip install chromadb``), 
     /tmp/chroma/bin/python benchmarks/peer_chroma.py /tmp/v100k.npz [--ef 100 400] [--json]
 
 The collection uses inner product (the vectors are unit length), M = 16 and ef_construction = 100
-(Chroma's defaults; ef_search defaults to 100); the graph is built once and searched at each
-``--ef`` in turn, one query at a time after 5 warm-up ones, as bench_search.py times bunko.
+(Chroma's defaults; ef_search defaults to 100); a graph is built for each ``--ef`` (search breadth)
+and timed one query at a time after 5 warm-up ones, as bench_search.py times bunko.
 """
 
 from __future__ import annotations
@@ -44,16 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, object] = {"peer": "chroma", "version": chromadb.__version__, "chunks": len(matrix), "by_ef": {}}
     with tempfile.TemporaryDirectory() as folder:
         client = chromadb.PersistentClient(path=folder)
-        collection = client.create_collection(
-            "bench", metadata={"hnsw:space": "ip", "hnsw:M": 16, "hnsw:construction_ef": 100,
-                               "hnsw:search_ef": args.ef[0]})
-        started = time.perf_counter()
-        step = 5000
-        for i in range(0, len(matrix), step):
-            collection.add(ids=[str(j) for j in range(i, min(i + step, len(matrix)))], embeddings=matrix[i:i + step])
-        out["build_s"] = round(time.perf_counter() - started, 1)
-        for ef in args.ef:  # the same graph searched at each breadth
-            collection.modify(configuration={"hnsw": {"ef_search": ef}})
+        for ef in args.ef:  # a graph per breadth: changing ef_search of a built collection did not take effect
+            collection = client.create_collection(
+                f"bench{ef}", metadata={"hnsw:space": "ip", "hnsw:M": 16, "hnsw:construction_ef": 100,
+                                        "hnsw:search_ef": ef})
+            started = time.perf_counter()
+            step = 5000
+            for i in range(0, len(matrix), step):
+                collection.add(ids=[str(j) for j in range(i, min(i + step, len(matrix)))],
+                               embeddings=matrix[i:i + step])
+            build_s = time.perf_counter() - started
             times, recalls = [], []
             for i, q in enumerate(queries):
                 t = time.perf_counter()
@@ -62,10 +62,13 @@ def main(argv: list[str] | None = None) -> int:
                 if i >= 5:
                     times.append(elapsed)
                     recalls.append(len(truths[i] & {int(x) for x in found["ids"][0]}) / TOP_K)
-            out["by_ef"][ef] = {"p50_ms": round(float(np.percentile(np.asarray(times) * 1000, 50)), 2),  # type: ignore[index]
-                                "recall_at_10": round(float(np.mean(recalls)), 4),
-                                "load_average": [round(x, 2) for x in os.getloadavg()]}
-            print(json.dumps({ef: out["by_ef"][ef]}), file=sys.stderr, flush=True)  # type: ignore[index]
+            p50 = float(np.percentile(np.asarray(times) * 1000, 50))
+            result = {"build_s": round(build_s, 1), "p50_ms": round(p50, 2),
+                      "recall_at_10": round(float(np.mean(recalls)), 4),
+                      "load_average": [round(x, 2) for x in os.getloadavg()]}
+            out["by_ef"][ef] = result  # type: ignore[index]
+            print(json.dumps({ef: result}), file=sys.stderr, flush=True)
+            client.delete_collection(f"bench{ef}")
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))
     return 0
 

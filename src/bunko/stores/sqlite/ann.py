@@ -44,11 +44,11 @@ log = logging.getLogger(__name__)
 
 # Rows added to a graph per step: the graph's lock is let go between steps so searches go on.
 _STEP = 512
-# HNSW graph shape: M (connectivity) and ef_construction; i8 vectors in the graph (candidates are
+# HNSW graph shape: M (connectivity) and ef_construction; f16 vectors in the graph (candidates are
 # re-ranked by the exact float32 vectors), measured in benchmarks/bench_ann.py.
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-DTYPE = "i8"
+DTYPE = "f16"
 
 
 @dataclass(frozen=True, slots=True)
