@@ -8,7 +8,9 @@ chunk's analyzed text, ``keyword_df`` (how many chunks hold each statistics term
 
 Vector search is exact, over the collection's normalised matrix held in memory (see
 :mod:`bunko.stores.sqlite.matrix`); a restriction masks the matrix before ranking, from in-memory
-metadata columns, or from SQL when those do not line up (a concurrent write). Keyword search ranks
+metadata columns, or from SQL when those do not line up (a concurrent write). An unfiltered search
+over a large collection asks its HNSW graph for candidates and ranks them by the same exact vectors
+(:mod:`bunko.stores.sqlite.ann`). Keyword search ranks
 from the postings above the store (:mod:`bunko.search.keyword`); FTS5's totals are its statistics.
 """
 
@@ -60,12 +62,8 @@ class SQLiteReader(SQLReader):
         return self._backend.matrices
 
     def _matrix(self) -> Snapshot:
-        """The collection's vectors as of the row this reader works from, refreshed only as far as they changed.
-
-        Inserts only add rows above the cached highest key, so they are appended. Updates and deletes
-        bump ``mutation_seq``; then the cache keeps the rows that are still live (one index-only scan of
-        keys) and appends the new ones, instead of reading every vector again.
-        """
+        """The collection's vectors as of the row this reader works from (see ``_refresh``); a large
+        collection's HNSW graph is scheduled to catch up when it is behind them."""
         snapshot = self._refresh()
         ann = self._backend.ann
         if ann is not None and len(snapshot.rowids) >= ann.config.min_rows:
@@ -79,6 +77,12 @@ class SQLiteReader(SQLReader):
         return Identity(self._tenant_pk, row.key, row.name, row.created_at, row.dimension)
 
     def _refresh(self) -> Snapshot:
+        """The collection's vectors as of the row this reader works from, refreshed only as far as they changed.
+
+        Inserts only add rows above the cached highest key, so they are appended. Updates and deletes
+        bump ``mutation_seq``; then the cache keeps the rows that are still live (one index-only scan of
+        keys) and appends the new ones, instead of reading every vector again.
+        """
         row, cache = self._row, self._cache
         seq, high = row.mutation_seq, row.high_water
         with cache.lock:
