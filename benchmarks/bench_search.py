@@ -180,8 +180,8 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
     if not graphs:  # below the threshold: searches scan
         return {"graph": False, "min_rows": ann.config.min_rows}
     graph = graphs[0]
-    _log(f"  HNSW graph {'loaded' if saved else 'built'} in {ready_s:.1f} s")
-    return {"graph": True, "loaded_from_file": saved, "ready_s": round(ready_s, 2),
+    _log(f"  HNSW graph {'loaded' if saved else 'built'}: waited {ready_s:.1f} s after the first searches")
+    return {"graph": True, "loaded_from_file": saved, "waited_for_graph_s": round(ready_s, 2),
             "memory_mb": round(graph.index.memory_usage / 2**20, 1), "vectors": len(graph),
             "ef_search": ann.config.ef_search, "candidates": ann.config.candidates, "min_rows": ann.config.min_rows}
 

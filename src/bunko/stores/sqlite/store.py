@@ -92,7 +92,8 @@ class SQLiteReader(SQLReader):
             if matrix is not None and matrix.mutation_seq == seq and matrix.high_water == high:
                 return matrix.snapshot()
             if matrix is None:
-                matrix = Matrix(row.dimension, capacity=row.chunk_count)
+                # Room for the next writes: growing copies the whole matrix, which a search would wait for.
+                matrix = Matrix(row.dimension, capacity=row.chunk_count + max(1024, row.chunk_count // 8))
             elif matrix.mutation_seq != seq:
                 live = np.fromiter((r[0] for r in self.run(
                     "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id <= ?",
