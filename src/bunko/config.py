@@ -364,9 +364,9 @@ class SQLiteSettings(Section):
     ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
     # Below 20,000 chunks the exact scan takes about a millisecond, what the graph takes at this breadth.
     ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
-    # recall@10 at 100,000 chunks of benchmarks/bench_search.py's vectors: 0.981 at 256, 0.991 at 512,
-    # 0.995 at 1024, 0.998 at 2048 (benchmarks/bench_ann.py).
-    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 1024
+    # At 100,000 chunks of benchmarks/bench_search.py: recall@10 0.993 and vector p50 1.75 ms at 512
+    # (Chroma: 0.993 at 1.99 ms with ef 1000), 0.997 and 2.83 ms at 1024 (docs/ARCHITECTURE.md).
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 512
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
 
     @classmethod
