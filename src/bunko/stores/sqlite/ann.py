@@ -56,7 +56,7 @@ class AnnConfig:
     """The knobs of approximate search (``[sqlite]`` settings)."""
 
     min_rows: int = 20_000  # a collection this large gets a graph; below it searches scan
-    ef_search: int = 512  # graph search breadth
+    ef_search: int = 1024  # graph search breadth
     candidates: int = 100  # candidates re-ranked by the exact vectors (at least top_k)
 
 
