@@ -49,6 +49,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | claims of a job before it fails | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
 | jobs of a tenant in flight | ``BUNKO_TENANT_JOBS_IN_FLIGHT`` | ``[server] tenant_jobs_in_flight`` | 0 (no cap) |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
+| SQLite approximate search | ``BUNKO_SQLITE_<KEY>`` | ``[sqlite] <key>`` | see ``SQLiteSettings`` |
 | memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
 | memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
 
@@ -392,6 +393,30 @@ class PostgresSettings(Section):
         return Settings.resolve().postgres
 
 
+class SQLiteSettings(Section):
+    """``[sqlite]`` / ``BUNKO_SQLITE_<KEY>``: the embedded store's approximate vector search (the ``ann`` extra).
+
+    A collection of at least ``ann_min_rows`` chunks gets an HNSW graph (usearch) that unfiltered vector
+    searches ask for ``ann_candidates`` candidates at breadth ``ann_ef_search``, re-ranked by the exact
+    vectors; smaller collections, filtered searches and installs without usearch scan exactly. Figures in
+    docs/ARCHITECTURE.md ("Approximate vector search").
+    """
+
+    ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
+    # Below 20,000 chunks the exact scan takes about a millisecond, what the graph takes at this breadth.
+    ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
+    # At 100,000 chunks of benchmarks/bench_search.py: recall@10 0.995-0.997 and vector p50 2.83 ms at
+    # 1024; at 512, 1.75 ms but recall 0.976-0.993 from one build of the graph to the next (Chroma:
+    # 0.993 at 1.99 ms with ef 1000). docs/ARCHITECTURE.md.
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 1024
+    ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
+
+    @classmethod
+    def from_env(cls) -> SQLiteSettings:
+        """The ``[sqlite]`` section resolved without arguments (environment > config file > defaults)."""
+        return Settings.resolve().sqlite
+
+
 class MemorySettings(Section):
     """``[memory]`` / ``BUNKO_MEMORY_*``: agent memory search (:mod:`bunko.memory`)."""
 
@@ -417,6 +442,7 @@ SECTIONS: dict[str, type[Section]] = {
     "ocr": OCRSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
+    "sqlite": SQLiteSettings,
     "memory": MemorySettings,
 }
 
@@ -548,6 +574,7 @@ class Settings(BaseSettings):
     ocr: OCRSettings = Field(default_factory=OCRSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    sqlite: SQLiteSettings = Field(default_factory=SQLiteSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     config_path: Path | None = None
 

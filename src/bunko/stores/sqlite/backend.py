@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...config import SQLiteSettings
 from ...errors import ConfigError, StorageFullError, TransientStoreError, VectorStoreError
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
+from .ann import HAVE_ANN, AnnConfig, Maintainer
 from .matrix import CollectionCache
 from .migrations import MIGRATIONS, apply_migrations
 from .schema import SQLITE
@@ -73,8 +75,9 @@ class SQLiteBackend(SQLBackend):
     scheme = "sqlite"
     dialect = SQLITE
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, settings: SQLiteSettings | None = None) -> None:
         self.path = str(path)
+        self.settings = settings or SQLiteSettings.from_env()
         self.url = f"sqlite:///{self.path}"
         if self.path != ":memory:":
             try:
@@ -87,6 +90,13 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         # The vectors and metadata columns of the collections this process searched (see matrix.py).
         self.matrices = CollectionCache()
+        # HNSW graphs of large collections (ann.py), saved in a folder beside the file.
+        self.ann_folder = None if self.path == ":memory:" else Path(self.path + "-ann")
+        self.ann: Maintainer | None = None
+        if HAVE_ANN and self.settings.ann:
+            config = AnnConfig(self.settings.ann_min_rows, self.settings.ann_ef_search, self.settings.ann_candidates)
+            self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
+                                  self.matrices.snapshot)
         self.postings = PostingsTable(SQLITE)
         self.counters = StoreCounters()
         self._closed = False
@@ -190,7 +200,9 @@ class SQLiteBackend(SQLBackend):
         return self._connect()
 
     def close(self) -> None:
-        """Close every connection this backend opened and drop its caches."""
+        """Close every connection this backend opened and drop its caches (saving the HNSW graphs that changed)."""
+        if self.ann is not None:
+            self.ann.close()
         self._closed = True
         with self._conn_lock:
             for _, conn in self._connections:
@@ -206,7 +218,7 @@ class SQLiteBackend(SQLBackend):
         return f"SQLiteBackend({self.path!r})"
 
 
-def open_sqlite(url: str) -> SQLiteBackend:
+def open_sqlite(url: str, settings: SQLiteSettings | None = None) -> SQLiteBackend:
     """Open a ``sqlite:///path`` URL (or a bare path) as an embedded backend."""
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
@@ -218,4 +230,4 @@ def open_sqlite(url: str) -> SQLiteBackend:
         raise ConfigError(f"no file path in {url!r}; write sqlite:///path/to/bunko.db")
     if path != ":memory:":
         path = str(Path(path).expanduser())
-    return SQLiteBackend(path)
+    return SQLiteBackend(path, settings=settings)
