@@ -68,10 +68,11 @@ def test_manifest_docx_files(entry: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("entry", manifest_params("pptx"))
 def test_manifest_pptx_files(entry: dict[str, Any]) -> None:
-    """One part per slide with text, core properties as metadata, must_contain (tables, notes) present."""
+    """A part per slide with text (and its tables after it), core properties as metadata, must_contain (tables,
+    notes) present."""
     [document] = load_path(entry["path"])
     parts = document.parts or []
-    assert [p.metadata["slide_number"] for p in parts] == list(range(1, entry["pages"] + 1))
+    assert sorted({p.metadata["slide_number"] for p in parts}) == list(range(1, entry["pages"] + 1))
     assert document.metadata["page_count"] == entry["pages"]
     assert document.metadata["kind"] == "pptx" and document.metadata["language"] == entry["language"]
     for key in ("title", "author", "created_at"):
@@ -329,11 +330,13 @@ def _deck(path: Path) -> Path:
 
     slide = prs.slides.add_slide(prs.slide_layouts[5])  # title only
     slide.shapes.title.text = "料金表"
-    table = slide.shapes.add_table(3, 3, Inches(1), Inches(2), Inches(6), Inches(2)).table
-    for r, row in enumerate([["プラン", "月額", "備考"], ["無料", "0円", "お試し"], ["企業", "要相談", ""]]):
+    table = slide.shapes.add_table(5, 3, Inches(1), Inches(2), Inches(6), Inches(2)).table
+    for r, row in enumerate([["プラン", "月額", "備考"], ["無料", "0円", "お試し"], ["企業", "要相談", ""],
+                             ["学校", "500円", "教育機関向け"], ["団体", "", "十名から"]]):
         for c, value in enumerate(row):
             table.cell(r, c).text = value
-    table.cell(2, 1).merge(table.cell(2, 2))
+    table.cell(2, 1).merge(table.cell(2, 2))  # across two columns
+    table.cell(3, 1).merge(table.cell(4, 1))  # down two rows
 
     prs.slides.add_slide(prs.slide_layouts[6])  # blank, no text at all
 
@@ -344,24 +347,31 @@ def _deck(path: Path) -> Path:
 
 
 def test_pptx_slides_become_parts(tmp_path: Path) -> None:
-    """One part per slide with slide/page number, the title as section, tables, groups and notes."""
+    """One part per slide with slide/page number, the title as section, groups and notes; a table is its rows
+    under its header row as in Word, the slide title as caption (a slide with a title and a table only: the
+    table's parts alone)."""
     path = _deck(tmp_path / "deck.pptx")
     [document] = load_pptx(path, LoadOptions())
     parts = document.parts or []
     assert [p.metadata["slide_number"] for p in parts] == [1, 2, 3, 5]  # slide 4 has no text
     assert all(p.metadata["page_number"] == p.metadata["slide_number"] for p in parts)
     assert [p.metadata.get("section") for p in parts] == ["文庫プロジェクトのご紹介", "Architecture", "料金表", None]
+    assert [(p.whole, p.metadata.get("table")) for p in parts] == [(False, None), (False, None), (True, 1),
+                                                                    (False, None)]
 
     assert parts[0].text == "文庫プロジェクトのご紹介\n日本語に強い検索エンジン\nNotes:\n最初に自己紹介をする。"
     assert parts[1].text == (
         "Architecture\nLoaders turn files into documents\nSplitters cut them into chunks\n"
         "Grouped box one\nNested group box\nNotes:\nMention the registry.\nThen the splitters."
     )
-    assert parts[2].text == "料金表\nプラン | 月額 | 備考\n無料 | 0円 | お試し\n企業 | 要相談"
+    assert parts[2].text == ("## 料金表\n| プラン | 月額 | 備考 |\n| --- | --- | --- |\n| 無料 | 0円 | お試し |\n"
+                             "| 企業 | 要相談 |  |\n| 学校 | 500円 | 教育機関向け |\n| 団体 | 500円 | 十名から |")
+    assert (parts[2].metadata["row_start"], parts[2].metadata["row_end"]) == (2, 5)
     assert parts[3].text == "タイトルのないスライド"
 
     meta = document.metadata
     assert meta["page_count"] == 5
+    assert meta["table_count"] == 1
     assert meta["title"] == "文庫プロジェクトのご紹介"  # no core title: the first slide title
     assert meta["author"] == "企画部"
     assert meta["created_at"] == "2025-01-15T10:00:00Z"

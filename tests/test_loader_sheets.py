@@ -304,3 +304,49 @@ def test_a_question_about_one_row_of_5000_finds_that_row_first(tmp_path: Path, e
     assert "| 品番 | 登録日 | 品名 | 分類 | 単価 | 数量 | 金額 |" in hit.content
     row = 4321 - 3334 + 2  # シート3 holds P-0003334 onwards from row 2
     assert hit.metadata["sheet"] == "シート3" and hit.metadata["row_start"] <= row <= hit.metadata["row_end"]
+
+
+def _workbook_with_hidden_sheets(path: Path) -> Path:
+    """A visible sheet, a hidden one (the price master the first looks values up in) and a very hidden one."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    orders = book.active
+    orders.title = "注文"
+    for row in (["注文番号", "品番", "数量"], ["O-1", "A-101", 3]):
+        orders.append(row)
+    master = book.create_sheet("単価マスタ")
+    for row in (["品番", "単価"], ["A-101", 180]):
+        master.append(row)
+    master.sheet_state = "hidden"
+    secret = book.create_sheet("作業用")
+    for row in (["メモ", "担当"], ["棚卸し", "佐藤"]):
+        secret.append(row)
+    secret.sheet_state = "veryHidden"
+    book.save(path)
+    return path
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["calamine", "openpyxl"])
+def test_hidden_sheets_are_read_and_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool) -> None:
+    """Hidden sheets are kept, their chunks marked ``hidden`` (a search can leave them out with a filter) and the
+    document lists them: a hidden sheet is most often the master data the visible ones look up (prices, codes),
+    which people ask about; leaving it out would lose it without a word. Hidden slides are treated the same."""
+    if stream:
+        monkeypatch.setattr(sheets, "STREAM_SHEET_BYTES", 0)
+    [document] = load_path(_workbook_with_hidden_sheets(tmp_path / "orders.xlsx"))
+    parts = document.parts or []
+    assert [(p.metadata["sheet"], p.metadata.get("hidden", False)) for p in parts] == [
+        ("注文", False), ("単価マスタ", True), ("作業用", True)]
+    assert parts[1].text == "## 単価マスタ\n| 品番 | 単価 |\n| --- | --- |\n| A-101 | 180 |"
+    assert document.metadata["sheets"] == ["注文", "単価マスタ", "作業用"]
+    assert document.metadata["hidden_sheets"] == ["単価マスタ", "作業用"]
+
+
+def test_a_search_can_leave_hidden_sheets_out(engine: Bunko, tmp_path: Path) -> None:
+    acme = engine.tenant("acme")
+    assert acme.ingest([_workbook_with_hidden_sheets(tmp_path / "orders.xlsx")], "orders").errors == []
+    found = acme.search("A-101 の単価", collection="orders", top_k=5).results
+    assert "単価マスタ" in {hit.metadata["sheet"] for hit in found}
+    visible = acme.search("A-101 の単価", collection="orders", top_k=5, filter={"hidden": {"$ne": True}}).results
+    assert visible and {hit.metadata["sheet"] for hit in visible} == {"注文"}

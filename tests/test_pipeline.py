@@ -180,7 +180,7 @@ def test_hybrid_search_fuses_both_legs_in_the_same_scope(demo, engine: Bunko) ->
     hits = demo.search("警戒レベル4とは何ですか？", "bousai", top_k=5, mode="hybrid").results
     assert len(hits) == 5 and all(a.score >= b.score for a, b in itertools.pairwise(hits))
     assert hits[0].metadata["filename"] == "hinan.md"
-    assert set(hits[0].metadata["legs"]) <= {"vector", "keyword"} and hits[0].metadata["legs"]
+    assert set(hits[0].metadata["legs"]) <= {"vector", "keyword", "title"} and hits[0].metadata["legs"]
     only = next(d.id for d in demo.documents("bousai") if d.metadata["filename"] == "bichiku.txt")
     restricted = demo.search("水", "bousai", top_k=5, mode="hybrid", document_ids=[only]).results
     assert restricted and {h.document_id for h in restricted} == {only}

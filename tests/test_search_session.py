@@ -69,7 +69,8 @@ def test_the_legs_and_the_hits_share_one_transaction_and_explain_their_plans(tmp
         with counting(engine.backend) as counts:
             result = asyncio.run(retriever.run("水の備蓄", top_k=2, mode="hybrid", filter={"kind": 0}, explain=True))
         assert [h.content for h in result.hits][:1] == ["水の備蓄"]
-        assert result.explain == {"vector": "exact", "keyword": "postings"}
+        # The keyword leg re-ranks BM25's candidates; the title "水の備蓄" (its first line) brings the title leg.
+        assert result.explain == {"vector": "exact", "keyword": "postings+proximity", "title": "titles"}
         assert result.query_vector is not None and result.search_ms > 0
         assert (counts["read_transactions"], counts["collection_reads"]) == (2, 1)
         assert not hasattr(retriever, "last_query_vector") and not hasattr(retriever, "last_search_ms")

@@ -459,14 +459,14 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
         def check() -> None:
             for q in queries:
                 for k in (1, 5, 30):
-                    got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, k, budget=40)]
+                    got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, k, budget=40, proximity=None)]
                     assert got == keyword_oracle(store, "c", q, k), (q, k)
                     assert got or q == "ですます"
                     # Restricted by a filter, documents or both: the chunks the metadata columns allow.
                     for flt, ids in (({"kind": "odd"}, None), (None, [docs[3].id, docs[8].id]),
                                      ({"chunk_index": {"$lt": 10}}, [docs[5].id, docs[6].id])):
-                        got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, k, filter=flt,
-                                                                            document_ids=ids, budget=40)]
+                        got = [(h.chunk_id, h.score) for h in keyword_query(
+                            store, "c", q, k, filter=flt, document_ids=ids, budget=40, proximity=None)]
                         assert got == keyword_oracle(store, "c", q, k, filter=flt, document_ids=ids), (q, k, flt)
                         restricted.append(len(got))
 

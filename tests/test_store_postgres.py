@@ -451,7 +451,7 @@ def test_bm25_scores_match_the_formula(backend: PostgresBackend) -> None:
                     score += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * len(tokens) / avgdl))
             if score:
                 expected[text] = score
-        got = {h.content: h.score for h in keyword_query(store, "c", query, 10)}
+        got = {h.content: h.score for h in keyword_query(store, "c", query, 10, proximity=None)}
         assert got == pytest.approx(expected, rel=1e-6), query
 
 
@@ -679,6 +679,94 @@ def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) 
     _vq(store, "c", unit_vectors(1, 131)[0], 5)
     assert _LAST["plan"] == "hnsw"
     backend.close()
+
+
+def test_a_larger_collection_is_searched_wider(pg_url: str) -> None:
+    """An unfiltered search's ``hnsw.ef_search`` grows with the square root of the collection's size past
+    ``ef_search_rows`` (to pgvector's 1,000), and the breadth reaches the server in the search's
+    transaction; filtered and small searches keep ``ef_search``."""
+    from bunko.stores.postgres.search import search_breadth
+
+    defaults = PostgresSettings()
+    assert [search_breadth(defaults, n, 10) for n in (10_000, 40_000, 100_000, 160_000, 1_000_000)] == [
+        400, 400, 632, 800, 1000]
+    assert search_breadth(PostgresSettings(ef_search_rows=0), 1_000_000, 10) == 400
+    assert search_breadth(PostgresSettings(ef_search=40), 100, 200) == 200
+    assert search_breadth(PostgresSettings(ef_search=40), 100, 5000) == 1000
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50, ef_search=40, ef_search_rows=100,
+                                                                exact_max_rows=10))
+    store = backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    vectors = unit_vectors(400, 140)
+    store.write_documents("c", [make_document(f"d{i}", [f"t{i}-{j}" for j in range(40)], vectors[i * 40:(i + 1) * 40],
+                                              metadata={"source": f"d{i}", "half": i % 2}) for i in range(10)])
+    with store.reader(store.read_collection("c")) as reader:
+        ranked = reader.nearest(vectors[3], 5)
+        assert ranked.plan == "hnsw" and int(reader.run("SHOW hnsw.ef_search").fetchone()[0]) == 80  # 40 * 2
+    with store.reader(store.read_collection("c")) as reader:
+        from bunko.filters import parse_filter
+        from bunko.stores.base import Restriction
+
+        ranked = reader.nearest(vectors[3], 5, Restriction(None, parse_filter({"half": 1})))
+        assert ranked.plan.startswith("hnsw-") and reader.run("SHOW hnsw.ef_search").fetchone()[0] == "40"
+    backend.close()
+
+
+def test_a_large_collection_trades_its_hnsw_index_for_ivfflat(pg_url: str) -> None:
+    """Past ``ivfflat_min_rows`` a collection's HNSW index gives way to IVFFlat over halfvec (its lists from
+    the size), searched by probing lists and re-ranking by the full vectors, filtered too; a process that
+    had cached the HNSW index finds the new one; another tenant's chunks never come back."""
+    from bunko.filters import parse_filter
+    from bunko.stores.base import Restriction
+    from bunko.stores.postgres.backend import ivfflat_lists
+
+    assert [ivfflat_lists(n) for n in (400, 100_000, 1_000_000, 4_000_000)] == [10, 100, 1000, 2000]
+    settings = PostgresSettings(hnsw_min_rows=50, ivfflat_min_rows=300, exact_max_rows=10, ivfflat_probe_share=1.0)
+    backend, other_process = PostgresBackend(pg_url, settings=settings), PostgresBackend(pg_url, settings=settings)
+    a, b = backend.for_tenant("acme"), backend.for_tenant("bravo")
+    vectors, theirs = unit_vectors(400, 150), unit_vectors(400, 151)
+
+    def documents(prefix: str, rows: np.ndarray, first: int, last: int) -> list:
+        return [make_document(f"{prefix}{i}", [f"{prefix}{i}-{j}" for j in range(40)], rows[i * 40:(i + 1) * 40],
+                              metadata={"source": f"{prefix}{i}", "half": i % 2}) for i in range(first, last)]
+
+    def indexes() -> set[str]:
+        with backend.connection() as conn:
+            return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'chunks_%%_%%' "
+                                               "AND indexname NOT LIKE 'chunks_%%_idx'")}
+
+    for store, prefix, rows in ((a, "a", vectors), (b, "b", theirs)):
+        store.ensure_collection("c", INFO)
+        store.write_documents("c", documents(prefix, rows, 0, 4))  # 160 chunks: HNSW
+    assert _vq(a, "c", vectors[3], 5)[0].content == "a0-3" and _LAST["plan"] == "hnsw"
+    _vq(other_process.for_tenant("acme"), "c", vectors[3], 5)
+    assert _LAST["plan"] == "hnsw"
+    for store, prefix, rows in ((a, "a", vectors), (b, "b", theirs)):
+        store.write_documents("c", documents(prefix, rows, 4, 10))  # 400 chunks: IVFFlat
+    assert {i for i in indexes() if i.startswith(("chunks_hnsw", "chunks_ivf"))} == {"chunks_ivf_1", "chunks_ivf_2"}
+    with backend.connection() as conn:
+        assert "lists='10'" in conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'chunks_ivf_1'"
+                                            ).fetchone()[0]
+
+    def exact(rows: np.ndarray, q: np.ndarray, passing=None) -> list[float]:
+        scores = rows @ q if passing is None else (rows @ q)[passing]
+        return sorted((round(float(x), 4) for x in scores), reverse=True)[:5]
+
+    q = (vectors[3] + theirs[3]) / np.linalg.norm(vectors[3] + theirs[3])
+    for store in (a, other_process.for_tenant("acme")):
+        hits = _vq(store, "c", q, 5)
+        assert _LAST["plan"] == "ivfflat" and all(h.content.startswith("a") for h in hits)
+        assert [round(h.score, 4) for h in hits] == exact(vectors, q)
+    hits = _vq(b, "c", q, 5)
+    assert _LAST["plan"] == "ivfflat" and [round(h.score, 4) for h in hits] == exact(theirs, q)
+    odd = np.repeat(np.arange(10) % 2 == 1, 40)
+    hits = _vq(a, "c", q, 5, filter={"half": 1})
+    assert _LAST["plan"] == "ivfflat-iterative" and all(int(h.content[1:].split("-")[0]) % 2 == 1 for h in hits)
+    assert [round(h.score, 4) for h in hits] == exact(vectors, q, odd)
+    with a.reader(a.read_collection("c")) as reader:
+        assert reader.plan(5, Restriction(None, parse_filter({"half": 1}))).probes() == 10
+    backend.close()
+    other_process.close()
 
 
 def test_a_libpq_connection_string_opens_postgres(pg_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

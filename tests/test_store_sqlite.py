@@ -186,7 +186,7 @@ def test_keyword_search_from_the_postings_equals_fts5_bm25_ranking(tmp_path: Pat
                     explain: dict[str, str] = {}
                     got = [(h.chunk_id, h.score) for h in keyword_query(
                         store, "c", q, k, document_ids=restriction.get("document_ids"), filter=restriction.get("flt"),
-                        budget=budget, explain=explain)]
+                        budget=budget, explain=explain, proximity=None)]
                     plans.add(explain["plan"])
                     want = keyword_oracle(store, "c", q, k, document_ids=restriction.get("document_ids"),
                                           filter=restriction.get("flt"))
@@ -225,7 +225,7 @@ def test_keyword_counts_past_a_byte_are_exact_and_a_chunk_past_the_token_limit_i
         texts = ["水" * 300 + "の森", "水の森と空", "森の空", "雨の森", "空"]
         store.write_documents("c", [make_document(f"d{i}.txt", [t], unit_vectors(1, i)) for i, t in enumerate(texts)])
         for query in ("水", "森の空", "水の森"):
-            got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", query, 3)]
+            got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", query, 3, proximity=None)]
             assert got == keyword_oracle(store, "c", query, 3) and got, query
         with pytest.raises(VectorStoreError, match="65,535"):
             store.write_documents("c", [make_document("huge.txt", ["火" * 66_000], unit_vectors(1, 9))])

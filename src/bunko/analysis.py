@@ -68,6 +68,9 @@ class Analyzer(Protocol):
         """The distinct units of a query, in order; each is a token sequence matched at consecutive positions."""
         ...
 
+    # Optional: ``sequence_tokens(text) -> list[str]``, the tokens in text order for phrase and proximity
+    # scoring (see :func:`sequence_tokens`); without it, the index tokens.
+
 
 def _normalize(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower()
@@ -113,6 +116,10 @@ class BigramAnalyzer:
         """Words and CJK bigrams as strings (for term-overlap scoring outside the index)."""
         return ["".join(p) for p in self.query_phrases(text)]
 
+    def sequence_tokens(self, text: str) -> list[str]:
+        """The tokens in text order (:func:`sequence_tokens`): the index tokens."""
+        return self.index_tokens(text)
+
 
 class WhitespaceAnalyzer:
     """The Unicode word tokenizer alone: runs of letters and digits, lower-cased; CJK runs are not split."""
@@ -126,6 +133,10 @@ class WhitespaceAnalyzer:
     def query_phrases(self, text: str) -> list[Phrase]:
         """Each distinct word is a one-token phrase."""
         return _distinct((w,) for w in self.index_tokens(text))
+
+    def sequence_tokens(self, text: str) -> list[str]:
+        """The tokens in text order (:func:`sequence_tokens`): the index tokens."""
+        return self.index_tokens(text)
 
 
 # Sudachi refuses inputs over about 49k bytes; chunks are far smaller, long texts are cut at newlines.
@@ -230,6 +241,10 @@ class SudachiAnalyzer:
         """Each distinct token is a one-token phrase."""
         return _distinct((t,) for t in self.index_tokens(text))
 
+    def sequence_tokens(self, text: str) -> list[str]:
+        """The tokens in text order (:func:`sequence_tokens`): the index tokens."""
+        return self.index_tokens(text)
+
 
 class CombinedAnalyzer:
     """The ``bigram`` analysis plus Sudachi's multi-character CJK morphemes (split mode C).
@@ -261,6 +276,11 @@ class CombinedAnalyzer:
     def query_phrases(self, text: str) -> list[Phrase]:
         """Words and CJK bigrams (as ``bigram``), then each distinct CJK morpheme."""
         return _distinct([*self._bigram.query_phrases(text), *((t,) for t in self._words(_normalize(text)))])
+
+    def sequence_tokens(self, text: str) -> list[str]:
+        """The tokens in text order (:func:`sequence_tokens`): ``bigram``'s, without the morphemes that
+        follow them (so no dictionary runs)."""
+        return self._bigram.index_tokens(text)
 
 
 # English stop words left out of the stemmed analyzers' index and queries: function words and
@@ -328,6 +348,10 @@ class StemmedAnalyzer:
         """The base analyzer's phrases with their words stemmed (a phrase of stop words only is dropped)."""
         return _distinct(tuple(self._map(p)) for p in self._base.query_phrases(text))
 
+    def sequence_tokens(self, text: str) -> list[str]:
+        """The base analyzer's sequence tokens, stop words left out, words stemmed."""
+        return self._map(sequence_tokens(self._base, text))
+
 
 def _bigram_en() -> Analyzer:
     return StemmedAnalyzer("bigram_en", BigramAnalyzer())
@@ -384,6 +408,33 @@ def get_analyzer(name: str | None = None) -> Analyzer:
         if analyzer is None:
             analyzer = _INSTANCES[factory] = factory()
         return analyzer
+
+
+# -- token sequences: phrase and proximity ---------------------------------------------------
+def sequence_tokens(analyzer: Analyzer, text: str) -> list[str]:
+    """The tokens of ``text`` in text order, as phrase and proximity scoring reads a chunk and a query:
+    the analyzer's ``sequence_tokens`` if it has one, else its index tokens. The built-in analyzers give
+    their index tokens in text order without the tokens appended after them (``combined``'s morphemes),
+    so no dictionary runs; the same function reads the query and the chunk."""
+    method = getattr(analyzer, "sequence_tokens", None)
+    return list(method(text)) if method is not None else analyzer.index_tokens(text)
+
+
+def sequence_units(tokens: Sequence[str]) -> list[tuple[int, str]]:
+    """The statistics terms of a token sequence, each with the position of its first token: a run of
+    one-character tokens gives its pairs (``"東 京"``, ``"京 都"``; a lone one-character token itself),
+    any other token itself. The terms are those of ``phrase_term``, so a query's units are its phrases'
+    terms, and two units follow each other in the text when their positions differ by one."""
+    out: list[tuple[int, str]] = []
+    n = len(tokens)
+    for i, token in enumerate(tokens):
+        if len(token) != 1:
+            out.append((i, token))
+        elif i + 1 < n and len(tokens[i + 1]) == 1:
+            out.append((i, f"{token} {tokens[i + 1]}"))
+        elif i == 0 or len(tokens[i - 1]) != 1:
+            out.append((i, token))
+    return out
 
 
 # -- rendering for the stores ---------------------------------------------------------------

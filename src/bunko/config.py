@@ -35,6 +35,10 @@ value (``BUNKO_LLM=``) counts as not set.
 | cached search results | ``BUNKO_CACHE_SEARCH_RESULTS`` | ``[cache] search_results`` | 512 (0 = off) |
 | worker processes of bulk writes | ``BUNKO_INGEST_WORKERS`` | ``[ingest] workers`` | one per core (0: none) |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
+| OCR of scans and images on | ``BUNKO_OCR`` | ``[ocr] enabled`` | true (when Tesseract is installed) |
+| OCR models (``jpn+eng``, ...) | ``BUNKO_OCR_LANG`` | ``[ocr] lang`` | chosen per page |
+| OCR time limit per page (s) | ``BUNKO_OCR_PAGE_SECONDS`` | ``[ocr] page_seconds`` | 120 |
+| pages OCR'd per document at most | ``BUNKO_OCR_MAX_PAGES`` | ``[ocr] max_pages`` | 100 |
 | largest upload (MiB) | ``BUNKO_MAX_UPLOAD_MB`` | ``[server] max_upload_mb`` | 50 |
 | largest JSON request body (MiB) | ``BUNKO_MAX_JSON_MB`` | ``[server] max_json_mb`` | 4 |
 | requests per minute per API key | ``BUNKO_RATE_LIMIT`` | ``[server] rate_limit`` | 600 (0 = off) |
@@ -46,6 +50,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | claims of a job before it fails | ``BUNKO_JOB_ATTEMPTS`` | ``[server] job_attempts`` | 3 |
 | jobs of a tenant in flight | ``BUNKO_TENANT_JOBS_IN_FLIGHT`` | ``[server] tenant_jobs_in_flight`` | 0 (no cap) |
 | PostgreSQL tuning | ``BUNKO_PG_<KEY>`` | ``[postgres] <key>`` | see ``PostgresSettings`` |
+| SQLite approximate search | ``BUNKO_SQLITE_<KEY>`` | ``[sqlite] <key>`` | see ``SQLiteSettings`` |
 | memory search budget (s) | ``BUNKO_MEMORY_TIMEOUT`` | ``[memory] timeout`` | 2 |
 | memory semantic leg budget (s) | ``BUNKO_MEMORY_SEMANTIC_TIMEOUT`` | ``[memory] semantic_timeout`` | 1.5 |
 
@@ -270,6 +275,24 @@ class FetchSettings(Section):
         return value
 
 
+class OCRSettings(Section):
+    """``[ocr]``: OCR of scanned PDF pages and images (:mod:`bunko.loaders.ocr`), in ``bunko ingest`` and the
+    upload workers: on or off, the Tesseract models (``jpn+eng``, ``jpn_vert``; unset: chosen per page), the
+    time one page may take (then ``OCRTimeoutError``) and the most pages one document may have read by OCR
+    (then ``OCRPageLimitError``; the document fails, nothing else does). ``bunko ingest --ocr-lang`` and the
+    other ``--ocr`` options outrank them for one run."""
+
+    enabled: Annotated[bool, Env("BUNKO_OCR")] = True
+    lang: Annotated[str | None, Env("BUNKO_OCR_LANG"), Field(pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$")] = None
+    page_seconds: Annotated[float, Env("BUNKO_OCR_PAGE_SECONDS"), Field(gt=0, le=86_400)] = 120.0
+    max_pages: Annotated[int, Env("BUNKO_OCR_MAX_PAGES"), Field(ge=1, le=1_000_000)] = 100
+
+    def load_options(self) -> dict[str, Any]:
+        """The ``LoadOptions`` fields these set (``ocr``, ``ocr_lang``, ``ocr_page_seconds``, ``ocr_max_pages``)."""
+        return {"ocr": self.enabled, "ocr_lang": self.lang, "ocr_page_seconds": self.page_seconds,
+                "ocr_max_pages": self.max_pages}
+
+
 class ServerSettings(Section):
     """``[server]``: limits of the HTTP API.
 
@@ -326,12 +349,31 @@ class PostgresSettings(Section):
 
     pool_min: Annotated[int, Env("BUNKO_PG_POOL_MIN"), Field(ge=0)] = 1
     pool_max: Annotated[int, Env("BUNKO_PG_POOL_MAX"), Field(ge=1)] = 8
+    # Seconds a statement waits for a pooled connection (every one busy, or the server unreachable) before
+    # it fails with TransientStoreError (503); also how long one attempt of the pool to reconnect goes on
+    # before it starts over, so a server back after an outage is found within a few seconds.
+    pool_timeout: Annotated[float, Env("BUNKO_PG_POOL_TIMEOUT"), Field(gt=0, le=600)] = 10.0
+    # Seconds a new connection may take to be established (a server that accepts but does not answer).
+    connect_timeout: Annotated[int, Env("BUNKO_PG_CONNECT_TIMEOUT"), Field(ge=2, le=600)] = 10
     hnsw_m: Annotated[int, Env("BUNKO_PG_HNSW_M"), Field(ge=2, le=100)] = 16
     # Graph quality (fixed per collection when its index is built) and search breadth. At 100,000 chunks of
     # benchmarks/bench_search.py, recall@10 of plain vector search was 0.71-0.79 with the former (64, 100)
     # and 0.98 with (200, 400), at about the time of an exact numpy scan (docs/ARCHITECTURE.md).
     hnsw_ef_construction: Annotated[int, Env("BUNKO_PG_HNSW_EF_CONSTRUCTION"), Field(ge=4, le=1000)] = 200
     ef_search: Annotated[int, Env("BUNKO_PG_EF_SEARCH"), Field(ge=1, le=1000)] = 400
+    # An unfiltered search of a larger collection searches wider: ef_search up to this many chunks, then
+    # ef_search * sqrt(chunks / ef_search_rows), at most pgvector's 1,000 (search.search_breadth; 0 = never
+    # wider). Measured at 100,000 chunks: recall@10 0.983 / 0.992 / 0.995 at ef_search 400 / 500 / 600.
+    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 40_000
+    # A collection whose index is built when it holds at least this many chunks gets an IVFFlat index over
+    # halfvec (rows / 1,000 lists; the square root above 1,000,000) instead of HNSW, and a search probes this
+    # share of its lists, re-ranking by the full vectors. At 1,000,000 chunks of benchmarks/bench_search.py
+    # HNSW (m 16, ef_construction 200) found 0.755 / 0.815 of the top 10 at ef_search 400 / 1,000: its graph
+    # leaves clusters unreachable; IVFFlat with 1,000 lists found 0.935 / 0.955 / 0.972 probing 1 / 2 / 4%
+    # (0.16x-0.31x the exact scan). At 100,000 HNSW is better (0.995 at ef_search 600 against 0.969 at
+    # probes 20 of 316). 0 = never IVFFlat.
+    ivfflat_min_rows: Annotated[int, Env("BUNKO_PG_IVFFLAT_MIN_ROWS"), Field(ge=0)] = 500_000
+    ivfflat_probe_share: Annotated[float, Env("BUNKO_PG_IVFFLAT_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
     # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
     hnsw_min_rows: Annotated[int, Env("BUNKO_PG_HNSW_MIN_ROWS"), Field(ge=0)] = 10_000
     maintenance_work_mem: Annotated[str, Env("BUNKO_PG_MAINTENANCE_WORK_MEM")] = "1GB"
@@ -359,6 +401,30 @@ class PostgresSettings(Section):
         return Settings.resolve().postgres
 
 
+class SQLiteSettings(Section):
+    """``[sqlite]`` / ``BUNKO_SQLITE_<KEY>``: the embedded store's approximate vector search (the ``ann`` extra).
+
+    A collection of at least ``ann_min_rows`` chunks gets an HNSW graph (usearch) that unfiltered vector
+    searches ask for ``ann_candidates`` candidates at breadth ``ann_ef_search``, re-ranked by the exact
+    vectors; smaller collections, filtered searches and installs without usearch scan exactly. Figures in
+    docs/ARCHITECTURE.md ("Approximate vector search").
+    """
+
+    ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
+    # Below 20,000 chunks the exact scan takes about a millisecond, what the graph takes at this breadth.
+    ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
+    # At 100,000 chunks of benchmarks/bench_search.py: recall@10 0.995-0.997 and vector p50 2.83 ms at
+    # 1024; at 512, 1.75 ms but recall 0.976-0.993 from one build of the graph to the next (Chroma:
+    # 0.993 at 1.99 ms with ef 1000). docs/ARCHITECTURE.md.
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 1024
+    ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
+
+    @classmethod
+    def from_env(cls) -> SQLiteSettings:
+        """The ``[sqlite]`` section resolved without arguments (environment > config file > defaults)."""
+        return Settings.resolve().sqlite
+
+
 class MemorySettings(Section):
     """``[memory]`` / ``BUNKO_MEMORY_*``: agent memory search (:mod:`bunko.memory`)."""
 
@@ -382,8 +448,10 @@ SECTIONS: dict[str, type[Section]] = {
     "cache": CacheSettings,
     "ingest": IngestSettings,
     "fetch": FetchSettings,
+    "ocr": OCRSettings,
     "server": ServerSettings,
     "postgres": PostgresSettings,
+    "sqlite": SQLiteSettings,
     "memory": MemorySettings,
 }
 
@@ -513,8 +581,10 @@ class Settings(BaseSettings):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    ocr: OCRSettings = Field(default_factory=OCRSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    sqlite: SQLiteSettings = Field(default_factory=SQLiteSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     config_path: Path | None = None
 

@@ -31,6 +31,7 @@ tenant's usage records (R13) through its :class:`~bunko.usage.Meter`; ``Tenant.u
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -45,6 +46,7 @@ from .blocks.workflow import arun as run_workflow_in
 from .clients import EngineClients
 from .config import DEFAULT_COLLECTION, Settings
 from .conversations import ConversationContext
+from .errors import StorageFullError
 from .generation import LLMProvider
 from .ingest import (
     INGEST_BATCH_CHUNKS,
@@ -78,6 +80,8 @@ from .types import (
     UsageTotal,
     VectorRecord,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class Bunko:
@@ -183,13 +187,20 @@ class Tenant(TenantScope["Bunko"]):
                       analyzer: str | None = None, options: LoadOptions | None = None,
                       workers: int = LOAD_WORKERS) -> IngestReport:
         """Load and index files, folders and URLs (``workers`` threads read ahead of the embedder); a failing one
-        is reported and the rest go on. Each document is stored whole or not at all."""
+        is reported and the rest go on. Each document is stored whole or not at all. Without ``options``, files
+        are read with the engine's ``[ocr]`` settings."""
         paths = list(paths)  # read twice: to ingest, then to see which folders were ingested again
+        options = options or LoadOptions(**self._engine.settings.ocr.load_options())
         items, skipped = runner.path_items(paths, options, FetchPolicy.from_settings(self._engine.settings))
         report = await self.aingest_items(items, collection, progress=progress, splitter=splitter,
                                           analyzer=analyzer, workers=workers, bulk=True)
         report.skipped[:0] = skipped
-        await asyncio.to_thread(runner.note_outcome, self._store, collection, items, report, paths)
+        try:
+            await asyncio.to_thread(runner.note_outcome, self._store, collection, items, report, paths)
+        except StorageFullError as exc:  # the report says what failed (STORAGE_FULL too); the list of failures waits
+            if not report.errors:
+                raise
+            logger.warning("could not record the failed files of this ingest: %s", exc.message)
         return report
 
     async def aingest_items(self, items: Sequence[IngestItem], collection: str = DEFAULT_COLLECTION, *,

@@ -215,6 +215,14 @@ class TransientStoreError(VectorStoreError):
     code = "STORE_UNAVAILABLE"
 
 
+class StorageFullError(VectorStoreError):
+    """The disk under the store or the upload spool is full (SQLite's "database or disk is full", PostgreSQL's
+    ``disk_full``, ``ENOSPC``): the write was refused whole and nothing of it was kept. Writing succeeds again
+    once the operator frees or adds space; reads go on meanwhile."""
+
+    code = "STORAGE_FULL"
+
+
 class DimensionMismatchError(VectorStoreError):
     """A vector's dimension differs from its collection's fixed dimension."""
 
@@ -460,6 +468,7 @@ __all__ = [
     "RerankTimeoutError",
     "RetrievalError",
     "SplitterError",
+    "StorageFullError",
     "TransientStoreError",
     "UnknownProviderError",
     "UnsupportedFormatError",

@@ -237,9 +237,13 @@ def contains_gold(text: str, gold: Sequence[str]) -> bool:
 
 # -- evaluation --------------------------------------------------------------------------------
 def document_for(dataset_name: str, corpus_id: str, title: str, text: str) -> Document:
-    """The ``Document`` a corpus entry is ingested as: title and text, and where it came from."""
+    """The ``Document`` a corpus entry is ingested as: title and text, where it came from, and its title
+    (the ``title`` metadata a search weighs, as a loaded file's)."""
     content = "\n\n".join(part for part in (title, text) if part.strip())
-    return Document(content, {"source": f"beir:{dataset_name}:{corpus_id}", "corpus_id": corpus_id})
+    metadata = {"source": f"beir:{dataset_name}:{corpus_id}", "corpus_id": corpus_id}
+    if title.strip():
+        metadata["title"] = title.strip()
+    return Document(content, metadata)
 
 
 def _temporary_collection(dataset_name: str) -> str:

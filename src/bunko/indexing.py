@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -37,6 +38,34 @@ def _splitter_signature(splitter: Splitter) -> str:
         if hasattr(splitter, attr):
             parts.append(f"{attr}={getattr(splitter, attr)!r}")
     return ",".join(parts)
+
+
+# A title longer than this is cut (a first "line" of a PDF may be a whole paragraph).
+MAX_TITLE_CHARS = 200
+# Titles that name a file, not the document: what PDF producers put in the metadata ("Microsoft Word -
+# report.doc", "IBM-PDFs.graffle", "zen_of_python.txt").
+_FILE_TITLE = re.compile(
+    r"^(microsoft \w+ - .*|[^\s/\\]+\.(txt|pdf|docx?|rtf|odt|md|html?|tex|dvi|e?ps|ai|indd|qxd|pages|key|graffle"
+    r"|pptx?|xlsx?|csv|png|jpe?g|tiff?|gif|svg|cdr|pub|sxw|wpd))$", re.IGNORECASE)
+
+
+def document_title(metadata: dict[str, Any], text: str) -> str:
+    """A document's title: its loader's ``title`` (PDF metadata, HTML ``<title>``, Markdown's first heading,
+    DOCX core title or first heading), unless it only names a file; else its first line of text; else the
+    file name without its suffix; one record of a JSON file has only its own ``title`` field. Kept in the
+    document's metadata as ``title``: searches weigh matches in it (see :mod:`bunko.search.keyword`), and
+    every hit of the document carries it."""
+    given = metadata.get("title")
+    if isinstance(given, str) and given.strip() and not _FILE_TITLE.match(given.strip()):
+        return " ".join(given.split())[:MAX_TITLE_CHARS]
+    if "json_index" in metadata:  # one record of a JSON file: a title only if the record has one (its name
+        return ""  # in listings then tells it by its name or id field, not by its first line)
+    for line in text.splitlines():
+        line = " ".join(line.lstrip("#").split())
+        if any(c.isalnum() for c in line):
+            return line[:MAX_TITLE_CHARS]
+    name = str(metadata.get("filename") or str(metadata.get("source") or "").rsplit("/", 1)[-1])
+    return name.rsplit(".", 1)[0] if "." in name[1:] else name
 
 
 class IndexManager:
@@ -211,6 +240,9 @@ class IndexManager:
         metadata = dict(document.metadata)
         metadata.setdefault("source", source)
         metadata.setdefault("char_count", len(normalized))
+        title = document_title(metadata, normalized)
+        if title:
+            metadata["title"] = title
         write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None,
                               previous=existing.id if existing is not None else None)
         if embed:

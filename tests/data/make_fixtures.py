@@ -622,6 +622,54 @@ def tier_ops(upper: list[str], lower: list[str], cids: dict[str, int], size: flo
     return b"\n".join(ops)
 
 
+# table_ja.pdf: a price list ruled as a table (page 1), and a ruled drawing with no text in its cells (page 2).
+TABLE_TITLE = "防災用品の価格表"
+TABLE_BEFORE = ["備蓄用品の単価と在庫を次の表に示す。価格は税込である。", "表1 備蓄用品の単価と在庫"]
+TABLE_ROWS = [
+    ["品番", "品名", "単価（円）", "在庫"],
+    ["A-101", "保存水 2L", "180", "240"],
+    ["A-102", "乾パン", "350", "85"],
+    ["B-201", "携帯ラジオ", "2980", "12"],
+    ["B-202", "懐中電灯", "1480", "30"],
+    ["C-301", "救急セット", "2200", "8"],
+]
+TABLE_AFTER = ["在庫が十を下回った品は月末に発注する。"]
+GRID_LINES = ["図1 方眼（目盛りは一センチ）", "", "方眼は図を描くための下書きであり、表ではない。"]
+
+
+def _ucs2(x: float, y: float, text: str, size: float = 10) -> bytes:
+    return b"BT /F1 %g Tf 1 0 0 1 %g %g Tm <%s> Tj ET" % (size, x, y, text.encode("utf-16-be").hex().encode())
+
+
+def table_ops() -> bytes:
+    """A title, a sentence, a table ruled with a line between every row and every column (each line a path
+    of its own, as word processors draw them), and a sentence under it; UCS-2 text."""
+    columns = [56.0, 120.0, 260.0, 360.0, 440.0]
+    top, height = 700.0, 22.0
+    bottom = top - height * len(TABLE_ROWS)
+    ops = [_ucs2(56, 780, TABLE_TITLE, 14)]
+    ops += [_ucs2(56, 740 - 18 * i, line) for i, line in enumerate(TABLE_BEFORE)]
+    ops.append(b"0.5 w")
+    ops += [b"%g %g m %g %g l S" % (columns[0], top - height * i, columns[-1], top - height * i)
+            for i in range(len(TABLE_ROWS) + 1)]
+    ops += [b"%g %g m %g %g l S" % (x, top, x, bottom) for x in columns]
+    for r, row in enumerate(TABLE_ROWS):
+        for c, cell in enumerate(row):
+            ops.append(_ucs2(columns[c] + 4, top - height * r - 15, cell))
+    ops += [_ucs2(56, bottom - 30 - 18 * i, line) for i, line in enumerate(TABLE_AFTER)]
+    return b"\n".join(ops)
+
+
+def grid_ops() -> bytes:
+    """A square grid of ruled lines with nothing in its cells (a drawing, not a table) and text below it."""
+    ops = [b"0.5 w"]
+    ops += [b"100 %g m 400 %g l S" % (400 + 60 * i, 400 + 60 * i) for i in range(6)]
+    ops += [b"%g 400 m %g 700 l S" % (100 + 60 * i, 100 + 60 * i) for i in range(6)]
+    ops += [_ucs2(96 + 60 * i, 386, str(i)) for i in range(6)]
+    ops += [_ucs2(56, 350 - 18 * i, line) for i, line in enumerate(GRID_LINES) if line]
+    return b"\n".join(ops)
+
+
 IMAGE = bytes((x * 7 + y * 13) % 256 for y in range(16) for x in range(16))  # a 16 x 16 grey pattern
 
 
@@ -1031,6 +1079,12 @@ def fixtures() -> list[Fixture]:
             "must_contain": ["わたくしといふ現象は", "宮澤賢治"],
             "notes": "vertical writing in two tiers, drawn column by column across the tiers; the upper tier holds "
                      "the first eight lines"}),
+        Fixture("table_ja.pdf", lambda: make_pdf([table_ops(), grid_ops()], "Mincho-UCS2-H"), {
+            "kind": "pdf", "language": "ja", "expected": ["has_text", "multi_page", "ruled_table"], "pages": 2,
+            "must_contain": [TABLE_BEFORE[0], TABLE_AFTER[0], GRID_LINES[-1]],
+            "page_of": {"携帯ラジオ": 1, "方眼は図を描く": 2},
+            "notes": "page 1: a price list ruled as a table between two sentences; page 2: a ruled grid with no "
+                     "text in its cells (a drawing, not a table)"}),
         Fixture("scanned.pdf", lambda: make_pdf([None]), {
             "kind": "pdf", "language": None, "expected": ["image_only", "no_text_layer"], "pages": 1}),
         Fixture("partly_scanned.pdf", lambda: make_pdf(scanned_pages), {

@@ -22,8 +22,10 @@ def _postgres_url(ctx: click.Context) -> str | None:
 
 
 @db.command("migrate")
+@click.option("--force", is_flag=True, help="Upgrade even while other sessions (an older version's servers and "
+              "workers) are connected to the database; their writes meanwhile may miss what a migration adds.")
 @json_command()
-def db_migrate(ctx: click.Context, as_json: bool) -> None:
+def db_migrate(ctx: click.Context, force: bool, as_json: bool) -> None:
     """Create or upgrade the schema (run as the schema owner)."""
     url = _postgres_url(ctx)
     if url is None:
@@ -34,7 +36,7 @@ def db_migrate(ctx: click.Context, as_json: bool) -> None:
     else:
         from ..stores.postgres import migrate_database
 
-        applied = migrate_database(url)
+        applied = migrate_database(url, force=force)
     if as_json:
         emit_json({"applied": applied})
     else:

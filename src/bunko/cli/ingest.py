@@ -41,10 +41,18 @@ from .common import (
 @click.option("--password", default=None, envvar="BUNKO_PDF_PASSWORD", help="Password for encrypted PDFs.")
 @click.option("--content-path", default=None, metavar="PATH",
               help="JSON files: dotted path of the text field (e.g. data.body).")
-@click.option("--ocr/--no-ocr", "use_ocr", default=True, show_default=True,
-              help="Read scanned PDF pages and images with Tesseract OCR (when it is installed).")
+@click.option("--ocr/--no-ocr", "use_ocr", default=None,
+              help="Read scanned PDF pages and images with Tesseract OCR (when it is installed). "
+                   "Default: [ocr] enabled (BUNKO_OCR), on.")
 @click.option("--ocr-lang", default=None, metavar="LANGS",
-              help="Tesseract models for OCR, e.g. jpn+eng or jpn_vert (default: chosen per page).")
+              help="Tesseract models for OCR, e.g. jpn+eng or jpn_vert. Default: [ocr] lang (BUNKO_OCR_LANG), "
+                   "else chosen per page.")
+@click.option("--ocr-page-seconds", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="The longest OCR of one page; a file with a slower page fails (OCR_TIMEOUT). "
+                   "Default: [ocr] page_seconds (BUNKO_OCR_PAGE_SECONDS), 120.")
+@click.option("--ocr-max-pages", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The most pages of one file to OCR; a file with more fails (OCR_PAGE_LIMIT). "
+                   "Default: [ocr] max_pages (BUNKO_OCR_MAX_PAGES), 100.")
 @click.option("--workers", "ingest_workers", default=None, type=click.IntRange(0, 256), metavar="N",
               help="Worker processes that analyze the chunks' keywords (env BUNKO_INGEST_WORKERS; default: one per "
                    "core; 0: none, all in this process).")
@@ -52,9 +60,9 @@ from .common import (
 @quiet_option()
 @json_command()
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
-           analyzer: str | None, password: str | None, content_path: str | None, use_ocr: bool,
-           ocr_lang: str | None, ingest_workers: int | None, embedder: str | None, quiet: bool,
-           as_json: bool) -> None:
+           analyzer: str | None, password: str | None, content_path: str | None, use_ocr: bool | None,
+           ocr_lang: str | None, ocr_page_seconds: float | None, ocr_max_pages: int | None,
+           ingest_workers: int | None, embedder: str | None, quiet: bool, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON;
@@ -67,8 +75,11 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     """
     from ..loaders import LoadOptions
 
-    load_options = LoadOptions(password=password, content_path=content_path, ocr=use_ocr, ocr_lang=ocr_lang)
-    scope = get_engine(ctx, embedder=embedder, ingest_workers=ingest_workers).tenant(tenant)
+    engine = get_engine(ctx, embedder=embedder, ingest_workers=ingest_workers)
+    given = {"ocr": use_ocr, "ocr_lang": ocr_lang, "ocr_page_seconds": ocr_page_seconds, "ocr_max_pages": ocr_max_pages}
+    ocr = {**engine.settings.ocr.load_options(), **{k: v for k, v in given.items() if v is not None}}
+    load_options = LoadOptions(password=password, content_path=content_path, **ocr)
+    scope = engine.tenant(tenant)
     with reporter(ctx, quiet) as bar:
         bar.note("Loading the embedder")
         warm_up = getattr(scope.engine.embedder, "warm_up", None)

@@ -57,6 +57,7 @@ VERTICAL_RETRY_CONFIDENCE = 70.0
 MIN_CONFIDENCE = 45.0
 INSTALL = ('OCR needs Tesseract and its models: apt-get install tesseract-ocr tesseract-ocr-jpn '
            'tesseract-ocr-jpn-vert tesseract-ocr-eng tesseract-ocr-osd, and pip install "bunko[ocr]"')
+_RAISE_TIME = " (raise it with --ocr-page-seconds or [ocr] page_seconds, BUNKO_OCR_PAGE_SECONDS)"
 _LATIN_SCRIPTS = {"Latin", "Cyrillic", "Greek"}
 _CJK = r"\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff01-\uff60"
 _CJK_SPACE_RE = re.compile(rf"(?<=[{_CJK}]) +(?=[{_CJK}])")
@@ -120,7 +121,8 @@ class _Budget:
     def left(self) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise OCRTimeoutError(f"{self.what}: OCR took longer than the limit of {self.seconds:g} s for one page")
+            raise OCRTimeoutError(f"{self.what}: OCR took longer than the limit of {self.seconds:g} s for one page"
+                                  f"{_RAISE_TIME}")
         return remaining
 
 
@@ -132,7 +134,7 @@ def _run(pytesseract: Any, call: str, image: Any, budget: _Budget, **kwargs: Any
     except RuntimeError as exc:
         if "timeout" in str(exc).lower():  # pytesseract kills Tesseract and says "Tesseract process timeout"
             raise OCRTimeoutError(f"{budget.what}: OCR took longer than the limit of {budget.seconds:g} s "
-                                  "for one page") from exc
+                                  f"for one page{_RAISE_TIME}") from exc
         raise OCRError(f"{budget.what}: OCR failed ({exc})") from exc
 
 
@@ -200,7 +202,8 @@ def check_page_count(count: int, options: LoadOptions, what: str) -> None:
     """Raise :class:`OCRPageLimitError` when ``count`` pages to OCR are more than the limit."""
     if count > options.ocr_max_pages:
         raise OCRPageLimitError(f"{what}: {count} pages without a text layer to OCR, over the limit of "
-                                f"{options.ocr_max_pages} pages for one document")
+                                f"{options.ocr_max_pages} pages for one document (raise it with --ocr-max-pages or "
+                                "[ocr] max_pages, BUNKO_OCR_MAX_PAGES)")
 
 
 # -- image files ----------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ them. Word documents become one part per heading section (``section``, ``hierarc
 ``heading_level``) and tables in document order, each table its rows under their header row
 as small Markdown tables (:mod:`bunko.loaders.tables`: parts of their own, with ``table`` = its
 number and ``row_start`` / ``row_end``); presentations become one part per slide
-(``slide_number``, ``page_number``, ``section`` = the slide title) with tables (``cell | cell``
-lines), grouped shapes and speaker notes.
+(``slide_number``, ``page_number``, ``section`` = the slide title) with grouped shapes and speaker
+notes, and each table of a slide the same way as a Word table (parts of their own after the slide's
+text, ``table`` = its number in the file, the slide title as caption).
 """
 
 from __future__ import annotations
@@ -353,27 +354,37 @@ def load_docx(path: Path, options: LoadOptions) -> list[Document]:
 # -- PowerPoint ----------------------------------------------------------------------------
 
 
-def _shape_lines(shape: Any, skip: Any) -> Iterator[str]:
-    """Text of one shape: text frames, tables (``cell | cell``) and the members of groups."""
+def _slide_table_rows(table: Any) -> Iterator[tuple[int, list[str]]]:
+    """(row number from 1, cells as text) of a slide's table, one cell per column: a cell merged across
+    columns gives its text to the first, one merged down the rows is repeated in each (as in Word tables)."""
+    above: dict[int, str] = {}
+    for number, row in enumerate(table.rows, start=1):
+        cells = []
+        for column, cell in enumerate(row.cells):
+            tc = cell._tc
+            if tc.get("hMerge") in ("1", "true"):
+                cells.append("")  # covered by a horizontal merge: the text is in the origin cell
+            elif tc.get("vMerge") in ("1", "true"):
+                cells.append(above.get(column, ""))
+            else:
+                text = _clean(cell.text).replace("\n", " ")
+                above[column] = text
+                cells.append(text)
+        yield number, cells
+
+
+def _shape_items(shape: Any, skip: Any) -> Iterator[str | Any]:
+    """Text of one shape (text frames, the members of groups) and its tables (python-pptx tables)."""
     if skip is not None and shape.shape_id == skip.shape_id:
         return  # the title, already first
     from pptx.shapes.group import GroupShape
 
     if isinstance(shape, GroupShape):
         for child in shape.shapes:
-            yield from _shape_lines(child, skip)
+            yield from _shape_items(child, skip)
         return
     if getattr(shape, "has_table", False) and shape.has_table:
-        for row in shape.table.rows:
-            cells = []
-            for cell in row.cells:
-                tc = cell._tc
-                if tc.get("hMerge") in ("1", "true"):
-                    continue  # covered by a horizontal merge: the text is in the origin cell
-                cells.append("" if tc.get("vMerge") in ("1", "true") else _clean(cell.text).replace("\n", " "))
-            line = _row_line(cells)
-            if line.strip(" |"):
-                yield line
+        yield shape.table
         return
     if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
         text = _clean("\n".join(p.text for p in shape.text_frame.paragraphs))
@@ -391,30 +402,38 @@ def load_pptx(path: Path, options: LoadOptions) -> list[Document]:
     presentation, slides = _open_package(path, options, "pptx", "PowerPoint", read)
     parts: list[DocumentPart] = []
     first_title = None
+    tables = 0
     for number, slide in enumerate(slides, start=1):
         title_shape = slide.shapes.title
         title = " ".join(_clean(title_shape.text_frame.text).split()) if title_shape is not None else ""
-        lines = [title] if title else []
-        for shape in slide.shapes:
-            lines.extend(_shape_lines(shape, title_shape))
-        if slide.has_notes_slide:
-            notes_frame = slide.notes_slide.notes_text_frame
-            notes = _clean(notes_frame.text) if notes_frame is not None else ""
-            if notes:
-                lines.append(f"Notes:\n{notes}")
-        if not lines:
-            continue
         meta: dict[str, Any] = {"slide_number": number, "page_number": number}
         if title:
             meta["section"] = title
             first_title = first_title or title
         if slide._element.get("show") in ("0", "false"):
             meta["hidden"] = True
-        parts.append(DocumentPart("\n".join(lines), meta))
+        lines = [title] if title else []
+        slide_parts: list[DocumentPart] = []
+        for shape in slide.shapes:
+            for item in _shape_items(shape, title_shape):
+                if isinstance(item, str):
+                    lines.append(item)
+                    continue
+                tables += 1
+                slide_parts.extend(Table(_slide_table_rows(item), {**meta, "table": tables}, caption=title))
+        if slide.has_notes_slide:
+            notes_frame = slide.notes_slide.notes_text_frame
+            notes = _clean(notes_frame.text) if notes_frame is not None else ""
+            if notes:
+                lines.append(f"Notes:\n{notes}")
+        if lines and (lines != [title] or not slide_parts):  # a slide that is only a table has no text part
+            parts.append(DocumentPart("\n".join(lines), meta))
+        parts.extend(slide_parts)
     document = Document.from_parts(parts)
     metadata = _package_metadata(path, "pptx", document, presentation)
     if "title" not in metadata and first_title:
         metadata["title"] = first_title
     metadata["page_count"] = len(slides)
+    metadata["table_count"] = tables
     document.metadata = metadata
     return [document]

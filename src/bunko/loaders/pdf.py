@@ -26,6 +26,13 @@ is installed; such pages carry ``ocr``, ``ocr_confidence`` and ``ocr_lang``, and
 to install, when OCR cannot run), one whose every text page is garbled raises ``GarbledTextError``. Files PDFium
 cannot open are tried with pdfminer before they are reported as corrupt.
 
+Tables ruled into cells by lines (:mod:`bunko.loaders.pdf_tables`) become their rows under their
+header row, parts of their own (``table``, ``row_start``, ``row_end``, the line above as caption)
+placed where the table's first character is in the page's text, which loses the table's
+characters. Only pages whose PDFium text is kept are looked at, and only those where PDFium's paths
+include horizontal rules crossed by vertical ones (``_Rules``): the rules and characters come from
+PDFium, so nothing is parsed twice.
+
 The text is tidied on the way (``_clean``, ``_join_hyphenated``): a word hyphenated at a
 line end is joined back (PDFium marks such hyphens with U+FFFE, pdfminer leaves ``-``
 and a line break; soft hyphens U+00AD are dropped) and keeps its hyphen only where it is
@@ -47,7 +54,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +67,9 @@ from ..errors import (
     OCRUnavailableError,
 )
 from ..types import Document, DocumentPart
-from . import LoadOptions, file_metadata, ocr, read_bytes
+from . import LoadOptions, file_metadata, ocr, pdf_tables, read_bytes
 from .pdf_layout import pdfminer_info, pdfminer_open, pdfminer_texts
+from .tables import Table
 
 _MISSING = 'reading PDF files needs: pip install "bunko[pdf]"'
 
@@ -72,6 +80,18 @@ VERTICAL_MIN_STEPS = 8  # column steps between CJK characters needed to call a p
 MISSING_TEXT_FACTOR = 2  # text objects > 2 * extracted characters + 10: PDFium lost text
 MISSING_TEXT_SLACK = 10
 _VERTICAL_SAMPLE = 4000  # characters of a page examined for vertical writing
+# A page where this many horizontal rules (drawn lines, rectangle edges) are each crossed by two vertical
+# ones may hold a ruled table (two rows of cells); pdf_tables looks at such pages only.
+RULED_HORIZONTAL = 3
+_THIN = 2.0  # points: a path this thin is a line
+_RULE_SEGMENTS = 2000  # segments of complex paths examined on one page
+_RULES = 400  # rules of each direction compared for crossings
+# A page with more rules than this in either direction is a drawing (hatching, a map): crossing them
+# all into cells (pdfplumber's geometry, rules x rules) would take seconds. A Word table of 50 rows and
+# 8 columns, each cell's borders drawn on their own, has about 450 of each.
+MAX_RULES = 1500
+# The line just above a table, when no longer than this, is its caption (``## line`` over each of its parts).
+CAPTION_CHARS = 80
 _RECT_SAMPLE = 160  # text rectangles from the middle of a page examined for interleaved columns
 INTERLEAVED_MIN_ROWS = 4  # rows read across two columns needed to call a page interleaved
 COLUMN_MIN_SHARE = 0.25  # ... each side at least this share of the page's text width
@@ -237,6 +257,8 @@ class _PdfiumPage:
     text: _Candidate
     needs_pdfminer: bool
     reorder: bool  # PDFium's text order is wrong (vertical columns, interleaved columns): prefer pdfminer's
+    # the page's tables and its text outside them (see _page_layout), for a page whose text PDFium reads
+    layout: list[str | pdf_tables.PdfTable] | None = None
 
 
 def _column_steps(textpage: Any, count: int, pdfium_c: Any) -> tuple[int, int]:
@@ -327,24 +349,103 @@ def _form_object(pdfium_c: Any, form: Any, index: int) -> Any:
     return pdfium_c.FPDFFormObj_GetObject(form, index)
 
 
-def _text_objects_over(page: Any, limit: int, pdfium_c: Any) -> bool:
-    """True if the page has more than ``limit`` text objects, those inside forms included."""
+@dataclass(slots=True)
+class _Rules:
+    """The straight horizontal and vertical lines drawn on a page (PDF user space): a table's rules."""
+
+    horizontal: list[tuple[float, float, float]] = field(default_factory=list)  # (x0, x1, y)
+    vertical: list[tuple[float, float, float]] = field(default_factory=list)  # (y0, y1, x)
+    segments: int = 0  # segments of complex paths read so far
+
+    def add(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        """A line from (x0, y0) to (x1, y1), kept when it is horizontal or vertical."""
+        if abs(y1 - y0) <= _THIN < abs(x1 - x0):
+            self.horizontal.append((min(x0, x1), max(x0, x1), (y0 + y1) / 2))
+        elif abs(x1 - x0) <= _THIN < abs(y1 - y0):
+            self.vertical.append((min(y0, y1), max(y0, y1), (x0 + x1) / 2))
+
+    def grid(self) -> bool:
+        """Whether some rules cross as a table's do: ``RULED_HORIZONTAL`` horizontal lines each crossed by
+        at least two of the vertical ones (two rows of cells)."""
+        if len(self.horizontal) < RULED_HORIZONTAL or len(self.vertical) < 2:
+            return False
+        if len(self.horizontal) > MAX_RULES or len(self.vertical) > MAX_RULES:  # hatching, a map: no table
+            return False
+        vertical = self.vertical[:_RULES]
+        crossed = 0
+        for x0, x1, y in self.horizontal[:_RULES]:
+            crossings = sum(1 for y0, y1, x in vertical
+                            if x0 - _THIN <= x <= x1 + _THIN and y0 - _THIN <= y <= y1 + _THIN)
+            if crossings >= 2:
+                crossed += 1
+                if crossed >= RULED_HORIZONTAL:
+                    return True
+        return False
+
+
+def _path_rules(obj: Any, pdfium_c: Any, rules: _Rules, box: tuple[Any, ...], point: tuple[Any, Any],
+                matrix: Any) -> None:
+    """The horizontal and vertical lines of a path object: a thin path is one, else its straight segments
+    are (a rectangle's edges: a shaded cell is ruled by them), up to ``_RULE_SEGMENTS`` on a page."""
+    left, bottom, right, top = box
+    if not pdfium_c.FPDFPageObj_GetBounds(obj, left, bottom, right, top):
+        return
+    x0, y0, x1, y1 = left.value, bottom.value, right.value, top.value
+    if y1 - y0 <= _THIN:
+        rules.add(x0, (y0 + y1) / 2, x1, (y0 + y1) / 2)
+        return
+    if x1 - x0 <= _THIN:
+        rules.add((x0 + x1) / 2, y0, (x0 + x1) / 2, y1)
+        return
+    if rules.segments >= _RULE_SEGMENTS or not pdfium_c.FPDFPageObj_GetMatrix(obj, matrix):
+        return
+    a, b, c, d, e, f = matrix.a, matrix.b, matrix.c, matrix.d, matrix.e, matrix.f
+    x, y = point
+    count = min(pdfium_c.FPDFPath_CountSegments(obj), _RULE_SEGMENTS - rules.segments)
+    rules.segments += count
+    previous = start = None
+    for index in range(count):
+        segment = pdfium_c.FPDFPath_GetPathSegment(obj, index)
+        if not segment or not pdfium_c.FPDFPathSegment_GetPoint(segment, x, y):
+            previous = start = None
+            continue
+        here = (a * x.value + c * y.value + e, b * x.value + d * y.value + f)
+        kind = pdfium_c.FPDFPathSegment_GetType(segment)
+        if kind == pdfium_c.FPDF_SEGMENT_MOVETO:
+            start = here
+        elif kind == pdfium_c.FPDF_SEGMENT_LINETO and previous is not None:
+            rules.add(previous[0], previous[1], here[0], here[1])
+        if pdfium_c.FPDFPathSegment_GetClose(segment) and start is not None:
+            rules.add(here[0], here[1], start[0], start[1])
+        previous = here
+
+
+def _count_objects(page: Any, limit: int, pdfium_c: Any) -> tuple[bool, _Rules]:
+    """(more than ``limit`` text objects, the rules drawn) of a page.
+
+    Text objects inside forms count; the paths of forms are not looked at (their coordinates are the form's).
+    """
     count = 0
-    stack: list[tuple[int, Callable[[int], Any]]] = [
-        (pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i))
+    rules = _Rules()
+    box = (ctypes.c_float(), ctypes.c_float(), ctypes.c_float(), ctypes.c_float())
+    point = (ctypes.c_float(), ctypes.c_float())
+    matrix = pdfium_c.FS_MATRIX()
+    stack: list[tuple[int, Callable[[int], Any], bool]] = [
+        (pdfium_c.FPDFPage_CountObjects(page), lambda i: pdfium_c.FPDFPage_GetObject(page, i), True)
     ]
     while stack:
-        n, get = stack.pop()
+        n, get, top_level = stack.pop()
         for i in range(n):
             obj = get(i)
             kind = pdfium_c.FPDFPageObj_GetType(obj)
             if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
                 count += 1
-                if count > limit:
-                    return True
+            elif kind == pdfium_c.FPDF_PAGEOBJ_PATH and top_level:
+                _path_rules(obj, pdfium_c, rules, box, point, matrix)
             elif kind == pdfium_c.FPDF_PAGEOBJ_FORM and len(stack) < 16:
-                stack.append((pdfium_c.FPDFFormObj_CountObjects(obj), functools.partial(_form_object, pdfium_c, obj)))
-    return False
+                stack.append((pdfium_c.FPDFFormObj_CountObjects(obj), functools.partial(_form_object, pdfium_c, obj),
+                              False))
+    return count > limit, rules
 
 
 def _read_pdfium_page(pdf: Any, index: int, pdfium_c: Any) -> _PdfiumPage:
@@ -363,12 +464,19 @@ def _read_pdfium_page(pdf: Any, index: int, pdfium_c: Any) -> _PdfiumPage:
             reorder = v_steps >= VERTICAL_MIN_STEPS and v_steps > h_steps
         if not reorder and candidate.total >= 10:
             reorder = _interleaved_columns(textpage.raw, candidate.text.count("\n") + 1, pdfium_c)
-        missing = _text_objects_over(page.raw, MISSING_TEXT_FACTOR * max(count, 0) + MISSING_TEXT_SLACK, pdfium_c)
+        missing, rules = _count_objects(page.raw, MISSING_TEXT_FACTOR * max(count, 0) + MISSING_TEXT_SLACK, pdfium_c)
+        layout = None
+        if (rules.grid() and candidate.total > 0 and page.get_rotation() == 0 and not missing and not reorder
+                and not candidate.suspect and pdf_tables.available()):
+            try:
+                layout = _page_layout(textpage, count, rules, page.get_height(), pdfium_c)
+            except Exception as exc:  # a table is a bonus: the page's text stays as PDFium read it
+                log.debug("tables of page %d not read: %s", index + 1, exc)
     finally:
         textpage.close()
         page.close()
     needs = candidate.suspect or reorder or missing
-    return _PdfiumPage(candidate, needs, reorder)
+    return _PdfiumPage(candidate, needs, reorder, layout)
 
 
 def _open_error(path: Path, exc: Exception, pdfium_c: Any, password: str | None) -> Exception | None:
@@ -482,7 +590,51 @@ def load_pdf(path: Path, options: LoadOptions) -> list[Document]:
             if ocr.readable(page):
                 results[index] = ("text", page.text)
                 ocr_pages[index + 1] = page.metadata()
-    return [_document(path, results, info, ocr_pages, unavailable)]
+    layouts = {index: page.layout for index, page in enumerate(pages)
+               if page.layout is not None and results[index][0] == "text"}
+    return [_document(path, results, info, ocr_pages, unavailable, layouts)]
+
+
+def _page_layout(textpage: Any, count: int, rules: _Rules, height: float,
+                 pdfium_c: Any) -> list[str | pdf_tables.PdfTable] | None:
+    """A page's tables (:mod:`bunko.loaders.pdf_tables`) and its text outside them, in PDFium's text order
+    (each table where its first character is): ``[text, table, text, ...]``; None when it has none."""
+    chars: list[pdf_tables.Char] = []
+
+    def page_chars() -> list[pdf_tables.Char]:
+        left, right, bottom, top = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        for index in range(count):
+            text = chr(pdfium_c.FPDFText_GetUnicode(textpage.raw, index))
+            if not text.isspace() and pdfium_c.FPDFText_GetCharBox(textpage.raw, index, left, right, bottom, top):
+                chars.append(pdf_tables.Char(text, (left.value + right.value) / 2,
+                                             height - (bottom.value + top.value) / 2))
+            else:
+                chars.append(pdf_tables.Char(text))
+        return chars
+
+    horizontal = [(x0, x1, height - y) for x0, x1, y in rules.horizontal]
+    vertical = [(height - y1, height - y0, x) for y0, y1, x in rules.vertical]
+    tables = pdf_tables.find_tables(horizontal, vertical, page_chars)
+    if not tables:
+        return None
+    owner = [next((n for n, table in enumerate(tables) if index in table.chars), -1) for index in range(count)]
+    for index in range(1, count):  # spaces and line breaks go with the characters before them
+        if chars[index].x is None:
+            owner[index] = owner[index - 1]
+    layout: list[str | pdf_tables.PdfTable] = []
+    placed: set[int] = set()
+    start = 0
+    for index in range(1, count + 1):
+        if index < count and owner[index] == owner[start]:
+            continue
+        if owner[start] < 0:
+            layout.append(textpage.get_text_range(start, index - start))
+        elif owner[start] not in placed:
+            placed.add(owner[start])
+            layout.append(tables[owner[start]])
+        start = index
+    layout.extend(table for number, table in enumerate(tables) if number not in placed)
+    return layout
 
 
 # A page is rendered for OCR at ocr.DPI, or smaller when that would pass this many pixels (a poster).
@@ -533,14 +685,42 @@ def _load_with_pdfminer(path: Path, data: bytes, password: str | None, reason: s
 
 
 def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str],
-              ocr_pages: dict[int, dict[str, Any]] | None = None, ocr_missing: str | None = None) -> Document:
-    """The document of the pages' texts; ``ocr_pages`` holds the OCR metadata of the pages read by OCR, and
-    ``ocr_missing`` why OCR could not run (when pages without a text layer were left out for that)."""
+              ocr_pages: dict[int, dict[str, Any]] | None = None, ocr_missing: str | None = None,
+              layouts: dict[int, list[str | pdf_tables.PdfTable]] | None = None) -> Document:
+    """The document of the pages' texts; ``ocr_pages`` holds the OCR metadata of the pages read by OCR,
+    ``ocr_missing`` why OCR could not run (when pages without a text layer were left out for that), and
+    ``layouts`` the pages with tables: their text outside the tables and the tables, in order."""
     ocr_pages = ocr_pages or {}
-    texts = _join_hyphenated([text for _, text in results])
-    parts = [DocumentPart(text, {"page_number": number, **ocr_pages.get(number, {})})
-             for number, ((status, _), text) in enumerate(zip(results, texts, strict=True), start=1)
-             if status == "text"]
+    layouts = layouts or {}
+    # every page's text, or its pieces of text between its tables, for the hyphenation of the whole document
+    pieces: list[str] = []
+    for index, (_, text) in enumerate(results):
+        if index in layouts:
+            pieces.extend(_clean(_prepare(item)) for item in layouts[index] if isinstance(item, str))
+        else:
+            pieces.append(text)
+    joined = iter(_join_hyphenated(pieces))
+    parts: list[DocumentPart] = []
+    tables = 0
+    for number, (status, _) in enumerate(results, start=1):
+        if number - 1 not in layouts:
+            text = next(joined)
+            if status == "text":
+                parts.append(DocumentPart(text, {"page_number": number, **ocr_pages.get(number, {})}))
+            continue
+        caption = ""
+        for item in layouts[number - 1]:
+            if isinstance(item, str):
+                text = next(joined)
+                if text:
+                    parts.append(DocumentPart(text, {"page_number": number}))
+                caption = text.rsplit("\n", 1)[-1] if text else ""
+                continue
+            tables += 1
+            rows = [(row, [_clean(cell) for cell in cells]) for row, cells in pdf_tables.split_lines(item.rows)]
+            caption = caption if len(caption) <= CAPTION_CHARS else ""
+            parts.extend(Table(rows, {"page_number": number, "table": tables}, caption=caption))
+            caption = ""
     without_text = [number for number, (status, _) in enumerate(results, start=1) if status == "empty"]
     garbled = [number for number, (status, _) in enumerate(results, start=1) if status == "garbled"]
     if not parts:
@@ -565,6 +745,8 @@ def _document(path: Path, results: list[tuple[str, str]], info: dict[str, str],
         metadata["ocr_pages"] = sorted(ocr_pages)
     if garbled:
         metadata["garbled_pages"] = garbled
+    if tables:
+        metadata["table_count"] = tables
     document.metadata = metadata
     return document
 

@@ -1,10 +1,12 @@
-"""Tables as rows with their header row: what spreadsheets, CSV/TSV files and Word tables become.
+"""Tables as rows with their header row: what spreadsheets, CSV/TSV files and Word, PowerPoint and PDF tables
+become.
 
 A row means little without its column names, so a table is written as small Markdown tables,
 each its header row, the rule and a few rows (after a ``## caption`` line where the table has
-one: a spreadsheet's sheet name, a Word table's section title), and each is a ``whole``
-``DocumentPart``: the indexer makes it one chunk and never cuts it, so every chunk of a table
-carries the header and the extractive answer can quote a row as ``名前: 値`` pairs. A group holds
+one: a spreadsheet's sheet name, a Word table's section title, a slide's title, the line above a PDF
+table), and each is a ``whole`` ``DocumentPart``: the indexer makes it one chunk and never cuts it,
+so every chunk of a table carries the header and the extractive answer can quote a row as
+``名前: 値`` pairs. A group holds
 rows while it stays within ``TABLE_CHARS`` (one chunk of the default splitter, 512 characters).
 A row too long to fit with its header on its own is written as ``列名: 値`` lines instead, in
 parts of at most ``TABLE_CHARS`` (whole too): a part after the first starts with the row's first

@@ -12,16 +12,31 @@ which hold the phrase, or 1e-6 when that is not positive; a chunk scores the sum
 phrases, in query order, of idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * D / avgdl)), D its token count.
 A restricted search (documents, a metadata filter) ranks only the chunks the restriction allows, with
 the collection's statistics, so a chunk scores the same with or without it.
+
+Phrase, proximity and title (:class:`Proximity`): BM25 scores terms independently, so a chunk that holds
+a title word for word ranks below one that repeats one of its words. The leg therefore takes BM25's best
+``candidates`` chunks, reads their text and their document's title in the same transaction, and
+multiplies each one's score by 1 + ``phrase`` x (the share of the query's adjacent term pairs the chunk
+holds in the same order, next to each other) + ``near`` x (the share it holds within ``window`` tokens
+of each other, in either order but not adjacent) + ``title`` x (how well its document's title matches
+the query), pairs and terms weighed by idf. Terms are the statistics terms (a word, or a CJK bigram:
+two adjacent bigrams of a query are a character trigram), read from the chunk's and the query's token
+sequence (:func:`bunko.analysis.sequence_tokens`) after stemming and stop words, the same on both
+stores. In hybrid mode the documents whose title matches are also a leg of their own (``title_leg``).
+A query of one term with no title weight is left as BM25 ranks it. The weights are chosen with
+``benchmarks/phrase_sweep.py`` (docs/ARCHITECTURE.md "Phrase and title").
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..analysis import get_analyzer, phrase_term
+from ..analysis import get_analyzer, phrase_term, sequence_tokens, sequence_units
 from ..errors import ConfigError
 from ..stores.base import CollectionReader, Postings, Ranked, Restriction
 from ..stores.sql.postings import term_counts
@@ -30,6 +45,35 @@ K1 = 1.2
 B = 0.75
 # MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
 KEYWORD_CANDIDATES = 20_000
+
+
+
+@dataclass(frozen=True, slots=True)
+class Proximity:
+    """How the keyword leg rewards a chunk that holds the query's terms in order or close together: the
+    weight of in-order adjacent pairs (``phrase``) and of pairs within ``window`` tokens (``near``), over
+    BM25's best ``candidates`` chunks (at least the leg's ``top_k``); and a chunk of a document whose title
+    matches the query: its weight in the keyword score (``title``) and the weight of the title leg in
+    hybrid fusion (``title_leg``)."""
+
+    phrase: float = 0.0
+    near: float = 0.0
+    window: int = 8
+    candidates: int = 30
+    title: float = 0.0
+    title_leg: float = 0.0
+
+
+# Chosen on jsquad-dev and cranfield as `bunko eval` runs them (benchmarks/phrase_sweep.py; docs/ARCHITECTURE.md
+# "Phrase and title"): proximity without order helps neither set, so ``near`` is 0.
+PROXIMITY: Proximity | None = Proximity(phrase=0.2, near=0.0, window=8, candidates=20, title=1.0, title_leg=0.05)
+
+
+class UseDefault:
+    """The type of :data:`DEFAULT`: "the module's :data:`PROXIMITY` when the search runs"."""
+
+
+DEFAULT = UseDefault()  # keyword_leg's proximity when none is passed: the module's PROXIMITY at call time
 
 _NONE: Postings = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.uint16))
 
@@ -53,24 +97,199 @@ def query_terms(analyzer_name: str, query: str) -> list[str]:
 
 
 def keyword_leg(reader: CollectionReader, query: str, top_k: int, restriction: Restriction | None = None, *,
-                budget: int = KEYWORD_CANDIDATES) -> Ranked:
-    """The ``top_k`` chunks of the reader's collection by BM25 for ``query``, inside ``restriction``."""
+                budget: int = KEYWORD_CANDIDATES, proximity: Proximity | UseDefault | None = DEFAULT) -> Ranked:
+    """The ``top_k`` chunks of the reader's collection by BM25 for ``query``, inside ``restriction``,
+    re-ranked by phrase, proximity and title (``proximity``, default :data:`PROXIMITY`; None: BM25 alone)."""
+    how = PROXIMITY if isinstance(proximity, UseDefault) else proximity
+    if how is not None and how.title_leg:
+        how = replace(how, title_leg=0.0)
+    return keyword_legs(reader, query, top_k, restriction, budget=budget, proximity=how).keyword
+
+
+def keyword_legs(reader: CollectionReader, query: str, top_k: int, restriction: Restriction | None = None, *,
+                 budget: int = KEYWORD_CANDIDATES,
+                 proximity: Proximity | UseDefault | None = DEFAULT) -> KeywordRanking:
+    """:func:`keyword_leg`'s ranking and, when ``proximity.title_leg`` is above 0, the title leg."""
+    how = PROXIMITY if isinstance(proximity, UseDefault) else proximity
     terms = query_terms(reader.row.analyzer, query)
     if not terms:
-        return Ranked.empty("postings")
+        return KeywordRanking(Ranked.empty("postings"))
     totals = reader.keyword_totals(terms)
     counts = [totals.document_frequency.get(t, 0) for t in terms]
     if not any(counts):
-        return Ranked.empty("postings")
-    found = reader.postings([t for t, n in zip(terms, counts, strict=True) if n])
-    columns = [found.get(t, _NONE) for t in terms]
+        return KeywordRanking(Ranked.empty("postings"))
+    held = reader.postings([t for t, n in zip(terms, counts, strict=True) if n])
+    columns = [held.get(t, _NONE) for t in terms]
     if restriction is not None:
         allowed = reader.allowed(restriction)
         columns = [(c[0][keep], c[1][keep], c[2][keep])
                    for c in columns for keep in (np.isin(c[0], allowed, assume_unique=True),)]
-    rows, scores = bm25_top(columns, [bm25_idf(totals.rows, n) for n in counts], totals.average_length, top_k,
-                            budget)
-    return Ranked(rows, scores, "postings")
+    idf = [bm25_idf(totals.rows, n) for n in counts]
+    analyzer = get_analyzer(reader.row.analyzer)
+    asked = Query(sequence_tokens(analyzer, query), dict(zip(terms, idf, strict=True))) if how is not None else None
+    if how is None or asked is None or not ((asked.pairs and (how.phrase or how.near)) or how.title or how.title_leg):
+        rows, scores = bm25_top(columns, idf, totals.average_length, top_k, budget)
+        return KeywordRanking(Ranked(rows, scores, "postings"))
+    rows, scores = bm25_top(columns, idf, totals.average_length, max(top_k, how.candidates), budget)
+    if not len(rows):
+        return KeywordRanking(Ranked(rows, scores, "postings"))
+    texts = reader.texts(rows)
+    found = [texts.get(int(key), ("", -int(key), "")) for key in rows.tolist()]
+    titles: dict[int, float] = {}
+    for _, document, title in found:
+        if document not in titles:
+            titles[document] = title_share(sequence_tokens(analyzer, title), asked) if title else 0.0
+    candidates = Candidates(scores, [sequence_tokens(analyzer, text) for text, _, _ in found],
+                            np.asarray([titles[d] for _, d, _ in found], dtype=np.float64),
+                            np.asarray([d for _, d, _ in found], dtype=np.int64))
+    scores = rescore(candidates, asked, how)
+    best = np.lexsort((rows, -scores))
+    keyword = Ranked(rows[best[:top_k]], scores[best[:top_k]], "postings+proximity")
+    if not how.title_leg:
+        return KeywordRanking(keyword)
+    # The title leg: each document whose title matches, by its best chunk, the best title first.
+    seen: set[int] = set()
+    keys, shares = [], []
+    for i in best.tolist():
+        document = int(candidates.documents[i])
+        if candidates.titles[i] > 0 and document not in seen:
+            seen.add(document)
+            keys.append(int(rows[i]))
+            shares.append(float(candidates.titles[i]))
+    order = sorted(range(len(keys)), key=lambda j: -shares[j])[:top_k]  # stable: ties keep keyword order
+    return KeywordRanking(keyword, Ranked(np.asarray([keys[j] for j in order], dtype=np.int64),
+                                          np.asarray([shares[j] for j in order], dtype=np.float64), "titles"),
+                          how.title_leg)
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordRanking:
+    """The keyword leg's ranking and, when asked for, its title leg (documents whose title matches, each
+    by its best chunk, scored by their title share)."""
+
+    keyword: Ranked
+    titles: Ranked | None = None
+    title_weight: float = 0.0  # the title leg's weight in fusion, relative to the keyword leg's
+
+
+@dataclass(slots=True)
+class Query:
+    """A query as the re-ranking reads it: its token sequence, its terms' idf and its adjacent pairs."""
+
+    tokens: list[str]
+    idf: Mapping[str, float]
+    pairs: list[Pair] = field(default_factory=list)
+    units: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.pairs = query_pairs(self.tokens, self.idf)
+        self.units = {u for _, u in sequence_units(self.tokens) if u in self.idf}
+
+
+@dataclass(slots=True)
+class Candidates:
+    """BM25's best chunks: their scores, token sequences, title shares and document keys."""
+
+    scores: np.ndarray
+    tokens: list[list[str]]
+    titles: np.ndarray
+    documents: np.ndarray
+
+
+def title_share(title: Sequence[str], query: Query) -> float:
+    """How well a document's title (its token sequence) matches a query: the idf-weighed share of the
+    query's terms the title holds, times the share of the title's terms the query holds (1 for the title
+    itself; 0 when they share no term)."""
+    units = {u for _, u in sequence_units(title)}
+    if not units or not query.units:
+        return 0.0
+    shared = units & query.units
+    if not shared:
+        return 0.0
+    total = sum(query.idf[u] for u in query.units)
+    return (sum(query.idf[u] for u in shared) / total) * (len(shared) / len(units)) if total > 0 else 0.0
+
+
+# A query's adjacent term pairs: (first term, second term, weight).
+Pair = tuple[str, str, float]
+
+
+def query_pairs(tokens: Sequence[str], idf: Mapping[str, float]) -> list[Pair]:
+    """The distinct pairs of adjacent statistics terms of a query's token sequence (two adjacent CJK
+    bigrams: a trigram), each weighed by the sum of its terms' idf (terms no chunk holds are left out)."""
+    units = [u for _, u in sequence_units(tokens)]
+    out: dict[tuple[str, str], float] = {}
+    for a, b in itertools.pairwise(units):
+        if a in idf and b in idf and (a, b) not in out:
+            out[(a, b)] = idf[a] + idf[b]
+    return [(a, b, w) for (a, b), w in out.items()]
+
+
+def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) -> tuple[float, float]:
+    """The weighed shares of ``pairs`` a chunk's token sequence holds in order and next to each other
+    (its first term right before its second), and within ``window`` positions otherwise."""
+    where = _positions(tokens, {t for a, b, _ in pairs for t in (a, b)})
+    total = sum(w for _, _, w in pairs)
+    ordered = near = 0.0
+    for a, b, w in pairs:
+        first, second = where.get(a), where.get(b)
+        if not first or not second:
+            continue
+        follow = set(second)
+        if any(p + 1 in follow for p in first):
+            ordered += w
+            continue
+        if window > 0 and _within(first, second, window):
+            near += w
+    return (ordered / total, near / total) if total > 0 else (0.0, 0.0)
+
+
+def _positions(tokens: Sequence[str], wanted: set[str]) -> dict[str, list[int]]:
+    """The positions of the ``wanted`` statistics terms in a token sequence, as ``sequence_units`` finds
+    them, looking only at the tokens that start one (most of a chunk's tokens start none)."""
+    starts = {u.split(" ", 1)[0] for u in wanted}
+    where: dict[str, list[int]] = {}
+    n = len(tokens)
+    for i, token in enumerate(tokens):
+        if token not in starts:
+            continue
+        if len(token) != 1:
+            unit = token
+        elif i + 1 < n and len(tokens[i + 1]) == 1:
+            unit = f"{token} {tokens[i + 1]}"
+        elif i == 0 or len(tokens[i - 1]) != 1:
+            unit = token
+        else:
+            continue
+        if unit in wanted:
+            where.setdefault(unit, []).append(i)
+    return where
+
+
+def _within(first: Sequence[int], second: Sequence[int], window: int) -> bool:
+    """Whether a position of ``first`` is within ``window`` of a position of ``second`` (both ascending)."""
+    i = j = 0
+    while i < len(first) and j < len(second):
+        if abs(first[i] - second[j]) <= window and first[i] != second[j]:
+            return True
+        if first[i] < second[j]:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+def rescore(candidates: Candidates, query: Query, how: Proximity) -> np.ndarray:
+    """BM25 scores of candidates times 1 + ``phrase`` x their in-order share + ``near`` x their near share
+    + ``title`` x their document's title share."""
+    boost = np.ones(len(candidates.scores), dtype=np.float64)
+    if query.pairs and (how.phrase or how.near):
+        for i, sequence in enumerate(candidates.tokens):
+            ordered, near = proximity_shares(sequence, query.pairs, how.window)
+            boost[i] += how.phrase * ordered + how.near * near
+    if how.title:
+        boost += how.title * candidates.titles
+    return np.asarray(candidates.scores, dtype=np.float64) * boost
 
 
 def rank_texts(analyzer_name: str, query: str, token_lists: Sequence[Sequence[str]], top_k: int) -> Ranked:
@@ -162,4 +381,6 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
     return rows[best], score[best]
 
 
-__all__ = ["K1", "KEYWORD_CANDIDATES", "B", "bm25_idf", "bm25_top", "keyword_leg", "query_terms"]
+__all__ = ["DEFAULT", "K1", "KEYWORD_CANDIDATES", "PROXIMITY", "B", "Candidates", "KeywordRanking", "Pair", "Proximity",
+           "Query", "UseDefault", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
+           "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]

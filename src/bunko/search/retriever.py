@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from ..embedders import BaseEmbedder
-from ..errors import BunkoError, EmbedderMismatchError, FilterError, NotFoundError, RetrievalError
+from ..errors import (
+    BunkoError,
+    EmbedderMismatchError,
+    FilterError,
+    NotFoundError,
+    RetrievalError,
+    StorageFullError,
+    TransientStoreError,
+)
 from ..requests import SearchRequest
 from ..stores.base import CollectionRow, Restriction, check_query_vector
 from ..stores.sql.store import check_dimension
@@ -183,8 +191,8 @@ class Retriever:
                 hits = await self._search(row, request, reranker, result)
                 if key is not None:
                     self.cache.put_results(key, hits)  # type: ignore[union-attr]
-        except (NotFoundError, EmbedderMismatchError, FilterError):
-            raise
+        except (NotFoundError, EmbedderMismatchError, FilterError, TransientStoreError, StorageFullError):
+            raise  # a moment's database failure stays one (503, worth trying again), as does a full disk (507)
         except BunkoError as exc:
             raise RetrievalError(f"search failed: {exc.message}") from exc
         result.hits = hits

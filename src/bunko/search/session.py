@@ -27,7 +27,7 @@ from ..stores.base import CollectionReader, CollectionRow, Ranked, Restriction, 
 from ..stores.sql.store import check_dimension, check_top_k
 from ..types import SearchHit
 from .fusion import Fusion, fuse_keys
-from .keyword import keyword_leg
+from .keyword import DEFAULT, Proximity, UseDefault, keyword_leg, keyword_legs
 
 
 class SearchPort(Protocol):
@@ -72,15 +72,21 @@ def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarr
     if legs.vector is not None:
         ranked.append(("vector", reader.nearest(legs.vector, legs.depth if legs.fusion else legs.top_k,
                                                 legs.restriction, threshold=legs.threshold)))
-    if legs.keyword:
-        ranked.append(("keyword", keyword_leg(reader, legs.query, legs.depth if legs.fusion else legs.top_k,
-                                              legs.restriction)))
+    title_weight = 0.0
+    if legs.keyword and legs.fusion is not None:
+        both = keyword_legs(reader, legs.query, legs.depth, legs.restriction)
+        ranked.append(("keyword", both.keyword))
+        if both.titles is not None and len(both.titles):
+            ranked.append(("title", both.titles))
+            title_weight = legs.fusion.keyword_weight * both.title_weight
+    elif legs.keyword:
+        ranked.append(("keyword", keyword_leg(reader, legs.query, legs.top_k, legs.restriction)))
     plans = {name: leg.plan for name, leg in ranked}
     if legs.fusion is None:
         leg = ranked[0][1] if ranked else Ranked.empty()
         order = Ranked(leg.keys[:legs.top_k], leg.scores[:legs.top_k])
         return Collected(reader.hits(order, vectors=vectors), plans, len(order))
-    weights = {"vector": legs.fusion.vector_weight, "keyword": legs.fusion.keyword_weight}
+    weights = {"vector": legs.fusion.vector_weight, "keyword": legs.fusion.keyword_weight, "title": title_weight}
     fused = fuse_keys([(name, weights[name], leg.keys.tolist(), leg.scores.tolist()) for name, leg in ranked],
                       legs.top_k, legs.fusion)
     order = Ranked(np.asarray([k for k, _, _ in fused], dtype=np.int64),
@@ -117,15 +123,17 @@ def vector_query(store: SearchPort, collection: str, vector: Sequence[float] | n
 
 def keyword_query(store: SearchPort, collection: str, query: str, top_k: int = 5, *,
                   document_ids: Sequence[str] | None = None, filter: FilterLike = None, include_content: bool = True,
-                  explain: dict[str, Any] | None = None, budget: int | None = None) -> list[SearchHit]:
-    """Top-k by BM25 over the collection's postings, best first, inside ``document_ids`` and ``filter``
-    (see :mod:`bunko.search.keyword`); ``budget`` is the ranker's MaxScore budget (tests make it small)."""
+                  explain: dict[str, Any] | None = None, budget: int | None = None,
+                  proximity: Proximity | UseDefault | None = DEFAULT) -> list[SearchHit]:
+    """Top-k by BM25 over the collection's postings with phrase and proximity, best first, inside
+    ``document_ids`` and ``filter`` (see :mod:`bunko.search.keyword`); ``budget`` is the ranker's MaxScore
+    budget (tests make it small), ``proximity`` None ranks by BM25 alone."""
     top_k = check_top_k(top_k)
     restriction = Restriction.of(document_ids, filter)
     row = store.read_collection(collection)
     with store.reader(row) as reader:
         options: Mapping[str, Any] = {} if budget is None else {"budget": budget}
-        ranked = keyword_leg(reader, query, top_k, restriction, **options)
+        ranked = keyword_leg(reader, query, top_k, restriction, proximity=proximity, **options)
         _explained(explain, ranked.plan)
         return list(reader.hits(ranked, include_content=include_content))
 

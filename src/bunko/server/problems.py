@@ -37,7 +37,10 @@ _TITLES = {
     502: "Bad gateway",
     503: "Service unavailable",
     504: "Gateway timeout",
+    507: "Insufficient storage",
 }
+# Seconds a client is asked to wait (Retry-After) before sending a request the database could not take again.
+STORE_RETRY_AFTER = 1
 
 
 class Problem(Exception):
@@ -82,6 +85,7 @@ _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int], ...] = (
     ((errors.EmbedderMismatchError, errors.DimensionMismatchError, errors.AnalyzerMismatchError,
       errors.UploadInProgressError), 409),
     ((errors.RateLimited, errors.TransientStoreError), 503),
+    ((errors.StorageFullError,), 507),
     ((errors.ProviderTimeout, errors.RagSearchTimeoutError), 504),
     ((errors.ProviderFailure,), 502),
     ((errors.LoaderError, errors.PreprocessingError, errors.EmbeddingError, errors.RetrievalError,
@@ -125,11 +129,12 @@ def from_bunko(exc: BunkoError) -> Problem:
         extra["field"] = cause.field
     elif isinstance(cause, errors.QuotaExceededError):
         extra.update(quota=cause.quota, limit=cause.limit, usage=cause.usage)
+    headers = {"Retry-After": str(STORE_RETRY_AFTER)} if isinstance(cause, errors.TransientStoreError) else None
     detail = exc.message
     if status == 500:
         logger.error("server-side error: %s: %s", type(cause).__name__, exc.message)
         detail = "the server could not complete the request (its log has the details)"
-    return Problem(status, cause.code, detail, extra=extra)
+    return Problem(status, cause.code, detail, extra=extra, headers=headers)
 
 
 def problem_event(exc: BaseException) -> dict[str, Any]:

@@ -7,6 +7,7 @@ user with ``Tenant.for_user``) and the upload jobs it hands out (``scope.jobs``)
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import re
@@ -22,7 +23,14 @@ from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
 from ..engine import Tenant
-from ..errors import ArchiveTooLargeError, BunkoError, CollectionNotFoundError, DocumentNotFoundError, LoaderError
+from ..errors import (
+    ArchiveTooLargeError,
+    BunkoError,
+    CollectionNotFoundError,
+    DocumentNotFoundError,
+    LoaderError,
+    StorageFullError,
+)
 from ..jobs import TenantJobs
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
 from ..loaders.pdf import unlock_pdf
@@ -248,15 +256,21 @@ async def _upload_target(jobs: TenantJobs, caller: Caller, collection: str, file
 
 async def _spool(file: UploadFile, path: Path, limit: int) -> int:
     """Copy the upload into the spool folder, refusing it once it passes ``limit`` bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as out:
             while chunk := await file.read(1 << 20):
                 size += len(chunk)
                 if size > limit:
                     raise Problem(413, "PAYLOAD_TOO_LARGE", f"the file is larger than {limit // (1024 * 1024)} MiB")
                 out.write(chunk)
+    except OSError as exc:
+        _remove(path.parent)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StorageFullError("the disk of the upload spool is full; nothing was queued, "
+                                   "try again once the operator has freed space") from None
+        raise
     except BaseException:
         _remove(path.parent)
         raise

@@ -21,8 +21,9 @@ take jobs from the store:
   a file uploaded again under the same name becomes a new version of the same document.
 - **Transient failures**: processing that failed on a moment's database failure (``TransientStoreError``:
   a serialization failure, a deadlock, a dropped connection, a busy file; the stores decide which) is
-  run again, up to ``STORE_RETRIES`` times with a doubling pause (``STORE_BACKOFF_SECONDS`` up to
-  ``STORE_BACKOFF_CAP_SECONDS``), while the job is still ours; any other error fails the job at once.
+  run again, at least ``STORE_RETRIES`` times and for as long as ``STORE_OUTAGE_SECONDS`` (a database
+  restart or failover), with a doubling pause (``STORE_BACKOFF_SECONDS`` up to ``STORE_BACKOFF_CAP_SECONDS``),
+  while the job is still ours; any other error fails the job at once.
   Running again is safe: a document is written in one transaction, and one already written is unchanged.
   Recording the job's end is tried again the same way.
 - **Finish**: only while this worker holds the job (``WHERE status = 'processing' AND worker = ?``),
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -53,7 +55,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -123,12 +125,13 @@ def sweep_spool(engine: Bunko, root: Path, *, grace: float = ORPHAN_GRACE_SECOND
 
 
 # -- one upload -------------------------------------------------------------------------------------
-def upload_item(job: Job, path: Path, max_bytes: int) -> IngestItem:
+def upload_item(job: Job, path: Path, max_bytes: int, options: LoadOptions | None = None) -> IngestItem:
     """The upload as one document whose source is its file name: uploading a changed file with the
-    same name into the same collection makes a new version of the same document (R4)."""
+    same name into the same collection makes a new version of the same document (R4). ``options``: how
+    files are read (the engine's ``[ocr]`` settings), with ``max_bytes`` as the size limit."""
 
     def load() -> list[Document]:
-        documents = load_path(path, LoadOptions(max_bytes=max_bytes))
+        documents = load_path(path, dataclasses.replace(options or LoadOptions(), max_bytes=max_bytes))
         document = documents[0] if len(documents) == 1 else Document(
             "\n\n".join(d.content for d in documents), dict(documents[0].metadata) if documents else {})
         document.id = job.id
@@ -152,9 +155,11 @@ class Outcome(NamedTuple):
     transient: bool = False
 
 
-# Processing that failed on a moment's database failure is tried again this many times, after
+# Processing that failed on a moment's database failure is tried again at least this many times, and for as
+# long as STORE_OUTAGE_SECONDS after the first failure (a restart or a failover of the database), after
 # STORE_BACKOFF_SECONDS, doubled each time up to STORE_BACKOFF_CAP_SECONDS.
 STORE_RETRIES = 3
+STORE_OUTAGE_SECONDS = 120.0
 STORE_BACKOFF_SECONDS = 0.5
 STORE_BACKOFF_CAP_SECONDS = 8.0
 
@@ -200,7 +205,8 @@ class Worker:
 
     def __init__(self, engine: Bunko, *, spool: Path | None = None, worker_id: str | None = None,
                  concurrency: int | None = None, poll_seconds: float = POLL_SECONDS,
-                 store_retries: int = STORE_RETRIES, store_backoff: float = STORE_BACKOFF_SECONDS) -> None:
+                 store_retries: int = STORE_RETRIES, store_backoff: float = STORE_BACKOFF_SECONDS,
+                 store_outage_seconds: float = STORE_OUTAGE_SECONDS) -> None:
         server = engine.settings.server
         self.engine = engine
         self.records = service_records(engine.backend)
@@ -210,9 +216,12 @@ class Worker:
         self.lease = server.job_lease_seconds
         self.tenant_cap = server.tenant_jobs_in_flight
         self.max_bytes = server.max_upload_bytes
+        self.load_options = LoadOptions(**engine.settings.ocr.load_options())
         self.poll_seconds = poll_seconds
         self.processed = 0
         self.store_delays = backoff_delays(store_retries, store_backoff, STORE_BACKOFF_CAP_SECONDS)
+        self.store_backoff = store_backoff
+        self.store_outage_seconds = store_outage_seconds
         self.store_retries = 0  # processing tried again after a transient database failure, all jobs together
 
     def claim(self) -> Claim | None:
@@ -242,8 +251,10 @@ class Worker:
         started = time.perf_counter()
         with Heartbeat(jobs, job.id, self.id, self.lease) as beat, writing_for_job(job.id, self.id):
             outcome = await self._run(tenant.for_user(job.user_id), job, path)
-            for delay in self.store_delays:  # a moment's database failure: the job is tried again, not failed
-                if not outcome.transient or beat.lost.is_set():
+            pauses = self._pauses()
+            while outcome.transient and not beat.lost.is_set():  # the database away: tried again, not failed
+                delay = next(pauses)
+                if delay is None:
                     break
                 logger.warning("upload %s: %s; trying again in %.1f s", job.id, outcome.error, delay)
                 await asyncio.sleep(delay)
@@ -271,16 +282,33 @@ class Worker:
         job.embedded_chunks, job.reused_chunks = outcome.embedded, outcome.reused
         return job if ours else None
 
+    def _pauses(self) -> Iterator[float | None]:
+        """The pauses before each try again after a transient failure: the backoff of ``store_delays``, then
+        doubling on (capped) while the outage is younger than ``store_outage_seconds``; None: give up."""
+        started = time.monotonic()
+        yield from self.store_delays
+        delay = self.store_delays[-1] if self.store_delays else self.store_backoff
+        while True:
+            delay = min(STORE_BACKOFF_CAP_SECONDS, max(delay * 2, self.store_backoff))
+            left = self.store_outage_seconds - (time.monotonic() - started)
+            if left <= 0:
+                break
+            yield min(delay, left)
+        while True:
+            yield None
+
     async def _again_if_transient(self, call: Callable[[], T], what: str) -> T:
         """``call`` in a thread, tried again after the backoff pauses while it fails with ``TransientStoreError``."""
-        for delay in self.store_delays:
+        for delay in self._pauses():
             try:
                 return await asyncio.to_thread(call)
             except TransientStoreError as exc:
+                if delay is None:
+                    raise
                 logger.warning("could not %s: %s; trying again in %.1f s", what, exc.message, delay)
             await asyncio.sleep(delay)
             self.store_retries += 1
-        return await asyncio.to_thread(call)
+        raise AssertionError("unreachable")  # pragma: no cover - _pauses never ends
 
     def _after_losing(self, tenant: Tenant, jobs: TenantJobs, job_id: str, status: str, folder: Path) -> None:
         """The job ended without us: deleted or erased (remove what we wrote), or ended by another."""
@@ -307,7 +335,8 @@ class Worker:
             return Outcome("failed", 0, "UPLOAD_MISSING", "the uploaded file is not in the spool folder this worker "
                            "reads; upload the file again")
         try:
-            report = await scope.aingest_items([upload_item(job, path, self.max_bytes)], job.collection)
+            item = upload_item(job, path, self.max_bytes, self.load_options)
+            report = await scope.aingest_items([item], job.collection)
         except BunkoError as exc:  # the collection refuses (another analyzer, embedder, ...), or the store failed
             return Outcome("failed", 0, exc.code, hide(exc.message), transient=isinstance(exc, TransientStoreError))
         except Exception:

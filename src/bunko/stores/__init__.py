@@ -57,16 +57,16 @@ def open_backend(url: str, settings: Settings | None = None) -> StoreBackend:
     connection string, ``host=... dbname=...``, PostgreSQL).
 
     ``settings`` is the engine's settings tree; a backend takes its own section from it
-    (``settings.postgres``). Without it the backend resolves the settings itself.
+    (``settings.postgres``, ``settings.sqlite``). Without it the backend resolves the settings itself.
     """
     scheme = url_scheme(url)
     if scheme == "sqlite" and "://" not in url:
-        return open_sqlite(url)
+        return open_sqlite(url, None if settings is None else settings.sqlite)
     return BACKENDS.get(scheme)(url, settings)
 
 
 def _open_sqlite(url: str, settings: Settings | None = None) -> StoreBackend:
-    return open_sqlite(url)
+    return open_sqlite(url, None if settings is None else settings.sqlite)
 
 
 def _open_postgres(url: str, settings: Settings | None = None) -> StoreBackend:

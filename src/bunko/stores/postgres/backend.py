@@ -11,6 +11,7 @@ forgot its predicate returns nothing.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...config import PostgresSettings, redact_url
-from ...errors import ConfigError, PgvectorVersionError, TransientStoreError, VectorStoreError
+from ...errors import ConfigError, PgvectorVersionError, StorageFullError, TransientStoreError, VectorStoreError
 from ..sql import SQLBackend, StoreCounters, check_name
 from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
 from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy
@@ -59,6 +60,13 @@ def transient_error(exc: Any) -> TransientStoreError | None:
     return None
 
 
+def disk_full(exc: Any) -> bool:
+    """Whether a psycopg error is the server out of disk space (SQLSTATE 53100, or a write the file system
+    refused with ENOSPC); PostgreSQL has rolled the transaction back."""
+    state = getattr(exc, "sqlstate", None) or ""
+    return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
+
+
 class PostgresBackend(SQLBackend):
     """A PostgreSQL database that hands out tenant-bound stores."""
 
@@ -72,6 +80,7 @@ class PostgresBackend(SQLBackend):
         self.settings = settings or PostgresSettings.from_env()
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
+        self._sweeping = threading.Lock()
         if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
             migrate_database(conninfo)
         self._check_schema()
@@ -83,9 +92,18 @@ class PostgresBackend(SQLBackend):
             configure=self._configure, open=False, name="bunko",
             # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
             # one restriction size) would stick to the connection; custom plans fit each query.
-            kwargs={"prepare_threshold": None},
-            # A connection the server dropped (restart, idle timeout) is replaced on checkout.
-            check=ConnectionPool.check_connection,
+            # A server that accepts a connection but does not answer fails it after connect_timeout.
+            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout},
+            # A connection the server dropped (restart, idle timeout) is replaced on checkout; finding one
+            # sends every idle connection to be checked (see _check_connection).
+            check=self._check_connection,
+            # Waiting for a connection (all busy, or the server unreachable) ends in PoolTimeout, a
+            # TransientStoreError (503), after pool_timeout instead of psycopg_pool's 30 s.
+            timeout=self.settings.pool_timeout,
+            # The pool's attempts to reconnect back off (1, 2, 4 ... s) for reconnect_timeout, then give up
+            # until the next request asks again. psycopg_pool's 5 minutes would let the backoff grow past a
+            # minute, so a server back from a restart would wait that long for its first connection.
+            reconnect_timeout=max(1.0, self.settings.pool_timeout / 2),
         )
         try:
             self._pool.open(wait=True, timeout=30)
@@ -102,7 +120,9 @@ class PostgresBackend(SQLBackend):
             self.settings.iterative_scan is not False and version_tuple(self.pgvector_version) >= (0, 8)
         )
         self.index_lock = threading.Lock()
-        self.indexed: set[int] = set()  # collections whose HNSW index is known to exist
+        self.indexed: set[int] = set()  # collections whose vector index is known to exist
+        # The kind of each indexed collection's index: ("hnsw", 0) or ("ivfflat", its lists).
+        self.index_kinds: dict[int, tuple[str, int]] = {}
         # Filtered search: metadata columns of the most recently filtered collections (see MetadataColumns).
         self._columns: OrderedDict[int, MetadataColumns] = OrderedDict()
         self._columns_lock = threading.Lock()
@@ -128,6 +148,23 @@ class PostgresBackend(SQLBackend):
             self._columns.pop(collection_pk, None)
 
     # -- connections ---------------------------------------------------------------------
+    def _check_connection(self, conn: Any) -> None:
+        """The pool's check on checkout; a dead connection has every idle one checked and replaced at once.
+
+        One dead connection means the server restarted or failed over, so the other idle ones are dead too.
+        psycopg_pool would find them one checkout at a time, pausing 1, 2, 4 ... s after each, so with a few
+        dead connections in the pool the first requests after the server is back would time out.
+        """
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            if self._sweeping.acquire(blocking=False):  # one sweep at a time; the others just fail their check
+                try:
+                    self._pool.check()  # a dead socket fails at once; new connections are made in the background
+                finally:
+                    self._sweeping.release()
+            raise
+
     def _configure(self, conn: Any) -> None:
         """Per pooled connection: vector types, and drop to the application role if needed."""
         register_vector(conn)
@@ -263,43 +300,64 @@ class PostgresBackend(SQLBackend):
         except psycopg.Error as exc:
             if (transient := transient_error(exc)) is not None:
                 raise transient from exc
+            if disk_full(exc):
+                raise StorageFullError(f"the disk under PostgreSQL is full; nothing was written: {exc}") from exc
             if isinstance(exc, psycopg.errors.DataException):
                 raise VectorStoreError(f"PostgreSQL refused the data: {exc}") from exc
             if isinstance(exc, psycopg.OperationalError):
                 raise VectorStoreError(f"PostgreSQL could not run the statement: {exc}") from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
-    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int) -> str | None:
-        """``CREATE INDEX CONCURRENTLY`` a collection's HNSW index as the login role; None if it may not.
+    def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int,
+                                 rows: int = 0) -> str | None:
+        """``CREATE INDEX CONCURRENTLY`` a collection's vector index as the login role; None if it may not.
 
-        The caller has checked that the collection is the tenant's. Runs outside any transaction
-        (as CONCURRENTLY must); an invalid index left by a failed build is dropped and built again.
+        HNSW (``chunks_hnsw_<pk>``), or IVFFlat over halfvec (``chunks_ivf_<pk>``, see :func:`ivfflat_lists`)
+        when the collection holds ``settings.ivfflat_min_rows`` chunks or more: a collection that grew
+        past that size with an HNSW index gets the IVFFlat one, and then loses the HNSW one. The caller
+        has checked that the collection is the tenant's. Runs outside any transaction (as CONCURRENTLY
+        must); an invalid index left by a failed build is dropped and built again.
         """
-        name = f"chunks_hnsw_{int(collection_pk)}"
-        cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
-                     else (f"halfvec({dim})", "halfvec_cosine_ops"))
+        hnsw, ivf = f"chunks_hnsw_{int(collection_pk)}", f"chunks_ivf_{int(collection_pk)}"
+        want_ivf = bool(self.settings.ivfflat_min_rows) and rows >= self.settings.ivfflat_min_rows and dim <= 4000
+        name = ivf if want_ivf else hnsw
         try:
             with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
                 owner = conn.execute("SELECT pg_has_role(current_user, tableowner, 'USAGE') FROM pg_tables "
                                      "WHERE schemaname = 'bunko' AND tablename = 'chunks'").fetchone()
                 if owner is None or not owner[0]:
                     return None
-                valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
-                                     (f"bunko.{name}",)).fetchone()
-                if valid is not None and valid[0]:
-                    return name
-                if valid is not None:
+
+                def valid(index: str) -> bool | None:
+                    found = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                                         (f"bunko.{index}",)).fetchone()
+                    return None if found is None else bool(found[0])
+
+                if valid(ivf):
+                    return ivf
+                if not want_ivf and valid(hnsw):
+                    return hnsw
+                if valid(name) is not None:  # left invalid by a failed build
                     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(name)))
                 conn.execute("SELECT set_config('maintenance_work_mem', %s, false), "
                              "set_config('max_parallel_maintenance_workers', %s, false)",
                              (self.settings.maintenance_work_mem, str(self.settings.parallel_workers)))
-                conn.execute(sql.SQL(
-                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING hnsw ((embedding::" + cast
-                    + ") " + ops + ") WITH (m = {}, ef_construction = {}) WHERE collection_id = {}"
-                ).format(sql.Identifier(name), sql.Literal(int(m)), sql.Literal(int(ef_construction)),
-                         sql.Literal(int(collection_pk))))
+                if want_ivf:
+                    method = (f"ivfflat ((embedding::halfvec({int(dim)})) halfvec_cosine_ops) "
+                              f"WITH (lists = {ivfflat_lists(rows)})")
+                else:
+                    cast, ops = ((f"vector({dim})", "vector_cosine_ops") if dim <= 2000
+                                 else (f"halfvec({dim})", "halfvec_cosine_ops"))
+                    method = (f"hnsw ((embedding::{cast}) {ops}) "
+                              f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})")
+                conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON bunko.chunks USING " + method
+                                     + " WHERE collection_id = {}").format(sql.Identifier(name),
+                                                                          sql.Literal(int(collection_pk))))
+                if want_ivf:  # searches (of every process) look for the IVFFlat index first
+                    self.indexed.discard(int(collection_pk))
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS bunko.{}").format(sql.Identifier(hnsw)))
         except psycopg.Error as exc:
-            raise VectorStoreError(f"could not build the HNSW index {name}: {exc}") from exc
+            raise VectorStoreError(f"could not build the vector index {name}: {exc}") from exc
         return name
 
     def bind_tenant(self, conn: Any, tenant_pk: int) -> None:
@@ -316,6 +374,12 @@ class PostgresBackend(SQLBackend):
 
     def __repr__(self) -> str:
         return f"PostgresBackend({redact_url(self.url)!r})"
+
+
+def ivfflat_lists(rows: int) -> int:
+    """The lists of an IVFFlat index over ``rows`` vectors: rows / 1,000 up to 1,000,000 rows, then the square
+    root (pgvector's advice), at least 10."""
+    return max(10, rows // 1000 if rows <= 1_000_000 else math.isqrt(rows))
 
 
 def open_postgres(url: str, settings: PostgresSettings | None = None) -> PostgresBackend:

@@ -69,10 +69,23 @@ def _pgvector_versions(conn: Any) -> tuple[str | None, str | None]:
     return (installed[0] if installed else None), (available[0] if available else None)
 
 
-def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
+# Other sessions of the database an upgrade does not wait for: processes of this version waiting for the
+# migration lock (they find nothing to do once it is free).
+_OTHER_SESSIONS = (
+    "SELECT count(*), string_agg(DISTINCT coalesce(nullif(application_name, ''), usename::text), ', ') "
+    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend' AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' "
+    "AND NOT granted AND classid = 0 AND objid = 727274 AND objsubid = 1)"
+)
+
+
+def migrate_database(conninfo: str, *, target: int | None = None, force: bool = False) -> list[str]:
     """Apply pending migrations (up to version ``target``, default all); returns the names applied.
 
-    Needs a role that owns the schema.
+    Needs a role that owns the schema. An upgrade (a schema that exists, migrations pending) is refused while
+    other sessions are connected to the database -- the servers and workers of the older version: what they
+    write while a migration runs would miss what it adds (m014's postings) -- unless ``force``. Processes of
+    this version waiting for the migration lock do not count.
     """
     if not HAVE_POSTGRES:
         raise ConfigError('the PostgreSQL backend needs extra packages: pip install "bunko[postgres]"')
@@ -88,6 +101,16 @@ def migrate_database(conninfo: str, *, target: int | None = None) -> list[str]:
                         conn.execute(statement)
                     conn.execute(CREATE_APP_ROLE)
                     done = {r[0] for r in conn.execute("SELECT version FROM bunko.schema_migrations")}
+                    pending = [n for n in range(1, len(MIGRATIONS) + 1)
+                               if n not in done and (target is None or n <= target)]
+                    if done and pending and not force:
+                        others, names = conn.execute(_OTHER_SESSIONS).fetchone() or (0, None)
+                        if others:
+                            raise VectorStoreError(
+                                f"{others} other session(s) are connected to this database ({names}): stop the "
+                                "bunko servers and workers of the older version before upgrading the schema "
+                                f"({len(pending)} migration(s) pending; rows they write meanwhile would miss what "
+                                "the migrations add), or run `bunko db migrate --force` to upgrade anyway")
                     for number, (name, statements) in enumerate(MIGRATIONS, start=1):
                         if number in done or (target is not None and number > target):
                             continue

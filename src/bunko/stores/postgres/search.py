@@ -11,6 +11,7 @@ with the collection's counters as statistics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,21 @@ if TYPE_CHECKING:
     from .backend import PostgresBackend
 
 
+def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
+    """``hnsw.ef_search`` for an unfiltered search of a collection of ``rows`` chunks.
+
+    An HNSW graph of more vectors needs a wider search for the same recall (at 100,000 chunks of
+    ``benchmarks/bench_search.py``: recall@10 0.983 / 0.992 / 0.995 at 400 / 500 / 600, all under the
+    time of an exact scan; docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
+    ``settings.ef_search_rows`` chunks, then growing with the square root of the size, to pgvector's
+    limit of 1,000; never less than k.
+    """
+    breadth = settings.ef_search
+    if settings.ef_search_rows and rows > settings.ef_search_rows:
+        breadth = round(settings.ef_search * math.sqrt(rows / settings.ef_search_rows))
+    return max(min(1000, breadth), min(1000, top_k), 1)
+
+
 def vector_type(dim: int) -> str:
     """The type a collection's vectors are indexed and compared as: ``vector(d)``, ``halfvec(d)`` above 2,000."""
     return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
@@ -34,7 +50,7 @@ def vector_type(dim: int) -> str:
 class Plan:
     """A chosen way to run one vector search."""
 
-    strategy: str  # "empty", "exact", "hnsw", "hnsw-iterative" or "hnsw-overfetch"
+    strategy: str  # "empty", "exact", "hnsw", "hnsw-iterative", "hnsw-overfetch", "ivfflat" or "ivfflat-iterative"
     tenant_pk: int
     collection_pk: int
     dim: int
@@ -47,6 +63,7 @@ class Plan:
     # The ids of the chunks that pass the restriction, when known (from the metadata columns): the
     # exact scan then reads those rows by primary key instead of testing every row of the collection.
     ids: np.ndarray | None = None
+    lists: int = 0  # of the collection's IVFFlat index (0: HNSW or none)
 
     def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         """(chunk id, score) of the top-k, best first, by this plan's strategy; never short when k match."""
@@ -56,7 +73,10 @@ class Plan:
             return self._exact(conn, q)
         want = min(self.top_k, self.matching)
         if self.strategy == "hnsw":
-            found = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+            found = self._index(conn, q, ef_search=search_breadth(self.settings, self.total, self.top_k),
+                                limit=self.top_k)
+        elif self.strategy.startswith("ivfflat"):
+            found = self._ivfflat(conn, q)
         elif self.strategy == "hnsw-iterative":
             found = self._iterative(conn, q)
         else:
@@ -119,6 +139,38 @@ class Plan:
             return self._overfetch(conn, q)
         return self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
 
+    def probes(self) -> int:
+        """The IVFFlat lists a search probes: ``ivfflat_probe_share`` of them, at least 1."""
+        return max(1, min(self.lists, math.ceil(self.lists * self.settings.ivfflat_probe_share)))
+
+    def ivfflat_sql(self) -> str:
+        """The statement of an IVFFlat search of this plan (parameters: tenant, restriction, vector, vector,
+        candidates, limit): the nearest candidates by their halfvec, re-ranked by the full vectors."""
+        join, restrict, _ = self._restriction()
+        half = f"halfvec({int(self.dim)})"
+        # collection_id is inlined as an integer literal so the partial index's predicate matches.
+        return (
+            f"WITH candidates AS MATERIALIZED (SELECT c.id, c.embedding FROM bunko.chunks c{join} "
+            f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)}{restrict} "
+            f"ORDER BY (c.embedding::{half}) <=> %s::{half} LIMIT %s) "
+            "SELECT id, 1 - (embedding <=> %s::vector) AS score FROM candidates ORDER BY score DESC, id LIMIT %s"
+        )
+
+    def _ivfflat(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
+        """Probe ``probes()`` lists of the IVFFlat index for candidates (with a restriction, an iterative scan
+        that probes further until enough pass, in relaxed order), re-ranked by the full vectors."""
+        conn.execute("SELECT set_config('ivfflat.probes', %s, true)", (str(self.probes()),))
+        if self.strategy == "ivfflat-iterative":
+            conn.execute("SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true)")
+            if conn.execute("SHOW ivfflat.iterative_scan").fetchone()[0] != "relaxed_order":
+                self.strategy = "ivfflat+exact"
+                return self._exact(conn, q)
+        _, _, params = self._restriction()
+        # A few more candidates than k: the halfvec order may swap neighbours the full vectors tell apart.
+        candidates = max(self.top_k, 50)
+        rows = conn.execute(self.ivfflat_sql(), [self.tenant_pk, *params, q, candidates, q, self.top_k]).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
     def _overfetch(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         """Ask the index for more candidates than k, filter, and widen until k match."""
         selectivity = max(self.matching / max(self.total, 1), 1e-6)
@@ -148,19 +200,35 @@ class PostgresReader(SQLReader):
 
     _backend: PostgresBackend
 
-    def _has_index(self) -> bool:
-        # Only "it is valid" is cached: an index goes away only with its collection, and then the
-        # collection lookup before this fails first. One round trip less per search. An index
-        # still being built concurrently exists but is not valid: searches scan exactly meanwhile.
+    def _index_kind(self) -> tuple[str, int] | None:
+        """The collection's valid vector index: ("hnsw", 0), ("ivfflat", its lists), or None.
+
+        Cached per process once found: an index goes away only with its collection (and the collection
+        lookup before this fails first), or when a collection that grew past ``ivfflat_min_rows`` trades
+        its HNSW index for an IVFFlat one, so a cached HNSW of a collection that big is looked up again.
+        One round trip less per search. An index still being built concurrently exists but is not
+        valid: searches scan exactly meanwhile.
+        """
         backend, key = self._backend, self._row.key
-        if key in backend.indexed:
-            return True
-        found = bool(self._conn.execute(
-            "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)), false)",
-            (f"bunko.chunks_hnsw_{key}",)).fetchone()[0])
-        if found:
+        settings = backend.settings
+        cached = backend.index_kinds.get(key) if key in backend.indexed else None
+        if cached is not None and not (cached[0] == "hnsw" and settings.ivfflat_min_rows
+                                       and self._row.chunk_count >= settings.ivfflat_min_rows):
+            return cached
+        found = {name: options for name, options in self._conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indexrelid IN (to_regclass(%s), to_regclass(%s)) AND i.indisvalid",
+            (f"bunko.chunks_ivf_{key}", f"bunko.chunks_hnsw_{key}"))}
+        kind: tuple[str, int] | None = None
+        if f"chunks_ivf_{key}" in found:
+            lists = [int(o.split("=", 1)[1]) for o in found[f"chunks_ivf_{key}"] or [] if o.startswith("lists=")]
+            kind = ("ivfflat", lists[0] if lists else 100)
+        elif f"chunks_hnsw_{key}" in found:
+            kind = ("hnsw", 0)
+        if kind is not None:
+            backend.index_kinds[key] = kind
             backend.indexed.add(key)
-        return found
+        return kind
 
     def _passing(self, restriction: Restriction) -> np.ndarray | None:
         """The ids (ascending) of the chunks that pass a filtered restriction, from the metadata columns in
@@ -201,7 +269,8 @@ class PostgresReader(SQLReader):
             matching = sum(r[0] for r in self._conn.execute(
                 "SELECT chunk_count FROM bunko.documents WHERE tenant_id = %s AND id = ANY(%s)",
                 (tenant_pk, doc_pks))) if doc_pks else 0
-        has_index = total >= settings.hnsw_min_rows and self._has_index()
+        index = self._index_kind() if total >= settings.hnsw_min_rows else None
+        has_index = index is not None
         restricted = doc_pks is not None or where is not None
         passing: np.ndarray | None = None
         if where is not None and restriction is not None and has_index and matching > 0:
@@ -224,6 +293,8 @@ class PostgresReader(SQLReader):
             strategy = "empty"
         elif not has_index or (restricted and matching <= settings.exact_max_rows):
             strategy = "exact"
+        elif index is not None and index[0] == "ivfflat":
+            strategy = "ivfflat" if not restricted else "ivfflat-iterative" if self._backend.iterative else "exact"
         elif not restricted:
             strategy = "hnsw"
         elif self._backend.iterative:
@@ -231,7 +302,7 @@ class PostgresReader(SQLReader):
         else:
             strategy = "hnsw-overfetch"
         return Plan(strategy, tenant_pk, row.key, row.dimension, top_k, doc_pks, matching, total, settings, where,
-                    passing if strategy == "exact" else None)
+                    passing if strategy == "exact" else None, index[1] if index is not None else 0)
 
     def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
                 threshold: float | None = None) -> Ranked:

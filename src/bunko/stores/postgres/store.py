@@ -239,8 +239,11 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             except CollectionNotFoundError:
                 return
             self._maybe_build_index(collection_pk, total)
-            with self.session() as (conn, _):
-                conn.execute("SELECT bunko.analyze_tables()")
+            try:
+                with self.session() as (conn, _):
+                    conn.execute("SELECT bunko.analyze_tables()")
+            except VectorStoreError as exc:  # statistics only (autovacuum gathers them too): the writes stand
+                logger.warning("could not ANALYZE after a bulk load into %s: %s", collection, exc.message)
 
     def build_index(self, collection: str | None = None, *, collection_pk: int | None = None) -> str | None:
         """Build (if missing) the HNSW index of a collection; returns its name.
@@ -255,7 +258,7 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             with self.session() as (conn, tenant_pk):
                 if collection_pk is None:
                     collection_pk = self._collection_row(conn, tenant_pk, collection or "").key
-                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction FROM bunko.collections "
+                row = conn.execute("SELECT dimension, hnsw_m, hnsw_ef_construction, chunk_count FROM bunko.collections "
                                    "WHERE tenant_id = %s AND id = %s", (tenant_pk, collection_pk)).fetchone()
                 if row is None:
                     return None

@@ -123,6 +123,26 @@ class SQLReader:
         """The postings of ``terms`` in the collection, without deleted chunks, in one statement."""
         return self._backend.postings.read(self._conn, self.scope, terms)
 
+    def texts(self, keys: np.ndarray) -> dict[int, tuple[str, int, str]]:
+        """The text of these chunks of the collection, by key, with their document's key and title (its
+        ``title`` metadata, "" without one), in one query; chunks gone are left out."""
+        if not len(keys):
+            return {}
+        d = self._d
+        listed, params = d.any("c.id", [int(k) for k in keys.tolist()])
+        titles: dict[int, str] = {}
+        out: dict[int, tuple[str, int, str]] = {}
+        for key, content, document, metadata in self.run(
+                f"SELECT c.id, c.content, c.document_id, d.metadata FROM chunks c{DOCUMENT_JOIN} "
+                f"WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}", (*self.scope, *params)):
+            document = -int(key) if document is None else int(document)  # a loose record: its own document
+            if document not in titles:
+                found = d.json_out(metadata) if metadata is not None else None
+                title = found.get("title") if isinstance(found, dict) else None
+                titles[document] = title if isinstance(title, str) else ""
+            out[int(key)] = (str(content), document, titles[document])
+        return out
+
     # -- hits --------------------------------------------------------------------------------------
     def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,
              extra: Mapping[int, Mapping[str, Any]] | None = None) -> list[SearchHit]:

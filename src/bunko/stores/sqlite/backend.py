@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...errors import ConfigError, TransientStoreError, VectorStoreError
+from ...config import SQLiteSettings
+from ...errors import ConfigError, StorageFullError, TransientStoreError, VectorStoreError
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
+from .ann import HAVE_ANN, AnnConfig, Maintainer
 from .matrix import CollectionCache
 from .migrations import MIGRATIONS, apply_migrations
 from .schema import SQLITE
@@ -55,8 +57,12 @@ def use_wal(conn: sqlite3.Connection, wait: float = 30.0) -> None:
 
 def sqlite_error(what: str, exc: sqlite3.Error) -> VectorStoreError:
     """The store error for a SQLite failure; the one place that decides which are transient: the file
-    locked or busy past the busy timeout (another process held the write lock), which changed nothing."""
+    locked or busy past the busy timeout (another process held the write lock), which changed nothing; and
+    which mean a full disk (``StorageFullError``: SQLite rolled the statement back, or the transaction)."""
     code = getattr(exc, "sqlite_errorcode", None)  # an extended code: the primary one is its low byte
+    if (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or (
+            code is None and "database or disk is full" in str(exc)):
+        return StorageFullError(f"{what}: the disk under the SQLite store is full; nothing was written: {exc}")
     if (code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)) or (
             code is None and isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)):
         return TransientStoreError(f"{what}: {exc}; nothing was changed, try again")
@@ -69,8 +75,9 @@ class SQLiteBackend(SQLBackend):
     scheme = "sqlite"
     dialect = SQLITE
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, settings: SQLiteSettings | None = None) -> None:
         self.path = str(path)
+        self.settings = settings or SQLiteSettings.from_env()
         self.url = f"sqlite:///{self.path}"
         if self.path != ":memory:":
             try:
@@ -83,6 +90,13 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         # The vectors and metadata columns of the collections this process searched (see matrix.py).
         self.matrices = CollectionCache()
+        # HNSW graphs of large collections (ann.py), saved in a folder beside the file.
+        self.ann_folder = None if self.path == ":memory:" else Path(self.path + "-ann")
+        self.ann: Maintainer | None = None
+        if HAVE_ANN and self.settings.ann:
+            config = AnnConfig(self.settings.ann_min_rows, self.settings.ann_ef_search, self.settings.ann_candidates)
+            self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
+                                  self.matrices.snapshot)
         self.postings = PostingsTable(SQLITE)
         self.counters = StoreCounters()
         self._closed = False
@@ -186,7 +200,9 @@ class SQLiteBackend(SQLBackend):
         return self._connect()
 
     def close(self) -> None:
-        """Close every connection this backend opened and drop its caches."""
+        """Close every connection this backend opened and drop its caches (saving the HNSW graphs that changed)."""
+        if self.ann is not None:
+            self.ann.close()
         self._closed = True
         with self._conn_lock:
             for _, conn in self._connections:
@@ -202,7 +218,7 @@ class SQLiteBackend(SQLBackend):
         return f"SQLiteBackend({self.path!r})"
 
 
-def open_sqlite(url: str) -> SQLiteBackend:
+def open_sqlite(url: str, settings: SQLiteSettings | None = None) -> SQLiteBackend:
     """Open a ``sqlite:///path`` URL (or a bare path) as an embedded backend."""
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
@@ -214,4 +230,4 @@ def open_sqlite(url: str) -> SQLiteBackend:
         raise ConfigError(f"no file path in {url!r}; write sqlite:///path/to/bunko.db")
     if path != ":memory:":
         path = str(Path(path).expanduser())
-    return SQLiteBackend(path)
+    return SQLiteBackend(path, settings=settings)

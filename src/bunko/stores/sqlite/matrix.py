@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -104,12 +105,20 @@ def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 class CollectionCache:
-    """The matrices and metadata columns this process holds, by collection row id (shared by its threads)."""
+    """The matrices, metadata columns and HNSW graphs this process holds, by collection row id (shared by
+    its threads; graphs are :class:`bunko.stores.sqlite.ann.Graph`, kept by the backend's maintainer)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.matrices: dict[int, Matrix] = {}
         self.columns: dict[tuple[int, tuple[str, ...]], Column] = {}
+        self.graphs: dict[int, Any] = {}
+
+    def snapshot(self, collection_pk: int) -> Snapshot | None:
+        """The collection's rows as this process holds them now, or None."""
+        with self.lock:
+            matrix = self.matrices.get(collection_pk)
+            return None if matrix is None else matrix.snapshot()
 
     def holds(self, collection_pk: int) -> bool:
         """Whether this process holds the collection's vectors."""
@@ -120,6 +129,7 @@ class CollectionCache:
         """Forget a collection's vectors and columns (it was deleted, or rows vanished under a search)."""
         with self.lock:
             self.matrices.pop(collection_pk, None)
+            self.graphs.pop(collection_pk, None)
             for key in [k for k in self.columns if k[0] == collection_pk]:
                 del self.columns[key]
 
@@ -128,3 +138,4 @@ class CollectionCache:
         with self.lock:
             self.matrices.clear()
             self.columns.clear()
+            self.graphs.clear()

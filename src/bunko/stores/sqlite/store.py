@@ -8,7 +8,9 @@ chunk's analyzed text, ``keyword_df`` (how many chunks hold each statistics term
 
 Vector search is exact, over the collection's normalised matrix held in memory (see
 :mod:`bunko.stores.sqlite.matrix`); a restriction masks the matrix before ranking, from in-memory
-metadata columns, or from SQL when those do not line up (a concurrent write). Keyword search ranks
+metadata columns, or from SQL when those do not line up (a concurrent write). An unfiltered search
+over a large collection asks its HNSW graph for candidates and ranks them by the same exact vectors
+(:mod:`bunko.stores.sqlite.ann`). Keyword search ranks
 from the postings above the store (:mod:`bunko.search.keyword`); FTS5's totals are its statistics.
 """
 
@@ -29,6 +31,7 @@ from ..sql.columns import Column, Misaligned, filter_mask
 from ..sql.keywords import KeywordBatch
 from ..sql.postings import term_counts
 from ..sql.records import TenantRecords
+from .ann import Identity, remove_files
 from .matrix import CollectionCache, Matrix, Snapshot, top_indices
 from .schema import create_fts, fts5_totals, fts_table, has_fts
 
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 
 # Rows read per step when (re)loading a collection's vectors into memory.
 _LOAD_BATCH = 4096
+# How long a search waits for a collection's HNSW graph while the maintainer updates it, before scanning.
+_GRAPH_WAIT = 0.05
 
 
 def _upsert_df(conn: sqlite3.Connection, scope: tuple[int, int], counts: dict[str, int]) -> None:
@@ -58,6 +63,21 @@ class SQLiteReader(SQLReader):
         return self._backend.matrices
 
     def _matrix(self) -> Snapshot:
+        """The collection's vectors as of the row this reader works from (see ``_refresh``); a large
+        collection's HNSW graph is scheduled to catch up when it is behind them."""
+        snapshot = self._refresh()
+        ann = self._backend.ann
+        if ann is not None and len(snapshot.rowids) >= ann.config.min_rows:
+            graph = self._cache.graphs.get(self._row.key)
+            if graph is None or graph.high_water < snapshot.state[1] or graph.mutation_seq != snapshot.state[0]:
+                ann.schedule(self._identity())
+        return snapshot
+
+    def _identity(self) -> Identity:
+        row = self._row
+        return Identity(self._tenant_pk, row.key, row.name, row.created_at, row.dimension)
+
+    def _refresh(self) -> Snapshot:
         """The collection's vectors as of the row this reader works from, refreshed only as far as they changed.
 
         Inserts only add rows above the cached highest key, so they are appended. Updates and deletes
@@ -73,7 +93,8 @@ class SQLiteReader(SQLReader):
             if matrix is not None and matrix.mutation_seq == seq and matrix.high_water == high:
                 return matrix.snapshot()
             if matrix is None:
-                matrix = Matrix(row.dimension, capacity=row.chunk_count)
+                # Room for the next writes: growing copies the whole matrix, which a search would wait for.
+                matrix = Matrix(row.dimension, capacity=row.chunk_count + max(1024, row.chunk_count // 8))
             elif matrix.mutation_seq != seq:
                 live = np.fromiter((r[0] for r in self.run(
                     "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id <= ?",
@@ -144,6 +165,10 @@ class SQLiteReader(SQLReader):
         matrix = self._matrix()
         norm = float(np.linalg.norm(vector))
         q = vector / norm if norm > 0 else vector
+        if restriction is None:
+            approximate = self._approximate(matrix, q, top_k, threshold)
+            if approximate is not None:
+                return approximate
         if restriction is not None:
             positions: np.ndarray | None = np.flatnonzero(self._mask(matrix, restriction))
             scores = matrix.vectors[positions] @ q
@@ -155,6 +180,32 @@ class SQLiteReader(SQLReader):
             order = order[scores[order] >= threshold]
         picked = order if positions is None else positions[order]
         return Ranked(matrix.rowids[picked], scores[order].astype(np.float64), "exact")
+
+    def _approximate(self, matrix: Snapshot, q: np.ndarray, top_k: int, threshold: float | None) -> Ranked | None:
+        """Top-k from the collection's HNSW graph: its candidates and the rows it does not hold yet, re-ranked
+        by their exact vectors; None when the collection has no usable graph (the caller scans)."""
+        ann = self._backend.ann
+        n = len(matrix.rowids)
+        if ann is None or n < ann.config.min_rows:
+            return None
+        graph = self._cache.graphs.get(self._row.key)
+        count = max(top_k, ann.config.candidates)
+        if graph is None or graph.identity != self._identity() or count * 4 > n:
+            return None
+        found = graph.search(q, count, _GRAPH_WAIT)
+        if found is None:
+            return None
+        keys, graph_high = found
+        positions = np.minimum(np.searchsorted(matrix.rowids, keys), n - 1)
+        positions = positions[matrix.rowids[positions] == keys]  # rows removed since are not in the snapshot
+        tail = int(np.searchsorted(matrix.rowids, graph_high, side="right"))
+        if tail < n:  # rows written since the graph last caught up: ranked exactly
+            positions = np.concatenate([positions, np.arange(tail, n)])
+        scores = matrix.vectors[positions] @ q
+        order = top_indices(scores, top_k)
+        if threshold is not None:
+            order = order[scores[order] >= threshold]
+        return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), "hnsw")
 
     def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
         """FTS5's totals of the collection (the rows and tokens ``bm25()`` reads), with the terms' counts."""
@@ -260,3 +311,4 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
 
     def _forget_collection(self, collection_pk: int) -> None:
         self._backend.matrices.drop(collection_pk)
+        remove_files(self._backend.ann_folder, collection_pk)

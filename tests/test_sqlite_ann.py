@@ -1,0 +1,292 @@
+"""The embedded store's approximate vector search: an HNSW graph per large collection (bunko.stores.sqlite.ann)."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bunko.config import Settings, SQLiteSettings
+from bunko.filters import as_filter
+from bunko.search import vector_query
+from bunko.stores import open_backend
+from bunko.stores.base import Ranked, Restriction
+from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
+from bunko.testing.postgres import avx512_outside_dispatch
+from bunko.testing.store_data import make_document
+from bunko.types import EmbedderInfo
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("usearch") is None, reason="needs the ann extra (usearch)")
+
+DIM = 32
+INFO = EmbedderInfo("test", "random-32", DIM)
+# A low threshold so a small collection gets its graph.
+SMALL = SQLiteSettings(ann_min_rows=500, ann_candidates=50)
+
+
+def clustered(n: int, seed: int) -> np.ndarray:
+    """Unit vectors around 60 centres: near neighbours crowd together, as real embeddings do."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(60, DIM))
+    v = centres[rng.integers(0, 60, size=n)] + rng.normal(scale=0.35, size=(n, DIM))
+    v = v.astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def fill(store: SQLiteVectorStore, vectors: np.ndarray, prefix: str = "d", per_document: int = 100) -> None:
+    store.ensure_collection("c", INFO)
+    for i in range(0, len(vectors), per_document):
+        block = vectors[i:i + per_document]
+        store.write_document("c", make_document(f"{prefix}{i}", [f"{prefix} {i + j}" for j in range(len(block))],
+                                                block))
+
+
+def nearest(store: SQLiteVectorStore, q: np.ndarray, k: int = 10) -> Ranked:
+    row = store.read_collection("c")
+    with store.reader(row) as reader:
+        return reader.nearest(q, k)
+
+
+def built(backend: SQLiteBackend, store: SQLiteVectorStore) -> None:
+    """Search once (which schedules the graph) and wait until the graph has caught up."""
+    nearest(store, np.ones(DIM, dtype=np.float32))
+    assert backend.ann is not None and backend.ann.idle(120)
+
+
+def test_a_large_collection_is_searched_through_its_graph_with_the_exact_answer(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
+    store = backend.for_tenant("acme")
+    vectors = clustered(3000, 1)
+    fill(store, vectors)
+    built(backend, store)
+    queries = clustered(100, 2)
+    recall = []
+    for q in queries:
+        found = nearest(store, q)
+        assert found.plan == "hnsw"
+        exact = set((np.argsort(-(vectors @ q))[:10] + 1).tolist())  # chunk keys are 1.. in write order
+        recall.append(len(exact & set(found.keys.tolist())) / 10)
+        # The scores are the exact cosines of the chunks returned, best first.
+        assert np.allclose(found.scores, vectors[found.keys - 1] @ q, atol=1e-5)
+        assert list(found.scores) == sorted(found.scores, reverse=True)
+    assert np.mean(recall) >= 0.99
+    # A filtered search keeps the exact path.
+    row = store.read_collection("c")
+    restriction = Restriction(filter=as_filter({"chunk_index": {"$lt": 5}}))
+    with store.reader(row) as reader:
+        assert reader.nearest(queries[0], 10, restriction).plan == "exact"
+    backend.close()
+
+
+def test_below_the_threshold_or_switched_off_the_search_stays_exact(tmp_path: Path) -> None:
+    vectors = clustered(1000, 3)
+    for settings in (SQLiteSettings(ann_min_rows=5000), SQLiteSettings(ann=False, ann_min_rows=500)):
+        backend = SQLiteBackend(tmp_path / f"{settings.ann}.db", settings=settings)
+        store = backend.for_tenant("acme")
+        fill(store, vectors)
+        nearest(store, vectors[0])
+        if backend.ann is not None:
+            assert backend.ann.idle(60)
+        assert nearest(store, vectors[0]).plan == "exact"
+        assert not backend.matrices.graphs
+        backend.close()
+
+
+def test_writes_and_deletes_are_seen_by_the_next_search(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
+    store = backend.for_tenant("acme")
+    fill(store, clustered(2000, 4))
+    built(backend, store)
+    assert backend.ann is not None
+    backend.ann.close()  # the graph stays as it is now: new rows reach searches only as the unindexed tail
+    graph = backend.matrices.graphs[store.read_collection("c").key]
+    high_water = graph.high_water
+
+    new = clustered(30, 5)
+    store.write_document("c", make_document("new", [f"new {j}" for j in range(30)], new))
+    found = vector_query(store, "c", new[7], 1)
+    assert found[0].content == "new 7" and found[0].score == pytest.approx(1.0, abs=1e-5)
+    assert nearest(store, new[7]).plan == "hnsw"
+    assert graph.high_water == high_water  # found through the tail, not the graph
+
+    # A document the graph holds is gone from the very next search.
+    victim = store.list_documents("c")[3]
+    hits = vector_query(store, "c", clustered(2000, 4)[300], 10)
+    assert any(h.document_id == victim.id for h in hits)
+    store.delete_documents([victim.id], "c")
+    for q in clustered(2000, 4)[300:400]:
+        assert all(h.document_id != victim.id for h in vector_query(store, "c", q, 10))
+        assert nearest(store, q).plan == "hnsw"
+    backend.close()
+
+
+def test_the_maintainer_catches_the_graph_up_with_writes_and_deletes(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
+    store = backend.for_tenant("acme")
+    fill(store, clustered(1500, 6))
+    built(backend, store)
+    fill(store, clustered(500, 7), prefix="e")
+    gone = store.list_documents("c")[0]
+    store.delete_documents([gone.id], "c")
+    built(backend, store)
+    row = store.read_collection("c")
+    keys = np.asarray(backend.matrices.graphs[row.key].index.keys, dtype=np.int64)
+    with store.reader(row) as reader:
+        live = reader.allowed_in_sql(Restriction())
+    assert len(live) == 1900
+    assert sorted(keys.tolist()) == sorted(live.tolist())  # the deleted rows left, the new ones came in
+    graph = backend.matrices.graphs[row.key]
+    assert graph.removed == 100
+
+    # Past a quarter of the live rows removed, a new graph without the tombstones takes the old one's place.
+    store.delete_documents([d.id for d in store.list_documents("c")[:5]], "c")
+    built(backend, store)
+    fresh = backend.matrices.graphs[row.key]
+    assert fresh is not graph and fresh.removed == 0 and len(fresh) == 1400
+    q = clustered(1, 14)[0]
+    found = nearest(store, q)
+    assert found.plan == "hnsw" and int(found.keys.min()) > 600
+    backend.close()
+
+
+def test_the_graph_is_saved_beside_the_file_and_loaded_not_rebuilt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path, settings=SMALL)
+    store = backend.for_tenant("acme")
+    vectors = clustered(2000, 8)
+    fill(store, vectors)
+    built(backend, store)
+    backend.close()
+    saved = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
+    assert saved == ["t1-c1.json", "t1-c1.usearch"]
+
+    # Another process changes the collection while no graph is kept up to date.
+    other = SQLiteBackend(path, settings=SQLiteSettings(ann=False))
+    other_store = other.for_tenant("acme")
+    gone = other_store.list_documents("c")[0]
+    other_store.delete_documents([gone.id], "c")
+    fill(other_store, clustered(100, 9), prefix="late")
+    other.close()
+
+    backend = SQLiteBackend(path, settings=SMALL)
+    store = backend.for_tenant("acme")
+    built(backend, store)
+    row = store.read_collection("c")
+    graph = backend.matrices.graphs[row.key]
+    # Loaded from the file: only the 100 new rows were added and the 100 removed ones taken out (a
+    # rebuild would have added all 2,000 and saved them).
+    assert graph.unsaved == 200
+    keys = set(np.asarray(graph.index.keys, dtype=np.int64).tolist())
+    assert len(keys) == 2000 - 100 + 100
+    assert not keys & set(range(1, 101))
+    late = clustered(100, 9)
+    assert vector_query(store, "c", late[42], 1)[0].content == "late 42"
+    assert nearest(store, late[42]).plan == "hnsw"
+    backend.close()
+
+
+def test_a_saved_graph_of_another_collection_is_not_used(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path, settings=SMALL)
+    store = backend.for_tenant("acme")
+    fill(store, clustered(1000, 10))
+    built(backend, store)
+    backend.close()
+    (tmp_path / "s.db-ann" / "keep.usearch").write_bytes((tmp_path / "s.db-ann" / "t1-c1.usearch").read_bytes())
+
+    backend = SQLiteBackend(path, settings=SMALL)
+    store = backend.for_tenant("acme")
+    store.delete_collection("c")
+    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == ["keep.usearch"]  # its files went with it
+    (tmp_path / "s.db-ann" / "t1-c1.usearch").write_bytes((tmp_path / "s.db-ann" / "keep.usearch").read_bytes())
+    # A new collection may get the same row id: the old graph's identity does not match, so a new one is built.
+    vectors = clustered(1000, 11)
+    fill(store, vectors)
+    built(backend, store)
+    q = vectors[17]
+    found = nearest(store, q)
+    assert found.plan == "hnsw"
+    assert int(found.keys[0]) == int(store.read_collection("c").high_water) - 1000 + 18
+    backend.close()
+
+
+def test_each_tenants_collection_has_its_own_graph(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
+    acme, other = backend.for_tenant("acme"), backend.for_tenant("other")
+    mine, theirs = clustered(1000, 12), clustered(1000, 13)
+    fill(acme, mine, prefix="acme")
+    fill(other, theirs, prefix="other")
+    built(backend, acme)
+    built(backend, other)
+    acme_row, other_row = acme.read_collection("c"), other.read_collection("c")
+    acme_graph, other_graph = backend.matrices.graphs[acme_row.key], backend.matrices.graphs[other_row.key]
+    assert acme_graph is not other_graph
+    acme_keys = set(np.asarray(acme_graph.index.keys, dtype=np.int64).tolist())
+    other_keys = set(np.asarray(other_graph.index.keys, dtype=np.int64).tolist())
+    assert len(acme_keys) == len(other_keys) == 1000 and not acme_keys & other_keys
+    # The other tenant's nearest vectors are never an answer, even searched with their own vectors.
+    for q in theirs[:50]:
+        found = nearest(acme, q)
+        assert found.plan == "hnsw" and set(found.keys.tolist()) <= acme_keys
+        assert all(h.content.startswith("acme") for h in vector_query(acme, "c", q, 10))
+    backend.close()
+    files = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
+    assert files == [f"t{t}-c{c}.{ext}" for t, c in sorted([(1, acme_row.key), (2, other_row.key)])
+                     for ext in ("json", "usearch")]
+
+    # Erasing one tenant removes its graph and leaves the other's.
+    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
+    backend.for_tenant("other").delete_collection("c")
+    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == [f"t1-c{acme_row.key}.json",
+                                                                           f"t1-c{acme_row.key}.usearch"]
+    acme = backend.for_tenant("acme")
+    built(backend, acme)
+    assert nearest(acme, mine[5]).plan == "hnsw"
+    assert vector_query(acme, "c", mine[5], 1)[0].content == "acme 5"
+    backend.close()
+
+
+def test_the_settings_come_from_the_one_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUNKO_SQLITE_ANN_MIN_ROWS", "1234")
+    monkeypatch.setenv("BUNKO_SQLITE_ANN_EF_SEARCH", "77")
+    settings = Settings.resolve(f"sqlite:///{tmp_path / 'a.db'}", sqlite_ann_candidates=64)
+    assert (settings.sqlite.ann_min_rows, settings.sqlite.ann_ef_search, settings.sqlite.ann_candidates) == (
+        1234, 77, 64)
+    backend = open_backend(settings.database_url, settings)
+    assert isinstance(backend, SQLiteBackend) and backend.ann is not None
+    assert (backend.ann.config.min_rows, backend.ann.config.ef_search, backend.ann.config.candidates) == (
+        1234, 77, 64)
+    backend.close()
+
+
+# -- portability: the library must run on any x86-64 CPU with AVX2 ----------------------------------------
+
+# numkong (usearch's kernels) names each kernel after the CPU it needs and picks one at run time from what
+# the CPU reports; these targets are the ones that need AVX-512.
+_NUMKONG_AVX512_TARGETS = re.compile(r"avx512|_(skylake|icelake|genoa|turin|sapphire|sapphireamx|graniteamx|diamond)"
+                                     r"(_|$)", re.IGNORECASE)
+
+
+def _library(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX-512 is an x86-64 matter")
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils (objdump) to read machine code")
+def test_usearch_and_its_kernels_hold_no_avx512_outside_run_time_dispatch() -> None:
+    import usearch.compiled
+
+    assert usearch.compiled.USES_NUMKONG_DYNAMIC_DISPATCH  # kernels are looked up by the CPU at run time
+    index = _library("usearch.compiled")
+    assert avx512_outside_dispatch(index) == {}, f"{index} holds AVX-512 instructions no CPU check guards"
+    kernels = _library("numkong._numkong")
+    assert avx512_outside_dispatch(kernels, allowed=_NUMKONG_AVX512_TARGETS) == {}, (
+        f"{kernels} holds AVX-512 instructions outside the kernels it picks by CPU (built with -march=native?)")
