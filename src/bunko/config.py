@@ -33,6 +33,7 @@ value (``BUNKO_LLM=``) counts as not set.
 | reranker URL | ``BUNKO_RERANK_BASE_URL`` | ``[rerank] base_url`` | the provider's |
 | cached query embeddings | ``BUNKO_CACHE_QUERY_VECTORS`` | ``[cache] query_vectors`` | 2048 (0 = off) |
 | cached search results | ``BUNKO_CACHE_SEARCH_RESULTS`` | ``[cache] search_results`` | 512 (0 = off) |
+| worker processes of bulk writes | ``BUNKO_INGEST_WORKERS`` | ``[ingest] workers`` | one per core (0: none) |
 | hosts the URL loader may fetch | ``BUNKO_FETCH_ALLOW_HOSTS`` | ``[fetch] allow_hosts`` | none (public hosts only) |
 | OCR of scans and images on | ``BUNKO_OCR`` | ``[ocr] enabled`` | true (when Tesseract is installed) |
 | OCR models (``jpn+eng``, ...) | ``BUNKO_OCR_LANG`` | ``[ocr] lang`` | chosen per page |
@@ -254,6 +255,13 @@ class CacheSettings(Section):
     search_results: Annotated[int, Env("BUNKO_CACHE_SEARCH_RESULTS"), Field(ge=0, le=10_000_000)] = 512
 
 
+class IngestSettings(Section):
+    """``[ingest]``: the worker processes bulk work runs on (:mod:`bunko.workers`)."""
+
+    # Worker processes that analyze bulk writes' keywords; none given: one per core, 0: in the writing process.
+    workers: Annotated[int | None, Env("BUNKO_INGEST_WORKERS"), Field(ge=0, le=256)] = None
+
+
 class FetchSettings(Section):
     """``[fetch]``: the URL loader. ``allow_hosts`` opens private hosts, IPs or networks (CIDR) to it."""
 
@@ -438,6 +446,7 @@ SECTIONS: dict[str, type[Section]] = {
     "llm": LLMSettings,
     "rerank": RerankSettings,
     "cache": CacheSettings,
+    "ingest": IngestSettings,
     "fetch": FetchSettings,
     "ocr": OCRSettings,
     "server": ServerSettings,
@@ -570,6 +579,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     ocr: OCRSettings = Field(default_factory=OCRSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)

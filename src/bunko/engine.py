@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from . import ingest as runner
-from . import metrics, vectors
+from . import metrics, vectors, workers
 from . import usage as metering
 from .blocks.workflow import WorkflowResult
 from .blocks.workflow import arun as run_workflow_in
@@ -101,6 +101,7 @@ class Bunko:
         self.settings = Settings.resolve(database_url, home=home, config=config,
                                          embedder=embedder if isinstance(embedder, str) else None,
                                          llm=llm if isinstance(llm, str) else None, **settings)
+        workers.set_worker_count(self.settings.ingest.workers)  # bulk writes' worker processes (None: per core)
         self.backend: StoreBackend = open_backend(self.settings.database_url, self.settings)
         # The embedder, LLM and rerankers every tenant shares (objects given are used as they are).
         self.clients = EngineClients(self.settings, None if isinstance(embedder, str) else embedder,

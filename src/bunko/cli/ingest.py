@@ -53,13 +53,16 @@ from .common import (
 @click.option("--ocr-max-pages", type=click.IntRange(min=1), default=None, metavar="N",
               help="The most pages of one file to OCR; a file with more fails (OCR_PAGE_LIMIT). "
                    "Default: [ocr] max_pages (BUNKO_OCR_MAX_PAGES), 100.")
+@click.option("--workers", "ingest_workers", default=None, type=click.IntRange(0, 256), metavar="N",
+              help="Worker processes that analyze the chunks' keywords (env BUNKO_INGEST_WORKERS; default: one per "
+                   "core; 0: none, all in this process).")
 @embedder_option()
 @quiet_option()
 @json_command()
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: str, splitter: str | None,
            analyzer: str | None, password: str | None, content_path: str | None, use_ocr: bool | None,
-           ocr_lang: str | None, ocr_page_seconds: float | None, ocr_max_pages: int | None, embedder: str | None,
-           quiet: bool, as_json: bool) -> None:
+           ocr_lang: str | None, ocr_page_seconds: float | None, ocr_max_pages: int | None,
+           ingest_workers: int | None, embedder: str | None, quiet: bool, as_json: bool) -> None:
     """Ingest files, folders and http(s) URLs into a collection.
 
     Reads PDF, Word, PowerPoint, Excel (.xlsx), CSV/TSV, HTML, Markdown, text (any Japanese encoding) and JSON;
@@ -72,7 +75,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, tenant: 
     """
     from ..loaders import LoadOptions
 
-    engine = get_engine(ctx, embedder=embedder)
+    engine = get_engine(ctx, embedder=embedder, ingest_workers=ingest_workers)
     given = {"ocr": use_ocr, "ocr_lang": ocr_lang, "ocr_page_seconds": ocr_page_seconds, "ocr_max_pages": ocr_max_pages}
     ocr = {**engine.settings.ocr.load_options(), **{k: v for k, v in given.items() if v is not None}}
     load_options = LoadOptions(password=password, content_path=content_path, **ocr)

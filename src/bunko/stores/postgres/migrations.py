@@ -480,7 +480,7 @@ _M009_JOB_QUEUE = [
 ]
 
 # The statistics terms of one tsvector: each lexeme, and "a b" for every one-character lexeme a at
-# position p with a one-character lexeme b at p + 1 (what postgres._keyword_columns computes from the tokens).
+# position p with a one-character lexeme b at p + 1 (what postgres.store.keyword_literals computes from the tokens).
 KEYWORD_TERMS = """SELECT u.lexeme AS term FROM unnest({fts}) u
             UNION
             SELECT a.lexeme || ' ' || b.lexeme
@@ -533,7 +533,7 @@ _M011_INGEST_FAILURES = [
 # their first character ("a b":p). A bigram phrase query on ``fts`` asks the GIN index for every chunk
 # holding both characters and then rechecks their positions row by row (12,435 rows read for 994
 # matches at 100k chunks); on ``fts_pairs`` the index answers exactly, and the pair's positions are its
-# term frequency. Written by postgres._keyword_columns; here filled from ``fts`` for the chunks stored
+# term frequency. Written by postgres.store.keyword_literals; here filled from ``fts`` for the chunks stored
 # (a lexeme quoted as in a tsvector literal: backslash and quote escaped).
 _M012_FTS_PAIRS = [
     "ALTER TABLE bunko.chunks ADD COLUMN fts_pairs tsvector NOT NULL DEFAULT ''::tsvector",

@@ -13,7 +13,6 @@ and the upkeep of each collection's HNSW index.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -21,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import crashpoints
-from ...analysis import Analyzer, pairs_literal, token_pairs, tsvector_literal
+from ...analysis import pairs_literal, token_pairs, tsvector_literal
 from ...errors import CollectionNotFoundError, VectorStoreError
 from ..base import DocumentWrite
 from ..sql import ChunkRow, PlannedWrite, SQLStore
-from ..sql.postings import check_tokens
+from ..sql.keywords import KeywordBatch
 from ..sql.records import TenantRecords
 from .migrations import KEYWORD_TERMS
 from .search import PostgresReader
@@ -54,16 +53,11 @@ def _pairs(tokens: list[str]) -> dict[str, list[int]]:
     return pairs
 
 
-def _keyword_columns(analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
-    """The keyword columns of a chunk: its tsvector literal, its token count, its statistics terms (its
-    tokens and its pairs) with their counts as the tsvectors hold them, and the tsvector literal of its
-    pairs (``fts_pairs``)."""
-    tokens = analyzer.index_tokens(content)
-    check_tokens(len(tokens))
-    pairs = _pairs(tokens)
-    counts = Counter(tokens)
-    counts.update({term: len(positions) for term, positions in pairs.items()})
-    return tsvector_literal(tokens), len(tokens), counts, pairs_literal(pairs)
+def keyword_literals(tokens: list[str]) -> tuple[str, str]:
+    """The keyword columns of a chunk's tokens: its tsvector literal (``fts``) and the tsvector literal of
+    its pairs (``fts_pairs``). Its statistics terms are counted as the tsvectors hold them: every
+    token, and the pairs whose first token lies before ``_PAIR_POSITIONS`` (``_pair_limit``)."""
+    return tsvector_literal(tokens), pairs_literal(_pairs(tokens))
 
 
 class PostgresVectorStore(SQLStore, TenantRecords):
@@ -84,8 +78,8 @@ class PostgresVectorStore(SQLStore, TenantRecords):
 
 
     # -- what the core asks of a backend ---------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> tuple[str, int, Counter[str], str]:
-        return _keyword_columns(analyzer, content)
+    _render = staticmethod(keyword_literals)
+    _pair_limit = _PAIR_POSITIONS
 
     def _collection_settings(self) -> dict[str, Any]:
         settings = self._backend.settings
@@ -100,17 +94,22 @@ class PostgresVectorStore(SQLStore, TenantRecords):
         )
 
     def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
-                       vectors: np.ndarray, keywords: list[Any]) -> None:
+                       vectors: np.ndarray, keywords: KeywordBatch) -> None:
+        literals, sizes = keywords.rendered, keywords.sizes.tolist()
         ids = self._copy_chunks(conn, [
             (uid, tenant_pk, collection_pk, doc_pk, version_pk, index, start, end, tokens, content, Jsonb(meta),
-             vectors[i], keywords[i][0], keywords[i][1], keywords[i][3])
+             vectors[i], literals[i][0], sizes[i], literals[i][1])
             for i, (uid, doc_pk, version_pk, index, start, end, tokens, content, meta) in enumerate(rows)
         ])
         # The collection row's lock (taken here) orders writers before their postings and statistics.
-        self._count(conn, tenant_pk, collection_pk, len(rows), sum(k[1] for k in keywords))
+        self._count(conn, tenant_pk, collection_pk, len(rows), keywords.tokens)
         at = {row[0]: i for i, row in enumerate(rows)}
-        counts = self._backend.postings.add(conn, (tenant_pk, collection_pk), [  # each term's number of new chunks
-            (chunk_pk, keywords[at[uid]][2], keywords[at[uid]][1]) for chunk_pk, uid in ids])
+        rowids = np.empty(len(rows), dtype=np.int64)
+        for chunk_pk, uid in ids:
+            rowids[at[uid]] = chunk_pk
+        counts = self._backend.postings.add_columns(  # each term's number of new chunks
+            conn, (tenant_pk, collection_pk), rowids, keywords.sizes, keywords.terms, keywords.owner, keywords.term,
+            keywords.tf)
         if counts:
             terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
             conn.execute(

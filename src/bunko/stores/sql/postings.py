@@ -29,7 +29,6 @@ and a migration that rebuilds the postings with it.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -93,26 +92,23 @@ def unpack(first: int, blob: bytes) -> Column:
     return entries["offset"].astype(np.int64) + first, entries["tf"], entries["size"]
 
 
-def _segment(rows: list[Counted]) -> tuple[list[tuple[str, bytes]], dict[str, int]]:
-    """A new segment's rows (term, entries) from chunks in rowid order, packed in one pass (the ``ALL``
-    row included), and each term's number of chunks."""
-    key = rows[0][0]
-    index: dict[str, int] = {}
-    widths = [len(counts) for _, counts, _ in rows]
-    total = sum(widths)
-    terms = np.fromiter((index.setdefault(t, len(index)) for _, counts, _ in rows for t in counts),
-                        dtype=np.int64, count=total)
-    tf = np.fromiter((n for _, counts, _ in rows for n in counts.values()), dtype=np.int64, count=total)
-    chunks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    sizes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+def _segment(rowids: np.ndarray, sizes: np.ndarray, terms: Sequence[str], owner: np.ndarray, term: np.ndarray,
+             tf: np.ndarray) -> list[tuple[str, bytes]]:
+    """A new segment's rows (term, entries), the ``ALL`` row last, from chunks given in columns: each
+    chunk's rowid and token count, and entries (``owner``: the chunk's position, ``term``: an index into
+    ``terms``, ``tf``) -- sorted in numpy, packed in one pass; the terms in the order of ``terms``."""
+    key = int(rowids.min())
     check_tokens(int(sizes.max()))  # the stores refuse such chunks before their write; the entries could not hold them
-    order = np.argsort(terms, kind="stable")  # by term, each term's chunks in rowid order
-    blob = pack(key, np.repeat(chunks, widths)[order], tf[order], np.repeat(sizes, widths)[order])
-    counts = np.bincount(terms, minlength=len(index)).tolist()
-    ends = (np.cumsum(counts) * ENTRY.itemsize).tolist()
-    out = [(t, blob[start:end]) for t, start, end in zip(index, [0, *ends][:len(ends)], ends, strict=True)]
-    out.append((ALL, pack(key, chunks, np.zeros(len(rows), dtype=np.int64), sizes)))
-    return out, dict(zip(index, counts, strict=True))
+    counts = np.bincount(term, minlength=len(terms))
+    ordered = np.flatnonzero(counts)
+    ids = rowids[owner]
+    order = np.lexsort((ids, term))  # by term, each term's chunks in rowid order
+    blob = pack(key, ids[order], tf[order], sizes[owner][order])
+    ends = (np.cumsum(counts[ordered]) * ENTRY.itemsize).tolist()
+    out = [(terms[t], blob[start:end]) for t, start, end in zip(ordered.tolist(), [0, *ends[:-1]], ends, strict=True)]
+    chunks = np.argsort(rowids, kind="stable")
+    out.append((ALL, pack(key, rowids[chunks], np.zeros(len(rowids), dtype=np.int64), sizes[chunks])))
+    return out
 
 
 def _level(chunks: int) -> int:
@@ -122,14 +118,6 @@ def _level(chunks: int) -> int:
         chunks //= FANOUT
         level += 1
     return level
-
-
-def _ascending(entries: np.ndarray) -> np.ndarray:
-    """Entries in offset order (parts from overlapping segments may interleave)."""
-    offsets = entries["offset"]
-    if len(offsets) > 1 and not bool((offsets[1:] > offsets[:-1]).all()):
-        return entries[np.argsort(offsets, kind="stable")]
-    return entries
 
 
 class PostingsTable:
@@ -175,13 +163,31 @@ class PostingsTable:
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def add(self, conn: Any, scope: tuple[int, int], rows: list[Counted]) -> dict[str, int]:
-        """Index new chunks as a new segment (then merge); returns each term's number of new chunks."""
+        """Index new chunks, given as (rowid, term counts, token count), as a new segment (then merge);
+        returns each term's number of new chunks."""
         if not rows:
             return {}
-        rows = sorted(rows, key=lambda r: r[0])
-        key = rows[0][0]
-        segment, found = _segment(rows)
-        self._write_segment(conn, scope, key, segment)
+        index: dict[str, int] = {}
+        widths = [len(counts) for _, counts, _ in rows]
+        total = sum(widths)
+        term = np.fromiter((index.setdefault(t, len(index)) for _, counts, _ in rows for t in counts),
+                           dtype=np.int64, count=total)
+        tf = np.fromiter((n for _, counts, _ in rows for n in counts.values()), dtype=np.int64, count=total)
+        rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        sizes = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+        owner = np.repeat(np.arange(len(rows), dtype=np.int64), widths)
+        return self.add_columns(conn, scope, rowids, sizes, list(index), owner, term, tf)
+
+    def add_columns(self, conn: Any, scope: tuple[int, int], rowids: np.ndarray, sizes: np.ndarray,
+                    terms: Sequence[str], owner: np.ndarray, term: np.ndarray, tf: np.ndarray) -> dict[str, int]:
+        """Index new chunks given in columns (see ``_segment``) as a new segment (then merge); returns each
+        term's number of new chunks."""
+        if not len(rowids):
+            return {}
+        counts = np.bincount(term, minlength=len(terms))
+        found = {terms[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist()}
+        key = int(rowids.min())
+        self._write_segment(conn, scope, key, _segment(rowids, sizes, terms, owner, term, tf))
         segments = self.segments(conn, scope)
         while True:  # merge the newest segments of the last one's size class or below, FANOUT or more at once
             top, run, total, full = _level(segments[-1][1]), 0, 0, False
@@ -198,29 +204,44 @@ class PostingsTable:
 
     def _merge(self, conn: Any, scope: tuple[int, int], keys: list[int]) -> bool:
         """Merge segments (ascending keys) into the first, each without its deleted chunks: each term's
-        entries shifted to that key, in rowid order. False if the offsets would not fit."""
+        entries shifted to that key, in rowid order. False if the offsets would not fit.
+
+        The rows are put in term order, then segment order (a stable sort of the rows, read in key order:
+        the database need not sort their entries), joined and shifted in numpy; a term's entries are then
+        in rowid order unless segments overlap (then they are sorted)."""
         for key in keys:
             self._purge(conn, scope, key)
-        merged: dict[str, list[np.ndarray]] = {}
         listed, values = self._d.any("segment", keys)
-        rows = [(int(k), t, bytes(b)) for k, t, b in self._run(
+        found = self._run(
             conn, f"SELECT segment, term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-            f"AND {listed}", (*scope, *values)).fetchall()]
-        for key, group in itertools.groupby(sorted(rows, key=lambda r: r[0]), key=lambda r: r[0]):
-            part = list(group)
-            entries = np.frombuffer(b"".join(blob for _, _, blob in part), dtype=ENTRY).copy()
-            if len(entries) and int(entries["offset"].max()) + (key - keys[0]) > _OFFSET_MAX:
-                return False
-            entries["offset"] += key - keys[0]
-            at = 0
-            for _, term, blob in part:
-                n = len(blob) // ENTRY.itemsize
-                merged.setdefault(term, []).append(entries[at:at + n])
-                at += n
+            f"AND {listed} ORDER BY segment", (*scope, *values)).fetchall()
+        if not found:
+            return True
+        rows = sorted(found, key=lambda row: row[1])  # stable: each term's rows stay in segment order
+        segments, terms, blobs = zip(*rows, strict=True)
+        lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs)) // ENTRY.itemsize
+        entries = np.frombuffer(b"".join(blobs), dtype=ENTRY).copy()
+        shift = np.repeat(np.asarray(segments, dtype=np.int64) - keys[0], lengths)
+        offsets = entries["offset"].astype(np.int64) + shift
+        if len(offsets) and int(offsets.max()) > _OFFSET_MAX:
+            return False
+        entries["offset"] = offsets
+        # A term's rows are adjacent (sorted by term): where each term's entries start and end.
+        starts = [0, *(i for i in range(1, len(terms)) if terms[i] != terms[i - 1])]
+        firsts = np.cumsum(np.concatenate(([0], lengths)))
+        bounds = firsts[[*starts, len(terms)]]
+        group = np.repeat(np.arange(len(starts)), np.diff(bounds))
+        if len(offsets) > 1:
+            falls = (offsets[1:] <= offsets[:-1]) & (group[1:] == group[:-1])
+            if falls.any():  # overlapping segments: sort each term's entries by rowid
+                entries = entries[np.lexsort((offsets, group))]
+        blob = entries.tobytes()
+        size = ENTRY.itemsize
         self._run(conn, f"DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? AND {listed}",
                   (*scope, *values))
-        self._write_segment(conn, scope, keys[0], [(term, _ascending(np.concatenate(parts)).tobytes())
-                                                   for term, parts in sorted(merged.items())])
+        self._write_segment(conn, scope, keys[0], [
+            (terms[start], blob[int(lo) * size:int(hi) * size])
+            for start, lo, hi in zip(starts, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)])
         return True
 
     def _purge(self, conn: Any, scope: tuple[int, int], key: int) -> None:

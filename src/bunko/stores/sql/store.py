@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,7 @@ from ..base import (
 )
 from . import jobs, owners, quotas
 from .dialect import Dialect
+from .keywords import KeywordBatch, PendingKeywords
 from .plan import PlannedWrite, StoredDocument, plan_writes
 from .reader import DOCUMENT_JOIN, SQLReader
 
@@ -304,12 +305,18 @@ class SQLStore:
         return get_analyzer(self.read_collection(collection).analyzer)
 
     # -- what a backend supplies ----------------------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> Any:
-        """A chunk's analyzed keyword payload, computed before the write transaction opens."""
-        raise NotImplementedError
+    # How a backend renders a chunk's tokens for its own columns (a module-level function: it runs in the
+    # worker processes), and the last token position at which a pair of tokens still counts (None: all).
+    _render: staticmethod[[list[str]], Any]
+    _pair_limit: int | None = None
+
+    def _analyze(self, analyzer: Analyzer, texts: list[str]) -> PendingKeywords:
+        """Start analyzing chunk texts (in the worker processes when there are many); computed before the
+        write transaction opens."""
+        return PendingKeywords(type(self)._render, analyzer, texts, self._pair_limit)
 
     def _insert_chunks(self, conn: Any, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
-                       vectors: np.ndarray, keywords: list[Any]) -> None:
+                       vectors: np.ndarray, keywords: KeywordBatch) -> None:
         """Insert chunks with their vectors and keyword index, and add them to the collection's counters."""
         raise NotImplementedError
 
@@ -417,7 +424,31 @@ class SQLStore:
         started = time.perf_counter()
         # Analysis (possibly morphological, so slow) runs before the transaction opens.
         analyzer = self._analyzer(collection)
-        keywords = [[self._keywords(analyzer, c.content) for c in d.chunks] for d in documents]
+        keywords = self._analyze(analyzer, [c.content for d in documents for c in d.chunks]).result()
+        return self._write_analyzed(collection, documents, analyzer, keywords, started)
+
+    def write_batches(self, collection: str,
+                      batches: Iterable[Sequence[DocumentWrite]]) -> Iterator[list[IngestResult]]:
+        """Write batches of documents in turn, each as ``write_documents`` does (one transaction, whole
+        documents), analyzing the next batch in the worker processes while one is written; yields each
+        batch's results once it is committed."""
+        pending = iter(batches)
+        current = next(pending, None)
+        if current is None:
+            return
+        analyzer = self._analyzer(collection)
+        analysis = self._analyze(analyzer, [c.content for d in current for c in d.chunks])
+        while current is not None:
+            started = time.perf_counter()
+            following = next(pending, None)
+            upcoming = None if following is None else self._analyze(
+                analyzer, [c.content for d in following for c in d.chunks])
+            yield self._write_analyzed(collection, current, analyzer, analysis.result(), started)
+            current, analysis = following, upcoming  # type: ignore[assignment]
+
+    def _write_analyzed(self, collection: str, documents: Sequence[DocumentWrite], analyzer: Analyzer,
+                        keywords: KeywordBatch, started: float) -> list[IngestResult]:
+        """``write_documents`` with its chunks analyzed already (``keywords``, in the documents' order)."""
         d = self._d
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
@@ -461,16 +492,17 @@ class SQLStore:
             version_pks = self._record_versions(
                 conn, tenant_pk, [(doc_pks[p.position], p, documents[p.position]) for p in written])
             rows: list[ChunkRow] = []
-            flat_keywords: list[Any] = []
+            firsts = np.cumsum([0, *(len(doc.chunks) for doc in documents)]).tolist()
+            picked: list[int] = []
             for plan, version_pk in zip(written, version_pks, strict=True):
                 doc_pk = doc_pks[plan.position]
                 rows.extend((c.id, doc_pk, version_pk, c.index, c.start, c.end, c.token_count, c.content, c.metadata)
                             for c in documents[plan.position].chunks)
-                flat_keywords.extend(keywords[plan.position])
+                picked.extend(range(firsts[plan.position], firsts[plan.position + 1]))
             if rows:
                 block = np.concatenate([vectors[p.position] for p in written]) if len(written) > 1 \
                     else vectors[written[0].position]
-                self._insert_chunks(conn, tenant_pk, collection_pk, rows, block, flat_keywords)
+                self._insert_chunks(conn, tenant_pk, collection_pk, rows, block, keywords.select(picked))
             if written:
                 self._wrote(conn, tenant_pk, collection_pk)
             total = int(self.run(conn, "SELECT chunk_count FROM collections WHERE tenant_id = ? AND id = ?",
@@ -567,7 +599,7 @@ class SQLStore:
             raise VectorStoreError("upsert got the same id twice in one call")
         vectors = np.asarray([r.vector for r in records], dtype=np.float32)
         analyzer = self._analyzer(collection)
-        keywords = [self._keywords(analyzer, r.content) for r in records]
+        keywords = self._analyze(analyzer, [r.content for r in records]).result()
         with self.session(write=True) as (conn, tenant_pk):
             row = self._collection_row(conn, tenant_pk, collection)
             assert tenant_pk is not None

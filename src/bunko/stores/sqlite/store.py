@@ -20,15 +20,16 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...analysis import Analyzer, fts5_document
+from ...analysis import fts5_document
 from ..base import KeywordTotals, Ranked, Restriction
 from ..sql import ChunkRow, SQLReader, SQLStore
 from ..sql.columns import Column, Misaligned, filter_mask
-from ..sql.postings import check_tokens, counted, term_counts
+from ..sql.keywords import KeywordBatch
+from ..sql.postings import term_counts
 from ..sql.records import TenantRecords
 from .ann import Identity, remove_files
 from .matrix import CollectionCache, Matrix, Snapshot, top_indices
@@ -229,10 +230,7 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
     _reader = SQLiteReader
 
     # -- what the core asks of a backend -------------------------------------------------
-    def _keywords(self, analyzer: Analyzer, content: str) -> str:
-        tokens = analyzer.index_tokens(content)
-        check_tokens(len(tokens))
-        return fts5_document(tokens)
+    _render = staticmethod(fts5_document)  # FTS5 keeps each chunk's tokens joined by spaces
 
     @staticmethod
     def _count(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, chunks: int, *, mutated: bool) -> None:
@@ -244,7 +242,7 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
         )
 
     def _insert_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
-                       vectors: np.ndarray, keywords: list[Any]) -> None:
+                       vectors: np.ndarray, keywords: KeywordBatch) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         dumps = json.dumps
         params = [
@@ -264,9 +262,11 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
             (tenant_pk, collection_pk, first),
         )]
         create_fts(conn, collection_pk)
-        texts = list(zip(new_ids, keywords, strict=True))
-        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)", texts)
-        found = self._backend.postings.add(conn, (tenant_pk, collection_pk), counted(texts))
+        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
+                         zip(new_ids, keywords.rendered, strict=True))
+        found = self._backend.postings.add_columns(
+            conn, (tenant_pk, collection_pk), np.asarray(new_ids, dtype=np.int64), keywords.sizes, keywords.terms,
+            keywords.owner, keywords.term, keywords.tf)
         _upsert_df(conn, (tenant_pk, collection_pk), found)
         self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
 
