@@ -105,7 +105,8 @@ def _segment(rowids: np.ndarray, sizes: np.ndarray, terms: Sequence[str], owner:
     order = np.lexsort((ids, term))  # by term, each term's chunks in rowid order
     blob = pack(key, ids[order], tf[order], sizes[owner][order])
     ends = (np.cumsum(counts[ordered]) * ENTRY.itemsize).tolist()
-    out = [(terms[t], blob[start:end]) for t, start, end in zip(ordered.tolist(), [0, *ends[:-1]], ends, strict=True)]
+    starts = [0, *ends[:-1]] if ends else []  # chunks without a term (empty, or stop words only) make no term row
+    out = [(terms[t], blob[start:end]) for t, start, end in zip(ordered.tolist(), starts, ends, strict=True)]
     chunks = np.argsort(rowids, kind="stable")
     out.append((ALL, pack(key, rowids[chunks], np.zeros(len(rowids), dtype=np.int64), sizes[chunks])))
     return out
