@@ -285,7 +285,7 @@ def rescore(candidates: Candidates, query: Query, how: Proximity) -> np.ndarray:
     boost = np.ones(len(candidates.scores), dtype=np.float64)
     if query.pairs and (how.phrase or how.near):
         for i, sequence in enumerate(candidates.tokens):
-            ordered, near = proximity_shares(sequence, query.pairs, how.window)
+            ordered, near = proximity_shares(sequence, query.pairs, how.window if how.near else 0)
             boost[i] += how.phrase * ordered + how.near * near
     if how.title:
         boost += how.title * candidates.titles
