@@ -174,3 +174,55 @@ def test_the_setting_picks_the_workers(count: int) -> None:
     finally:
         workers.set_worker_count(None)
     assert workers.worker_count() == workers.machine_cores() >= 1
+
+
+def test_a_worker_killed_while_it_analyzes_leaves_a_whole_write(store_backend: StoreBackend, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process SIGKILLed while it holds a part of a write: the part is analyzed in the writing
+    process and the write goes in whole, with the same keyword index as a write without workers."""
+    import signal
+    import threading
+    import time
+
+    from bunko import crashpoints
+
+    monkeypatch.setenv("BUNKO_CRASHPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("BUNKO_CRASHPOINT_PAUSE", "keywords.worker")
+    monkeypatch.setattr(crashpoints, "_config", (None, frozenset()))  # this process does not pause
+    store = store_backend.for_tenant("acme")
+    store.ensure_collection("c", INFO)
+    store.ensure_collection("ref", INFO)
+    documents = _documents(8, 40, 70)  # 320 chunks: two parts, one per worker
+    workers.shutdown()  # new workers, started with the pause in their environment
+    workers.set_worker_count(2)
+    outcome: list[object] = []
+    writer = threading.Thread(target=lambda: outcome.append(store.write_documents("c", documents)))
+    try:
+        writer.start()
+        reached = tmp_path / "keywords.worker.reached"
+        deadline = time.monotonic() + 600
+        while not (reached.exists() and reached.read_text().split()):
+            assert time.monotonic() < deadline and writer.is_alive(), "no worker reached the analysis"
+            time.sleep(0.05)
+        victim = int(reached.read_text().split()[0])
+        assert victim != os.getpid()
+        os.kill(victim, signal.SIGKILL)
+        (tmp_path / "keywords.worker.go").touch()  # the other worker may go on
+        writer.join(600)
+        assert not writer.is_alive()
+    finally:
+        (tmp_path / "keywords.worker.go").touch()
+        workers.set_worker_count(None)
+        workers.shutdown()
+    assert len(outcome) == 1, "the write raised"
+    assert [r.status for r in outcome[0]] == ["created"] * 8  # type: ignore[attr-defined]
+    assert store.count("c") == 320
+    workers.set_worker_count(0)
+    try:
+        store.write_documents("ref", _documents(8, 40, 70))
+    finally:
+        workers.set_worker_count(None)
+    for query in ("東京", "文書3 第7節", "flows café"):
+        mine = [(h.content, round(h.score, 6)) for h in keyword_query(store, "c", query, 10)]
+        reference = [(h.content, round(h.score, 6)) for h in keyword_query(store, "ref", query, 10)]
+        assert mine == reference and mine

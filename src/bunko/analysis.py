@@ -172,7 +172,8 @@ class SudachiAnalyzer:
 
     name = "sudachi"
 
-    def __init__(self, *, mode: str = "A", normalized: bool = True, skip_function_words: bool = True) -> None:
+    def __init__(self, *, mode: str = "A", normalized: bool = True, skip_function_words: bool = True,
+                 min_length: int = 1) -> None:
         try:
             import sudachipy
         except ImportError as exc:
@@ -185,6 +186,7 @@ class SudachiAnalyzer:
         self._mode = getattr(sudachipy.SplitMode, mode)
         self.normalized = normalized
         self._skip = _SKIP_POS if skip_function_words else frozenset()
+        self._min_length = min_length  # shorter tokens are left out (``combined`` keeps words of 2 or more)
         self._local = threading.local()  # a Sudachi tokenizer must not be shared between threads
         # (surface, part-of-speech id, normal form) -> the morpheme's tokens; shared by threads (a race
         # only works one out twice).
@@ -202,7 +204,7 @@ class SudachiAnalyzer:
         if not _CJK_CHAR_RE.search(surface) or m.part_of_speech()[0] in self._skip:
             return ()
         form = m.normalized_form().lower() if self.normalized else surface
-        return tuple(t for t in _WORD_RE.findall(form) if _CJK_CHAR_RE.search(t))
+        return tuple(t for t in _WORD_RE.findall(form) if _CJK_CHAR_RE.search(t) and len(t) >= self._min_length)
 
     def morphemes(self, text: str) -> list[tuple[int, str]]:
         """(offset, token) of each CJK morpheme of already normalised ``text``.
@@ -226,6 +228,26 @@ class SudachiAnalyzer:
                 if tokens:
                     at = base + m.begin()
                     out.extend((at, t) for t in tokens)
+        return out
+
+    def tokens(self, text: str) -> list[str]:
+        """The tokens of each CJK morpheme of already normalised ``text``, in text order (``morphemes``
+        without the offsets)."""
+        out: list[str] = []
+        tokenizer = self._tokenizer()
+        forms = self._forms
+        found = forms.get
+        normalized = self.normalized
+        for _, piece in _pieces(text, _SUDACHI_MAX_CHARS):
+            for m in tokenizer.tokenize(piece):
+                key = (m.surface(), m.part_of_speech_id(), m.normalized_form() if normalized else "")
+                tokens = found(key)
+                if tokens is None:
+                    if len(forms) >= _FORMS_HELD:
+                        forms.clear()
+                    tokens = forms[key] = self._tokens_of(m)
+                if tokens:
+                    out.extend(tokens)
         return out
 
     def index_tokens(self, text: str) -> list[str]:
@@ -260,13 +282,13 @@ class CombinedAnalyzer:
 
     def __init__(self) -> None:
         self._bigram = BigramAnalyzer()
-        self._morphemes = SudachiAnalyzer(mode="C")
+        self._morphemes = SudachiAnalyzer(mode="C", min_length=2)
 
     def _words(self, norm: str) -> list[str]:
         """The multi-character CJK morphemes of normalised text."""
         if not _CJK_CHAR_RE.search(norm):
             return []
-        return [t for _, t in self._morphemes.morphemes(norm) if len(t) > 1]
+        return self._morphemes.tokens(norm)
 
     def index_tokens(self, text: str) -> list[str]:
         """Words and CJK characters (as ``bigram``), then the CJK morphemes."""
@@ -324,7 +346,7 @@ class StemmedAnalyzer:
         """Stop words left out, alphabetic words stemmed; each distinct token worked out once (``_mapped``)."""
         tokens = list(tokens)
         mapped = self._mapped
-        found: list[Any] = [mapped.get(t, _UNSEEN) for t in tokens]
+        found: list[Any] = list(map(mapped.get, tokens, itertools.repeat(_UNSEEN, len(tokens))))
         if _UNSEEN in found:
             new = list(dict.fromkeys(t for t, f in zip(tokens, found, strict=True) if f is _UNSEEN))
             alphabetic = [t for t in new if t not in self._stop and t.isalpha() and not _CJK_CHAR_RE.search(t)]
@@ -337,8 +359,8 @@ class StemmedAnalyzer:
                 mapped[t] = None if t in self._stop else t
             if alphabetic:
                 mapped.update(zip(alphabetic, stems, strict=True))
-            found = [mapped[t] for t in tokens]
-        return [t for t in found if t is not None]
+            found = list(map(mapped.__getitem__, tokens))
+        return [t for t in found if t is not None] if None in found else found
 
     def index_tokens(self, text: str) -> list[str]:
         """The base analyzer's tokens, stop words left out, words stemmed."""
@@ -519,7 +541,8 @@ def tsvector_literal(tokens: list[str]) -> str:
         positions: Iterable[int] = (min(i, _TS_MAX_POSITION) for i in range(1, len(tokens) + 1))
     else:
         positions = range(1, len(tokens) + 1)
-    if any("'" in t or "\\" in t for t in tokens):
+    joined = "".join(tokens)
+    if "'" in joined or "\\" in joined:
         return " ".join([f"{_ts_quote(t)}:{i}" for t, i in zip(tokens, positions, strict=True)])
     return " ".join([f"'{t}':{i}" for t, i in zip(tokens, positions, strict=True)])
 
@@ -527,6 +550,22 @@ def tsvector_literal(tokens: list[str]) -> str:
 def pairs_literal(pairs: dict[str, list[int]]) -> str:
     """A ``tsvector`` input literal of whole lexemes with their positions (``'水 の':1,7 'の 量':2``)."""
     return " ".join([f"{_ts_quote(t)}:{','.join(map(str, ps))}" for t, ps in pairs.items()])
+
+
+def pairs_positions_literal(tokens: Sequence[str], limit: int) -> str:
+    """A ``tsvector`` input literal of each pair of adjacent one-character tokens (``'a b'``) at the position
+    of its first token (from 1), for pairs whose first token lies before ``limit``: one entry per
+    occurrence, in text order (``'水 の':1 'の 量':2 '水 の':7``). The cast merges a repeated pair's
+    positions, so it stores what :func:`pairs_literal` of the grouped pairs stores, without grouping them
+    here (a third of the CPU time of a PostgreSQL write's analysis of Japanese text went to grouping)."""
+    head = tokens[:limit + 1]
+    single = [len(t) == 1 for t in head]
+    joined = "".join(head)
+    if "'" in joined or "\\" in joined:
+        return " ".join([f"{_ts_quote(a + ' ' + b)}:{i}" for i, (a, b, x, y)
+                         in enumerate(zip(head, head[1:], single, single[1:], strict=False), 1) if x and y])
+    return " ".join([f"'{a} {b}':{i}" for i, (a, b, x, y)
+                     in enumerate(zip(head, head[1:], single, single[1:], strict=False), 1) if x and y])
 
 
 def ts_lexemes_query(lexemes: Iterable[str]) -> str | None:

@@ -18,7 +18,8 @@ Points in the code: ``ingest.loaded`` (a file read, nothing written), ``ingest.p
 and counted, not yet embedded), ``store.write.begin`` (write transaction open), ``store.version.swap``
 (old versions' chunks deleted, new ones not yet in), ``store.write.chunks`` (new chunks inserted, not
 committed), ``store.write.committed`` (the batch committed), ``store.hnsw.build`` (PostgreSQL: the HNSW
-index built, its transaction not committed), ``job.claimed`` and ``job.finished`` (a worker).
+index built, its transaction not committed), ``job.claimed`` and ``job.finished`` (a worker),
+``keywords.worker`` (a worker process holds a part of a write's keyword analysis).
 """
 
 from __future__ import annotations

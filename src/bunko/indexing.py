@@ -14,6 +14,7 @@ import re
 import time
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,15 @@ from .usage import route, store_kind
 ProgressCallback = Callable[[int], None]
 # Where a part lies in the normalised text: (start, end, its metadata, whether it is kept whole).
 _Span = tuple[int, int, dict[str, Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class StartedWrite:
+    """Prepared documents whose write a store has started (``IndexManager.begin_write``)."""
+
+    documents: list[DocumentWrite]
+    pending: Any  # what the store's begin_write returned
+    started: float
 
 
 def _splitter_signature(splitter: Splitter) -> str:
@@ -358,17 +368,28 @@ class IndexManager:
         """Store prepared documents in one transaction: each is either fully stored or absent."""
         if not prepared:
             return []
+        return await self.finish_write(await self.begin_write(prepared))
+
+    async def begin_write(self, prepared: list[DocumentWrite]) -> StartedWrite:
+        """Start writing prepared documents (``VectorStore.begin_write``: their keyword analysis begins);
+        :meth:`finish_write` writes them in one transaction."""
         started = time.perf_counter()
-        results = await asyncio.to_thread(self.vector_store.write_documents, self.collection, prepared)
-        writes = {w.source: w for w in prepared}
+        pending = await asyncio.to_thread(self.vector_store.begin_write, self.collection, prepared)
+        return StartedWrite(prepared, pending, started)
+
+    async def finish_write(self, write: StartedWrite) -> list[IngestResult]:
+        """Write what :meth:`begin_write` started: each document is either fully stored or absent."""
+        results = await asyncio.to_thread(self.vector_store.finish_write, write.pending)
+        writes = {w.source: w for w in write.documents}
         for result in results:
-            write = writes[result.source]
+            document = writes[result.source]
             if result.status != "unchanged":
-                result.reused = write.reused
-                result.embedded = len(write.chunks) - write.reused
+                result.reused = document.reused
+                result.embedded = len(document.chunks) - document.reused
         written = sum(r.chunks for r in results if r.status != "unchanged")
-        route(UsageEvent("upsert", store_kind(self.vector_store), latency_ms=(time.perf_counter() - started) * 1000,
-                         items=written, metadata={"collection": self.collection, "documents": len(results)}))
+        route(UsageEvent("upsert", store_kind(self.vector_store),
+                         latency_ms=(time.perf_counter() - write.started) * 1000, items=written,
+                         metadata={"collection": self.collection, "documents": len(results)}))
         return results
 
     async def index_document(

@@ -183,6 +183,8 @@ class _Runner:
         self.embedding: set[asyncio.Task[None]] = set()  # requests in flight (or queued at the embedder's gate)
         self.embedding_chunks = 0
         self.pending: list[tuple[str, DocumentWrite]] = []  # embedded, waiting to be written
+        # The batch being written (in a thread) while the next ones load, embed and are analyzed.
+        self.writing: tuple[list[tuple[str, DocumentWrite]], asyncio.Task[list[IngestResult]]] | None = None
         self.batch = manager.batch_size
         self.queue_limit = manager.batch_size * manager.concurrency * EMBED_QUEUE_FACTOR
 
@@ -242,6 +244,8 @@ class _Runner:
             for task in [*loads.values(), *self.embedding]:  # interrupted: leave nothing running
                 task.cancel()
             await asyncio.gather(*loads.values(), *self.embedding, return_exceptions=True)
+            if self.writing is not None:  # a transaction under way ends (committed or not) before the run does
+                await asyncio.gather(self.writing[1], return_exceptions=True)
 
     async def start_embedding(self) -> None:
         """Send the waiting chunks to the embedder in the background; wait while too many are queued."""
@@ -272,16 +276,33 @@ class _Runner:
             await asyncio.wait(set(self.embedding), return_when=asyncio.FIRST_COMPLETED)
 
     async def write(self, *, force: bool) -> None:
-        """Write the embedded documents once a batch is full (or all of them, with ``force``)."""
+        """Write the embedded documents once a batch is full (or all of them, with ``force``): the batch is
+        started (its keyword analysis goes to the worker processes), the batch before it is written meanwhile,
+        and this one is written in the background while the run goes on (with ``force``, before returning)."""
         waiting = sum(len(w.chunks) for _, w in self.pending)
-        if not self.pending or not (force or waiting >= INGEST_BATCH_CHUNKS or
-                                    len(self.pending) >= INGEST_BATCH_DOCUMENTS):
+        if self.pending and (force or waiting >= INGEST_BATCH_CHUNKS or len(self.pending) >= INGEST_BATCH_DOCUMENTS):
+            batch, self.pending = self.pending, []
+            try:
+                started = await self.manager.begin_write([write for _, write in batch])
+            except BunkoError as exc:
+                self.fail((label for label, _ in batch), exc)
+            else:
+                await self.written()
+                self.writing = (batch, asyncio.ensure_future(self.manager.finish_write(started)))
+        if force:
+            await self.written()
+
+    async def written(self) -> None:
+        """Wait for the batch being written, if any, and report its documents (or its failure)."""
+        if self.writing is None:
             return
-        batch, self.pending = self.pending, []
+        batch, task = self.writing
         try:
-            self.report.documents.extend(await self.manager.write([write for _, write in batch]))
+            self.report.documents.extend(await task)
         except BunkoError as exc:
             self.fail((label for label, _ in batch), exc)
+        finally:
+            self.writing = None
 
 
 def document_result(report: IngestReport, document: Document) -> IngestResult:

@@ -24,7 +24,6 @@ from ..errors import ArchiveError, CollectionNotFoundError, RagCorpusNotFoundErr
 from ..stores.base import ChunkWrite, DocumentWrite, VectorStore
 from ..types import ConversationTurn, DocumentInfo, EmbedderInfo, IngestFailure, VectorRecord
 from .records import (
-    PAGE,
     Digest,
     Progress,
     Summary,
@@ -38,6 +37,9 @@ from .records import (
 )
 
 logger = logging.getLogger(__name__)
+# Documents are written in transactions of about this many chunks (or documents), as the ingest runner does.
+WRITE_CHUNKS = 2000
+WRITE_DOCUMENTS = 500
 _POSITION = frozenset({"chunk_index", "start", "end", "chunk_total", "token_count"})
 
 
@@ -49,7 +51,9 @@ class TenantWriter:
         self.progress = progress
         self.dimensions: dict[str, int] = {}
         self.batch: list[DocumentWrite] = []
+        self.batch_chunks = 0
         self.batch_collection: str | None = None
+        self.writing: Any = None  # the batch started last (``begin_write``): analyzed while the next one gathers
         self.summary = Summary(store.tenant)
         self.written: dict[str, dict[str, set[str]]] = {}  # collection -> {"documents"|"chunks": ids}, to read back
         self.conversations: list[str] = []
@@ -195,10 +199,13 @@ class TenantWriter:
             self.written.setdefault(record["name"], {"documents": set(), "chunks": set()})
         elif kind == "documents":
             collection = self._collection_of(record)
-            if self.batch_collection not in (None, collection) or len(self.batch) >= PAGE:
+            if self.batch_collection not in (None, collection):
                 self.flush()
+            elif len(self.batch) >= WRITE_DOCUMENTS or self.batch_chunks >= WRITE_CHUNKS:
+                self.flush(wait=False)
             self.batch_collection = collection
             self.batch.append(self._document(record, self.dimensions[collection]))
+            self.batch_chunks += len(record["chunks"])
             self.written[collection]["documents"].add(record["id"])
             self.summary.chunks_in_documents += len(record["chunks"])
         elif kind == "chunks":
@@ -283,25 +290,38 @@ class TenantWriter:
         return DocumentWrite(record["id"], record["source"], record.get("content_hash", ""),
                              record.get("metadata") or {}, chunks, block, version=int(record.get("version", 1)))
 
-    def flush(self) -> None:
-        """Write the batched documents that are new to the target, inside the collection's bulk load."""
-        if not self.batch:
-            return
-        collection = self.batch_collection
-        assert collection is not None
-        batch = [d for d in self.batch if self._document_is_new(collection, d)]
-        self.batch = []
-        if not batch:
-            return
-        if self.loading_collection != collection:
-            self.end_load()
-            self.loading.enter_context(self.store.bulk_load(collection))
-            self.loading_collection = collection
-        self._new(collection, "documents").extend(d.id for d in batch)
-        self.store.write_documents(collection, batch)
+    def flush(self, *, wait: bool = True) -> None:
+        """Write the batched documents that are new to the target, inside the collection's bulk load.
+
+        The batch is started (``begin_write``: its keyword analysis goes to the worker processes) and the
+        batch started before it is written meanwhile; with ``wait`` this one is written too before returning
+        (a record of another kind follows, or the import ends)."""
+        if self.batch:
+            collection = self.batch_collection
+            assert collection is not None
+            batch = [d for d in self.batch if self._document_is_new(collection, d)]
+            self.batch, self.batch_chunks = [], 0
+            if batch:
+                if self.loading_collection != collection:
+                    self.end_load()
+                    self.loading.enter_context(self.store.bulk_load(collection))
+                    self.loading_collection = collection
+                self._new(collection, "documents").extend(d.id for d in batch)
+                started = self.store.begin_write(collection, batch)
+                self._written()
+                self.writing = started
+        if wait:
+            self._written()
+
+    def _written(self) -> None:
+        """Write the batch started last, if any."""
+        if self.writing is not None:
+            started, self.writing = self.writing, None
+            self.store.finish_write(started)
 
     def end_load(self) -> None:
         """Close the open bulk load: a backend with a vector index builds or extends it now."""
+        self._written()
         self.loading.close()
         self.loading = ExitStack()
         self.loading_collection = None
@@ -344,7 +364,7 @@ class TenantWriter:
     def undo(self) -> None:
         """Delete what this writer wrote (everything it wrote was new to the target); a step that fails is logged
         and the others still run."""
-        self.batch = []
+        self.batch, self.writing = [], None  # a batch started and not written is not written now
         steps: list[tuple[str, Any]] = []
         memories = memories_of(self.store)
         for (name, user), ids in self.new_memories.items():

@@ -10,7 +10,7 @@ backend runs on behalf of a scoped store filters by that tenant.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
@@ -381,6 +381,21 @@ class VectorStore(RecordStore, Protocol):
 
     def write_documents(self, collection: str, documents: Sequence[DocumentWrite]) -> list[IngestResult]:
         """Store several documents in one transaction (the bulk-ingest path)."""
+        ...
+
+    def begin_write(self, collection: str, documents: Sequence[DocumentWrite]) -> Any:
+        """Start writing documents as ``write_documents`` does: their analysis begins, nothing is written
+        until ``finish_write``; a writer starts its next batch before it finishes this one."""
+        ...
+
+    def finish_write(self, pending: Any) -> list[IngestResult]:
+        """Write what ``begin_write`` started, in one transaction (each document whole or not at all)."""
+        ...
+
+    def write_batches(self, collection: str,
+                      batches: Iterable[Sequence[DocumentWrite]]) -> Iterator[list[IngestResult]]:
+        """Write batches in turn, each as ``write_documents`` does, analyzing the next ones meanwhile;
+        yields each batch's results once committed."""
         ...
 
     def find_by_source(self, collection: str, source: str) -> DocumentInfo | None:

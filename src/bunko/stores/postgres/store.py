@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import crashpoints
-from ...analysis import pairs_literal, token_pairs, tsvector_literal
+from ...analysis import pairs_positions_literal, tsvector_literal
 from ...errors import CollectionNotFoundError, VectorStoreError
 from ..base import DocumentWrite
 from ..sql import ChunkRow, PlannedWrite, SQLStore
@@ -45,19 +45,11 @@ _TS_POSITIONS = 16383
 _PAIR_POSITIONS = _TS_POSITIONS - 1
 
 
-def _pairs(tokens: list[str]) -> dict[str, list[int]]:
-    """Each pair "a b" of adjacent one-character tokens, with the positions of its first token."""
-    pairs: dict[str, list[int]] = {}
-    for i, term in token_pairs(tokens[:_PAIR_POSITIONS + 1]):
-        pairs.setdefault(term, []).append(i + 1)  # tsvector positions start at 1
-    return pairs
-
-
 def keyword_literals(tokens: list[str]) -> tuple[str, str]:
     """The keyword columns of a chunk's tokens: its tsvector literal (``fts``) and the tsvector literal of
     its pairs (``fts_pairs``). Its statistics terms are counted as the tsvectors hold them: every
     token, and the pairs whose first token lies before ``_PAIR_POSITIONS`` (``_pair_limit``)."""
-    return tsvector_literal(tokens), pairs_literal(_pairs(tokens))
+    return tsvector_literal(tokens), pairs_positions_literal(tokens, _PAIR_POSITIONS)
 
 
 class PostgresVectorStore(SQLStore, TenantRecords):

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import workers
+from ... import crashpoints, workers
 from ...analysis import Analyzer, built_in, get_analyzer
+from ..base import DocumentWrite
 from .postings import check_tokens
 
 # A backend's rendering of a chunk's tokens: what it stores beside the chunk (picklable by name).
@@ -128,12 +129,16 @@ def count_terms(token_lists: Sequence[list[str]], rendered: list[Any], pair_limi
             all_owner = np.concatenate([owner, owner[:-1][paired]])
     width = max(1, len(vocabulary))
     keys, tf = np.unique(all_owner * width + all_ids, return_counts=True)
-    return KeywordBatch(rendered, sizes, vocabulary, keys // width, keys % width, tf.astype(np.int64))
+    # int32 columns: half the bytes a worker sends back (a batch's chunks and vocabulary stay far below 2**31)
+    return KeywordBatch(rendered, sizes.astype(np.int32), vocabulary, (keys // width).astype(np.int32),
+                        (keys % width).astype(np.int32), tf.astype(np.int32))
 
 
 def analyze(render: Render, analyzer_name: str, texts: list[str], pair_limit: int | None) -> KeywordBatch:
     """Analyze texts with a built-in analyzer, by name (what a worker process runs)."""
-    return _analyze(render, get_analyzer(analyzer_name), texts, pair_limit)
+    analyzer = get_analyzer(analyzer_name)
+    crashpoints.reach("keywords.worker")
+    return _analyze(render, analyzer, texts, pair_limit)
 
 
 def _analyze(render: Render, analyzer: Analyzer, texts: list[str], pair_limit: int | None) -> KeywordBatch:
@@ -142,9 +147,11 @@ def _analyze(render: Render, analyzer: Analyzer, texts: list[str], pair_limit: i
 
 
 class PendingKeywords:
-    """A batch's analysis under way (in worker processes, or done already)."""
+    """A batch's analysis under way (in worker processes, or done already): cut into one part per worker,
+    or, with ``whole`` (a writer that keeps a batch per worker under way), given to one worker whole."""
 
-    def __init__(self, render: Render, analyzer: Analyzer, texts: list[str], pair_limit: int | None) -> None:
+    def __init__(self, render: Render, analyzer: Analyzer, texts: list[str], pair_limit: int | None, *,
+                 whole: bool = False) -> None:
         self._args = (render, analyzer, pair_limit)
         self._parts: list[tuple[list[str], Future[KeywordBatch]]] = []
         count = workers.worker_count()
@@ -153,7 +160,7 @@ class PendingKeywords:
             done.set_result(_analyze(render, analyzer, texts, pair_limit))
             self._parts.append((texts, done))
             return
-        parts = max(1, min(count, len(texts) // PART_MIN_CHUNKS))
+        parts = 1 if whole else max(1, min(count, len(texts) // PART_MIN_CHUNKS))
         bounds = np.linspace(0, len(texts), parts + 1).astype(int).tolist()
         for lo, hi in itertools.pairwise(bounds):
             part = texts[lo:hi]
@@ -166,4 +173,15 @@ class PendingKeywords:
                                   for part, future in self._parts]).check()
 
 
-__all__ = ["KeywordBatch", "PendingKeywords", "Render", "analyze", "count_terms"]
+@dataclass(slots=True)
+class PendingWrite:
+    """A write started (``SQLStore.begin_write``): its documents, and their analysis under way."""
+
+    collection: str
+    documents: list[DocumentWrite]
+    analyzer: Analyzer
+    analysis: PendingKeywords
+    started: float
+
+
+__all__ = ["KeywordBatch", "PendingKeywords", "PendingWrite", "Render", "analyze", "count_terms"]

@@ -19,13 +19,14 @@ import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import crashpoints
+from ... import crashpoints, workers
 from ...analysis import Analyzer, check_phrase_shapes, get_analyzer
 from ...errors import (
     AnalyzerMismatchError,
@@ -56,7 +57,7 @@ from ..base import (
 )
 from . import jobs, owners, quotas
 from .dialect import Dialect
-from .keywords import KeywordBatch, PendingKeywords
+from .keywords import KeywordBatch, PendingKeywords, PendingWrite
 from .plan import PlannedWrite, StoredDocument, plan_writes
 from .reader import DOCUMENT_JOIN, SQLReader
 
@@ -421,30 +422,40 @@ class SQLStore:
         sources, one delete of replaced chunks, one update and one insert of document rows, and
         one bulk insert of the chunks. One commit per batch is what makes bulk ingest fast.
         """
+        return self.finish_write(self.begin_write(collection, documents))
+
+    def begin_write(self, collection: str, documents: Sequence[DocumentWrite], *,
+                    analyzer: Analyzer | None = None, whole: bool = False) -> PendingWrite:
+        """Start a write: its chunks' keyword analysis begins (in the worker processes when there are
+        many) and nothing is written yet; :meth:`finish_write` writes it as ``write_documents`` does.
+        A writer starts the next batch before it finishes this one, so the workers analyze while it writes."""
         started = time.perf_counter()
         # Analysis (possibly morphological, so slow) runs before the transaction opens.
-        analyzer = self._analyzer(collection)
-        keywords = self._analyze(analyzer, [c.content for d in documents for c in d.chunks]).result()
-        return self._write_analyzed(collection, documents, analyzer, keywords, started)
+        analyzer = analyzer or self._analyzer(collection)
+        texts = [c.content for d in documents for c in d.chunks]
+        return PendingWrite(collection, list(documents), analyzer, PendingKeywords(
+            type(self)._render, analyzer, texts, self._pair_limit, whole=whole), started)
+
+    def finish_write(self, pending: PendingWrite) -> list[IngestResult]:
+        """Write a started write once its analysis is done: one transaction, whole documents."""
+        return self._write_analyzed(pending.collection, pending.documents, pending.analyzer,
+                                    pending.analysis.result(), pending.started)
 
     def write_batches(self, collection: str,
                       batches: Iterable[Sequence[DocumentWrite]]) -> Iterator[list[IngestResult]]:
         """Write batches of documents in turn, each as ``write_documents`` does (one transaction, whole
-        documents), analyzing the next batch in the worker processes while one is written; yields each
-        batch's results once it is committed."""
-        pending = iter(batches)
-        current = next(pending, None)
-        if current is None:
-            return
-        analyzer = self._analyzer(collection)
-        analysis = self._analyze(analyzer, [c.content for d in current for c in d.chunks])
-        while current is not None:
-            started = time.perf_counter()
-            following = next(pending, None)
-            upcoming = None if following is None else self._analyze(
-                analyzer, [c.content for d in following for c in d.chunks])
-            yield self._write_analyzed(collection, current, analyzer, analysis.result(), started)
-            current, analysis = following, upcoming  # type: ignore[assignment]
+        documents), yielding each batch's results once it is committed. While one batch is written the
+        next ones are analyzed, one per worker process, each by one worker whole (no join of parts)."""
+        ahead = max(1, workers.worker_count())
+        queue: deque[PendingWrite] = deque()
+        analyzer: Analyzer | None = None
+        for batch in batches:
+            queue.append(self.begin_write(collection, batch, analyzer=analyzer, whole=ahead > 1))
+            analyzer = queue[-1].analyzer
+            if len(queue) > ahead:
+                yield self.finish_write(queue.popleft())
+        while queue:
+            yield self.finish_write(queue.popleft())
 
     def _write_analyzed(self, collection: str, documents: Sequence[DocumentWrite], analyzer: Analyzer,
                         keywords: KeywordBatch, started: float) -> list[IngestResult]:
