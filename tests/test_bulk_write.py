@@ -226,3 +226,70 @@ def test_a_worker_killed_while_it_analyzes_leaves_a_whole_write(store_backend: S
         mine = [(h.content, round(h.score, 6)) for h in keyword_query(store, "c", query, 10)]
         reference = [(h.content, round(h.score, 6)) for h in keyword_query(store, "ref", query, 10)]
         assert mine == reference and mine
+
+
+class _Recording:
+    """A store that notes when a write is started and when it is written (everything else: the store's)."""
+
+    def __init__(self, store: object) -> None:
+        self._store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def begin_write(self, collection: str, documents: list) -> object:
+        self.calls.append(f"begin {len(documents)}")
+        return self._store.begin_write(collection, documents)  # type: ignore[attr-defined]
+
+    def finish_write(self, pending: object) -> list:
+        self.calls.append("finish")
+        return self._store.finish_write(pending)  # type: ignore[attr-defined]
+
+
+def test_a_copy_writes_one_batch_while_the_next_is_analyzed(store_backend: StoreBackend, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Store-to-store copies (and imports) start each batch before they write the one before it, and land
+    what a plain write would: the same chunks and keyword ranking, in the target tenant only."""
+    from bunko.portability import copy_tenant, writer
+    from bunko.stores import open_backend
+
+    monkeypatch.setattr(writer, "WRITE_CHUNKS", 80)  # 2 documents of 40 chunks a batch
+    source_backend = open_backend(f"sqlite:///{tmp_path / 'source.db'}")
+    try:
+        source = source_backend.for_tenant("acme")
+        source.ensure_collection("c", INFO)
+        source.write_documents("c", _documents(6, 40, 90))
+        target = _Recording(store_backend.for_tenant("acme-copy"))
+        summary = copy_tenant(source, target, collections=["c"])  # type: ignore[arg-type]
+        assert summary.verified
+        assert target.calls == ["begin 2", "begin 2", "finish", "begin 2", "finish", "finish"]
+        copied = store_backend.for_tenant("acme-copy")
+        assert copied.count("c") == 240
+        for query in ("東京", "文書3 第7節"):
+            assert [h.content for h in keyword_query(copied, "c", query, 10)] == \
+                [h.content for h in keyword_query(source, "c", query, 10)]
+        assert "c" not in [c.name for c in store_backend.for_tenant("acme").list_collections()]
+    finally:
+        source_backend.close()
+
+
+def test_the_ungrouped_pairs_literal_stores_the_grouped_tsvector(pg_url: str) -> None:
+    """PostgreSQL's cast merges a pair's positions: the literal of one entry per occurrence stores exactly
+    the tsvector of the pairs grouped by term (quotes and backslashes included)."""
+    import psycopg
+
+    from bunko.analysis import pairs_literal, pairs_positions_literal
+
+    analyzer = get_analyzer("combined_en")
+    token_lists = [analyzer.index_tokens(t) for t in TEXTS] + [list("水の水の水の量"), list("東'京\\都東'京"),
+                                                              ["a"], [], list("東") * 40]
+    with psycopg.connect(pg_url) as conn:
+        for tokens in token_lists:
+            for limit in (16382, 3):
+                grouped: dict[str, list[int]] = {}
+                for i, term in token_pairs(tokens[:limit + 1]):
+                    grouped.setdefault(term, []).append(i + 1)
+                stored = conn.execute("SELECT %s::tsvector::text, %s::tsvector::text",
+                                      (pairs_literal(grouped), pairs_positions_literal(tokens, limit))).fetchone()
+                assert stored[0] == stored[1], tokens
