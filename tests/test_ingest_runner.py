@@ -100,3 +100,46 @@ def test_add_document_reports_a_failure_as_a_pipeline_error(engine: Bunko) -> No
     second = scope.add_document(Document("第二版の本文です。内容が変わりました。", {"source": "api:doc"}), "notes")
     assert (first.status, second.status, second.version) == ("created", "replaced", 2)
     assert second.document_id == first.document_id and len(scope.documents("notes")) == 1
+
+
+def test_the_runner_goes_on_while_a_batch_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner writes a full batch in the background: while the first batch's transaction is held open,
+    the next batch is loaded, embedded and started (its keyword analysis begun); every document goes in."""
+    from bunko import crashpoints, ingest
+    from bunko.stores.sql.store import SQLStore
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"note{i:02d}.txt").write_text(f"メモ{i}: 非常用の水を{i + 1}本備えます。", encoding="utf-8")
+    monkeypatch.setattr(ingest, "INGEST_BATCH_DOCUMENTS", 4)
+    started: list[int] = []
+    second = threading.Event()
+    begin = SQLStore.begin_write
+
+    def counting(self: SQLStore, collection: str, documents: list, **options: object) -> object:
+        started.append(len(documents))
+        if len(started) >= 2:
+            second.set()
+        return begin(self, collection, documents, **options)  # type: ignore[arg-type]
+
+    seen_while_writing: list[bool] = []
+
+    def hold_the_first_write() -> None:
+        if not seen_while_writing:  # the first transaction: wait (a hang guard, not a measurement) for the next
+            seen_while_writing.append(second.wait(timeout=120))
+
+    monkeypatch.setattr(SQLStore, "begin_write", counting)
+    crashpoints.on("store.write.begin", hold_the_first_write)
+    try:
+        with OpenAIFake(api_key=KEY) as server:
+            embedder = get_embedder("openai:text-embedding-3-small", base_url=server.url + "/v1", api_key=KEY,
+                                    dimensions=8, batch_size=2, concurrency=2)
+            with Bunko(f"sqlite:///{tmp_path / 'c.db'}", embedder=embedder) as engine:
+                report = engine.tenant("acme").ingest([folder], "notes")
+                count = engine.backend.for_tenant("acme").count("notes")
+    finally:
+        crashpoints.on("store.write.begin", None)
+    assert seen_while_writing == [True], "the next batch was not started while the first was written"
+    assert report.errors == [] and len(report.documents) == 12 and count == 12
+    assert started == [4, 4, 4]
