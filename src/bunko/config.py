@@ -355,6 +355,15 @@ class PostgresSettings(Section):
     pool_timeout: Annotated[float, Env("BUNKO_PG_POOL_TIMEOUT"), Field(gt=0, le=600)] = 10.0
     # Seconds a new connection may take to be established (a server that accepts but does not answer).
     connect_timeout: Annotated[int, Env("BUNKO_PG_CONNECT_TIMEOUT"), Field(ge=2, le=600)] = 10
+    # A connection that goes silent (the server's machine or the network gone, no reset): libpq's TCP options.
+    # Data sent and not acknowledged for tcp_user_timeout seconds fails the statement (0: the kernel's default,
+    # about 15 minutes of retransmissions); an idle connection is probed after keepalives_idle seconds, every
+    # keepalives_interval seconds, and given up after keepalives_count probes unanswered. TCP only (not a Unix
+    # socket); options the URL sets itself win.
+    tcp_user_timeout: Annotated[float, Env("BUNKO_PG_TCP_USER_TIMEOUT"), Field(ge=0, le=3600)] = 30.0
+    keepalives_idle: Annotated[int, Env("BUNKO_PG_KEEPALIVES_IDLE"), Field(ge=1, le=7200)] = 30
+    keepalives_interval: Annotated[int, Env("BUNKO_PG_KEEPALIVES_INTERVAL"), Field(ge=1, le=600)] = 10
+    keepalives_count: Annotated[int, Env("BUNKO_PG_KEEPALIVES_COUNT"), Field(ge=1, le=100)] = 3
     hnsw_m: Annotated[int, Env("BUNKO_PG_HNSW_M"), Field(ge=2, le=100)] = 16
     # Graph quality (fixed per collection when its index is built) and search breadth. At 100,000 chunks of
     # benchmarks/bench_search.py, recall@10 of plain vector search was 0.71-0.79 with the former (64, 100)
