@@ -579,6 +579,35 @@ def test_an_embedding_provider_down_fails_searches_and_uploads_with_a_typed_erro
     assert fake.requests_to("/embeddings")
 
 
+def test_a_hung_hosted_embedder_fails_after_the_configured_timeout_and_retries(
+        provider: tuple[OpenAIFake, FaultProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[embedder] timeout`` and ``max_retries`` (here from the environment) bound a hosted embedder that accepts
+    connections and never answers: a search fails with EMBEDDING_TIMEOUT after 1 + max_retries tries of the
+    configured timeout each (not the provider's 5 x 60 s); released, the same engine searches again."""
+    from bunko.errors import EmbeddingTimeoutError
+
+    fake, proxy = provider
+    monkeypatch.setenv("BUNKO_EMBEDDER", "openai-compatible:embed-1")
+    monkeypatch.setenv("BUNKO_EMBEDDER_BASE_URL", f"http://127.0.0.1:{proxy.port}/v1")
+    monkeypatch.setenv("BUNKO_EMBEDDER_TIMEOUT", "0.5")
+    monkeypatch.setenv("BUNKO_EMBEDDER_MAX_RETRIES", "1")
+    with Bunko(f"sqlite:///{tmp_path / 's.db'}") as engine:
+        assert (engine.embedder.core.timeout, engine.embedder.core.retry.max_retries) == (0.5, 1)
+        tenant = engine.tenant("acme")
+        assert tenant.ingest([EXAMPLES], "bousai").errors == []
+        proxy.hold()  # connections accepted, never answered
+        before = proxy.accepted
+        with pytest.raises(BunkoError) as hung:
+            tenant.search("停電に備えて何を用意する？", collection="bousai", mode="vector")
+        failure = _provider_failure(hung.value)
+        assert isinstance(failure, EmbeddingTimeoutError) and failure.code == "EMBEDDING_TIMEOUT", hung.value
+        assert "within 0.5s" in str(failure), failure
+        assert proxy.accepted - before == 2  # the first try and one retry
+        proxy.release()
+        assert tenant.search("停電に備えて何を用意する？", collection="bousai", mode="vector")
+    assert fake.requests_to("/embeddings")
+
+
 # -- an upgrade while the older version runs ---------------------------------------------------------------------
 def test_an_upgrade_refuses_while_other_sessions_are_connected(pg_server: PostgresServer, tmp_path: Path) -> None:
     """One migration pending and a session of "the older version" connected: `bunko db migrate` (and a server of
