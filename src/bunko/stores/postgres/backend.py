@@ -67,6 +67,23 @@ def disk_full(exc: Any) -> bool:
     return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
 
 
+_TCP_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+
+
+def tcp_options(conninfo: str, settings: PostgresSettings) -> dict[str, Any]:
+    """libpq's TCP options for a connection that goes silent (``[postgres] tcp_user_timeout``, ``keepalives_*``):
+    keepalive probes on idle connections, and a bound on data left unacknowledged, so a statement on a
+    connection whose server or network vanished without a reset fails (``TransientStoreError``) instead of
+    waiting for the kernel to give up (about 15 minutes). Options the URL sets itself are kept as they are."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    options: dict[str, Any] = {"keepalives": 1, "keepalives_idle": settings.keepalives_idle,
+                               "keepalives_interval": settings.keepalives_interval,
+                               "keepalives_count": settings.keepalives_count}
+    if settings.tcp_user_timeout > 0:
+        options["tcp_user_timeout"] = max(1, round(settings.tcp_user_timeout * 1000))  # milliseconds
+    return {name: value for name, value in options.items() if name not in given and name in _TCP_OPTIONS}
+
+
 class PostgresBackend(SQLBackend):
     """A PostgreSQL database that hands out tenant-bound stores."""
 
@@ -93,7 +110,9 @@ class PostgresBackend(SQLBackend):
             # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
             # one restriction size) would stick to the connection; custom plans fit each query.
             # A server that accepts a connection but does not answer fails it after connect_timeout.
-            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout},
+            # A connection gone silent fails its statement after tcp_user_timeout (see tcp_options).
+            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout,
+                    **tcp_options(conninfo, self.settings)},
             # A connection the server dropped (restart, idle timeout) is replaced on checkout; finding one
             # sends every idle connection to be checked (see _check_connection).
             check=self._check_connection,

@@ -31,6 +31,7 @@ from .migrations_tenancy import (
     M018_FAIR_CLAIMS,
     M019_JOB_REUSE,
     M020_TENANT_QUOTAS,
+    M021_OPERATOR_KEYS,
 )
 
 logger = logging.getLogger(__name__)
@@ -240,6 +241,10 @@ _GRANTS = [
         END IF;
         IF to_regclass('bunko.tenant_quotas') IS NOT NULL THEN  -- quotas: the operator's (m020)
             REVOKE INSERT, UPDATE, DELETE ON bunko.tenant_quotas FROM {APP_ROLE};
+        END IF;
+        IF to_regclass('bunko.operator_keys') IS NOT NULL THEN  -- operator keys: through functions only (m021)
+            REVOKE ALL ON bunko.operator_keys FROM {APP_ROLE};
+            REVOKE ALL ON SEQUENCE bunko.operator_keys_id_seq FROM {APP_ROLE};
         END IF;
     END
     $do$""",
@@ -665,6 +670,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m018_fair_job_claims", M018_FAIR_CLAIMS),
     ("m019_job_chunk_reuse", M019_JOB_REUSE),
     ("m020_tenant_quotas", M020_TENANT_QUOTAS),
+    ("m021_operator_keys", M021_OPERATOR_KEYS),
 ]
 
 BOOTSTRAP = [
