@@ -416,7 +416,7 @@ class SQLiteSettings(Section):
     # The graph's search breadth up to ann_ef_search_rows chunks; past it, ann_ef_search * sqrt(chunks /
     # ann_ef_search_rows) (0: never wider), at most 8,192. At 100,000 chunks of benchmarks/bench_search.py
     # (bf16 graph), three builds: recall@10 0.991-0.995 at 640, 0.993-0.995 at 768. docs/ARCHITECTURE.md.
-    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 768
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 640
     ann_ef_search_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH_ROWS"), Field(ge=0)] = 100_000
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
 

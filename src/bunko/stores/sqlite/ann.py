@@ -60,7 +60,7 @@ class AnnConfig:
     """The knobs of approximate search (``[sqlite]`` settings)."""
 
     min_rows: int = 20_000  # a collection this large gets a graph; below it searches scan
-    ef_search: int = 768  # graph search breadth up to ``ef_search_rows`` chunks
+    ef_search: int = 640  # graph search breadth up to ``ef_search_rows`` chunks
     ef_search_rows: int = 100_000  # past this many chunks the breadth grows with the square root of the size
     candidates: int = 100  # candidates re-ranked by the exact vectors (at least top_k)
 
