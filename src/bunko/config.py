@@ -415,7 +415,9 @@ class SQLiteSettings(Section):
     ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
     # The graph's search breadth up to ann_ef_search_rows chunks; past it, ann_ef_search * sqrt(chunks /
     # ann_ef_search_rows) (0: never wider), at most 8,192. At 100,000 chunks of benchmarks/bench_search.py
-    # (bf16 graph), three builds: recall@10 0.991-0.995 at 640, 0.993-0.995 at 768. docs/ARCHITECTURE.md.
+    # (bf16 graph), four builds: recall@10 0.991-0.995 at 640, 0.993-0.996 at 768. At a million chunks
+    # (breadth 2,024) recall is 0.865: no breadth reaches 0.99 below the exact scan's cost there.
+    # docs/ARCHITECTURE.md.
     ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 640
     ann_ef_search_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH_ROWS"), Field(ge=0)] = 100_000
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
