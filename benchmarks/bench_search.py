@@ -181,9 +181,20 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
         return {"graph": False, "min_rows": ann.config.min_rows}
     graph = graphs[0]
     _log(f"  HNSW graph {'loaded' if saved else 'built'}: waited {ready_s:.1f} s after the first searches")
+    snapshot = backend.matrices.snapshot(graph.identity.collection_pk)
     return {"graph": True, "loaded_from_file": saved, "waited_for_graph_s": round(ready_s, 2),
             "memory_mb": round(graph.index.memory_usage / 2**20, 1), "vectors": len(graph),
-            "ef_search": ann.config.ef_search, "candidates": ann.config.candidates, "min_rows": ann.config.min_rows}
+            "matrix_mb": None if snapshot is None else round(snapshot.vectors.nbytes / 2**20, 1),
+            "process_rss_mb": _rss_mb(), "ef_search": ann.config.ef_search,
+            "breadth": ann.config.breadth(len(graph), max(TOP_K, ann.config.candidates))
+            if hasattr(ann.config, "breadth") else ann.config.ef_search,  # (the code before it came)
+            "candidates": ann.config.candidates, "min_rows": ann.config.min_rows}
+
+
+def _rss_mb() -> dict[str, float]:
+    """The process's resident set now and at its peak (MB): the benchmark's own copy of the vectors included."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {key: round(int(fields[name].split()[0]) / 1024, 1) for key, name in (("now", "VmRSS"), ("peak", "VmHWM"))}
 
 
 def _write_to_found(store: Any, matrix: np.ndarray, rng: np.random.Generator) -> float:

@@ -429,10 +429,13 @@ class SQLiteSettings(Section):
     ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
     # Below 20,000 chunks the exact scan takes about a millisecond, what the graph takes at this breadth.
     ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
-    # At 100,000 chunks of benchmarks/bench_search.py: recall@10 0.995-0.997 and vector p50 2.83 ms at
-    # 1024; at 512, 1.75 ms but recall 0.976-0.993 from one build of the graph to the next (Chroma:
-    # 0.993 at 1.99 ms with ef 1000). docs/ARCHITECTURE.md.
-    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 1024
+    # The graph's search breadth up to ann_ef_search_rows chunks; past it, ann_ef_search * sqrt(chunks /
+    # ann_ef_search_rows) (0: never wider), at most 8,192. At 100,000 chunks of benchmarks/bench_search.py
+    # (bf16 graph), four builds: recall@10 0.991-0.995 at 640, 0.993-0.996 at 768. At a million chunks
+    # (breadth 2,024) recall is 0.865: no breadth reaches 0.99 below the exact scan's cost there.
+    # docs/ARCHITECTURE.md.
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 640
+    ann_ef_search_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH_ROWS"), Field(ge=0)] = 100_000
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
 
     @classmethod

@@ -94,7 +94,9 @@ class SQLiteBackend(SQLBackend):
         self.ann_folder = None if self.path == ":memory:" else Path(self.path + "-ann")
         self.ann: Maintainer | None = None
         if HAVE_ANN and self.settings.ann:
-            config = AnnConfig(self.settings.ann_min_rows, self.settings.ann_ef_search, self.settings.ann_candidates)
+            settings = self.settings
+            config = AnnConfig(settings.ann_min_rows, settings.ann_ef_search, settings.ann_ef_search_rows,
+                               settings.ann_candidates)
             self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
                                   self.matrices.snapshot)
         self.postings = PostingsTable(SQLITE)
