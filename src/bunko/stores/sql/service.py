@@ -78,7 +78,7 @@ class SQLServiceRecords:
         """The store as this backend's SQL store of the same tenant."""
         if isinstance(store, SQLStore) and store.served_by(self.backend):
             return store
-        return self.backend.for_tenant(store.tenant)
+        return self.backend.for_tenant(store.tenant).for_user(store.user)
 
     def create_tenant(self, tenant: str) -> bool:
         """Register a tenant; False if it already existed."""
@@ -293,7 +293,9 @@ class SQLServiceRecords:
                 before_commit()
 
     def _fail_abandoned(self, scoped: SQLStore) -> None:
-        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died)."""
+        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died): the tenant's
+        upkeep, whichever user's read found them, so it acts for the whole tenant."""
+        scoped = scoped.for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             for uid, attempts in scoped.run(
                     conn, "SELECT uid, attempts FROM jobs WHERE tenant_id = ? AND status = 'processing' "
@@ -444,8 +446,9 @@ class SQLServiceRecords:
                                   (tenant_pk, *params)).rowcount)
 
     def delete_collection_jobs(self, store: VectorStore, collection: str) -> list[str]:
-        """Delete the jobs of a collection of the store's tenant; returns their ids."""
-        scoped = self._scoped(store)
+        """Delete the jobs of a collection of the store's tenant; returns their ids. Every user's: the collection
+        goes (the caller decided who may delete it), so this acts for the whole tenant."""
+        scoped = self._scoped(store).for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
