@@ -49,6 +49,22 @@ def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine:
     assert sorted(store.conversations.ids()) == ["c1", "t:c1"]
 
 
+def test_the_stores_of_a_tenants_users_learn_its_row_id_once(engine: Bunko) -> None:
+    """A request's scope is a new store acting for its user: it must not look the tenant up again each time."""
+    from bunko.testing.hooks import counting
+
+    tenant = engine.tenant("acme")
+    alice = tenant.for_user("alice")  # made before anyone knew the tenant's row
+    alice.upsert("docs", [{"content": TEXT}])
+    engine.flush_usage()
+    with counting(engine.backend) as counts:
+        tenant.for_user("bob").search("水は何日分", "docs")
+        tenant.for_user("alice").conversations().append("c1", [])
+        tenant.search("水は何日分", "docs")
+        engine.flush_usage()
+    assert counts.delta.get("tenant_lookups", 0) == 0 and counts.delta["read_transactions"] > 0
+
+
 def test_jobs_go_first_then_the_data_then_the_spooled_files(engine: Bunko, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     tenant = Tenant(engine, engine.backend.for_tenant("acme"), spool=spool)

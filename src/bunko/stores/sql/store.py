@@ -175,6 +175,15 @@ class SQLBackend(ABC):
         """The HTTP server's records (API keys, rate windows, jobs, erasure) in this database."""
 
 
+class _TenantRow:
+    """The row id of a store's tenant, learnt once and shared by the store and its copies acting for users."""
+
+    __slots__ = ("pk",)
+
+    def __init__(self) -> None:
+        self.pk: int | None = None
+
+
 class SQLStore:
     """The store contract over a SQL database, bound to one tenant. Backends subclass it."""
 
@@ -192,7 +201,8 @@ class SQLStore:
         self._backend = backend
         self._tenant = tenant
         self._user: str | None = None  # the user its transactions act for (see for_user)
-        self._tenant_id: int | None = None  # the tenant's row id, once a transaction that saw it committed
+        # The tenant's row id, once a transaction that saw it committed; shared with the copies for_user makes.
+        self._tenant_row = _TenantRow()
         self._d = backend.dialect
 
     @property
@@ -254,7 +264,7 @@ class SQLStore:
         store's user (:meth:`for_user`), or else for ``user`` when given (a repository whose call names its user,
         as agent memories do); a store bound to a user never works for another.
         """
-        known = self._tenant_id
+        known = self._tenant_row.pk
         pk = known
         self._backend.counters.add("write_transactions" if write or create else "read_transactions")
         acting = self._user if self._user is not None else user
@@ -265,7 +275,7 @@ class SQLStore:
                     self._backend.bind_tenant(conn, pk)
             yield conn, pk
         if known is None and pk is not None:  # only a committed row id is remembered
-            self._tenant_id = pk
+            self._tenant_row.pk = pk
 
     def run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> Any:
         """Execute a core statement (``?`` placeholders, unqualified tables) in this backend's dialect."""
@@ -277,6 +287,7 @@ class SQLStore:
             self._d.executemany(conn, self._d.sql(statement), rows)
 
     def _find_tenant(self, conn: Any, create: bool) -> int | None:
+        self._backend.counters.add("tenant_lookups")
         row = self.run(conn, "SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
         if row is None and create:
             self.run(conn, "INSERT INTO tenants (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (self._tenant,))
