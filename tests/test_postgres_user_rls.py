@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bunko.errors import VectorStoreError
+from bunko.errors import ForbiddenError, VectorStoreError
 from bunko.stores.postgres import PostgresBackend
 from bunko.stores.service import Job
 from bunko.stores.sql.memory import MemoryWrite
@@ -189,6 +189,16 @@ def test_erasure_by_the_admin_and_by_the_user_itself(backend: PostgresBackend) -
             assert owners(conn, table) == ([] if table == "memories" else [None]), table
     with backend.for_tenant("other").session() as (conn, _):
         assert owners(conn, "search_logs") == [None, "u1", "u2"]
+
+
+def test_a_store_acting_for_a_user_erases_no_other_user(backend: PostgresBackend) -> None:
+    """Documents are no policy's to guard (every user reads them): erasing another user through a store acting
+    for a user is refused before anything is deleted."""
+    records = backend.service_records()
+    with pytest.raises(ForbiddenError):
+        records.erase_user(backend.for_tenant("acme").for_user("u1"), "u2")
+    with backend.for_tenant("acme").session() as (conn, _):
+        assert owners(conn, "jobs") == [None, "u1", "u2"]
 
 
 def test_upgrading_to_user_rls_keeps_existing_rows(pg_server) -> None:

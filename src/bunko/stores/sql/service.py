@@ -13,7 +13,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, UploadInProgressError, VectorStoreError
+from ...errors import (
+    ConfigError,
+    DocumentNotFoundError,
+    ForbiddenError,
+    NotFoundError,
+    UploadInProgressError,
+    VectorStoreError,
+)
 from ..base import VectorStore
 from ..quotas import QUOTA_NAMES, Quota
 from ..service import (
@@ -460,6 +467,8 @@ class SQLServiceRecords:
         and agent memories."""
         check_user_id(user_id)
         scoped = self._scoped(store)
+        if scoped.user is not None and scoped.user != user_id:  # documents are not the user policies' to guard
+            raise ForbiddenError(f"a store acting for user {scoped.user!r} may erase only that user's data")
         with scoped.session() as (conn, tenant_pk):
             document_ids = [] if tenant_pk is None else [r[0] for r in scoped.run(
                 conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND user_id = ?", (tenant_pk, user_id))]
