@@ -3,7 +3,8 @@ tenant of each transaction set for row-level security; schema checks, and HNSW b
 
 Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` (or ``--db``) at
 ``postgresql://...``. Isolation (R15): every statement filters by ``tenant_id``, and row-level security
-checks the per-transaction setting ``bunko.tenant_id`` on every tenant table. The pool runs as
+checks the per-transaction setting ``bunko.tenant_id`` on every tenant table (and ``bunko.user_id``, when a
+transaction acts for a user, on the per-user tables). The pool runs as
 ``bunko_app`` (``SET ROLE`` when the login role is a superuser or may bypass RLS), so even a query that
 forgot its predicate returns nothing.
 """
@@ -302,16 +303,20 @@ class PostgresBackend(SQLBackend):
             return conn.execute(query).fetchone()[0]
 
     @contextmanager
-    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True) -> Iterator[Any]:
-        """A pooled connection in a transaction with the tenant settings RLS checks.
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True,
+                    user: str | None = None) -> Iterator[Any]:
+        """A pooled connection in a transaction with the tenant and user settings RLS checks.
 
-        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows).
+        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows). ``user``
+        binds the user the transaction acts for (``bunko.user_id``, m022): the per-user tables then show
+        and change only that user's rows; None leaves it empty (a tenant or admin key: the tenant's rows).
         """
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute(
-                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true)",
-                    (tenant or "", "" if tenant_pk is None else str(tenant_pk)),
+                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true), "
+                    "set_config('bunko.user_id', %s, true)",
+                    (tenant or "", "" if tenant_pk is None else str(tenant_pk), user or ""),
                 )
                 yield conn
         except psycopg.errors.UndefinedFile as exc:

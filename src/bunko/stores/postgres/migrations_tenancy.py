@@ -201,5 +201,43 @@ M021_OPERATOR_KEYS = [
     "FROM PUBLIC",
 ]
 
+# m022: row-level security for per-user rows inside a tenant. A transaction acting for a user (an API key's, an
+# upload job's, a memory call's: ``SQLStore.for_user``) sets ``bunko.user_id`` beside ``bunko.tenant_id``; a
+# tenant or admin key leaves it empty, and then the tenant policy alone applies (erasure of a user by an admin
+# key, the tenant's search log, claims). These policies are RESTRICTIVE: a row must pass them AND the tenant's.
+# - memories, conversation_turns, search_logs are the user's own: a transaction acting for a user sees, changes
+#   and writes only rows of that user; rows without a user (a tenant key's conversations and searches) are the
+#   tenant's and hidden from it too.
+# - jobs and usage_records are read by every key of the tenant (the document list, the same-name upload check,
+#   the upload quota, the tenant's usage), so only their writes are the user's: a transaction acting for a user
+#   inserts rows of that user only, and updates or deletes only its own.
+# Conversations keep their user in the id's namespace (``u.<user>:``); a generated column spells it out.
+_USER = "NULLIF(current_setting('bunko.user_id', true), '')"
+_MINE = f"({_USER} IS NULL OR user_id = {_USER})"
+
+
+def _user_rls(table: str) -> list[str]:
+    return [f"CREATE POLICY user_isolation ON bunko.{table} AS RESTRICTIVE USING {_MINE} WITH CHECK {_MINE}"]
+
+
+def _user_writes(table: str) -> list[str]:
+    return [
+        f"CREATE POLICY user_insert ON bunko.{table} AS RESTRICTIVE FOR INSERT WITH CHECK {_MINE}",
+        f"CREATE POLICY user_update ON bunko.{table} AS RESTRICTIVE FOR UPDATE USING {_MINE} WITH CHECK {_MINE}",
+        f"CREATE POLICY user_delete ON bunko.{table} AS RESTRICTIVE FOR DELETE USING {_MINE}",
+    ]
+
+
+M022_USER_RLS = [
+    "ALTER TABLE bunko.conversation_turns ADD COLUMN user_id text GENERATED ALWAYS AS "
+    "(CASE WHEN conversation_id LIKE 'u.%:%' THEN NULLIF(split_part(substr(conversation_id, 3), ':', 1), '') END) "
+    "STORED",
+    *_user_rls("memories"),
+    *_user_rls("conversation_turns"),
+    *_user_rls("search_logs"),
+    *_user_writes("jobs"),
+    *_user_writes("usage_records"),
+]
+
 __all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE", "M020_TENANT_QUOTAS",
-           "M021_OPERATOR_KEYS"]
+           "M021_OPERATOR_KEYS", "M022_USER_RLS"]

@@ -91,7 +91,7 @@ class SQLServiceRecords:
         """The store as this backend's SQL store of the same tenant."""
         if isinstance(store, SQLStore) and store.served_by(self.backend):
             return store
-        return self.backend.for_tenant(store.tenant)
+        return self.backend.for_tenant(store.tenant).for_user(store.user)
 
     def create_tenant(self, tenant: str) -> bool:
         """Register a tenant; False if it already existed."""
@@ -380,7 +380,9 @@ class SQLServiceRecords:
                 before_commit()
 
     def _fail_abandoned(self, scoped: SQLStore) -> None:
-        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died)."""
+        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died): the tenant's
+        upkeep, whichever user's read found them, so it acts for the whole tenant."""
+        scoped = scoped.for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             for uid, attempts in scoped.run(
                     conn, "SELECT uid, attempts FROM jobs WHERE tenant_id = ? AND status = 'processing' "
@@ -531,8 +533,9 @@ class SQLServiceRecords:
                                   (tenant_pk, *params)).rowcount)
 
     def delete_collection_jobs(self, store: VectorStore, collection: str) -> list[str]:
-        """Delete the jobs of a collection of the store's tenant; returns their ids."""
-        scoped = self._scoped(store)
+        """Delete the jobs of a collection of the store's tenant; returns their ids. Every user's: the collection
+        goes (the caller decided who may delete it), so this acts for the whole tenant."""
+        scoped = self._scoped(store).for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
@@ -544,6 +547,8 @@ class SQLServiceRecords:
         and agent memories."""
         check_user_id(user_id)
         scoped = self._scoped(store)
+        if scoped.user is not None and scoped.user != user_id:  # documents are not the user policies' to guard
+            raise ForbiddenError(f"a store acting for user {scoped.user!r} may erase only that user's data")
         with scoped.session() as (conn, tenant_pk):
             document_ids = [] if tenant_pk is None else [r[0] for r in scoped.run(
                 conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND user_id = ?", (tenant_pk, user_id))]

@@ -140,9 +140,11 @@ class SQLiteBackend(SQLBackend):
         return conn
 
     @contextmanager
-    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool) -> Iterator[sqlite3.Connection]:
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool,
+                    user: str | None = None) -> Iterator[sqlite3.Connection]:
         """A read (``BEGIN``) or write transaction on this thread's connection; SQLite errors become
-        ``VectorStoreError``. Tenants are not checked by SQLite: every statement filters by tenant."""
+        ``VectorStoreError``. Tenants and users are not checked by SQLite (no row security): every statement
+        filters by tenant, and every statement on a per-user table by user."""
         try:
             if write:
                 with self._write() as conn:
