@@ -1,6 +1,7 @@
-"""The legs of a hybrid search run at the same time (``bunko.search.session.collect_legs``), on both stores:
-the same hits as one after the other, one transaction per leg through the same tenant-bound store (no other
-tenant's chunk reaches either leg), and a leg's failure comes back typed."""
+"""The legs of a hybrid search run at the same time (``bunko.search.session.collect_legs``; PostgreSQL's
+default, SQLite's on request), on both stores: the same hits as one after the other, one transaction per
+leg through the same tenant-bound store (no other tenant's chunk reaches either leg), and a leg's failure
+comes back typed."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_concurrent_legs_return_what_sequential_legs_return_one_transaction_per_
             legs = _legs(engine, store, query, restriction)
             sequential = collect_legs(store, row, legs, concurrent=False)
             with counting(engine.backend) as counts:
-                concurrent = collect_legs(store, row, legs)
+                concurrent = collect_legs(store, row, legs, concurrent=True)
             assert sequential.hits, query
             assert [(h.chunk_id, h.score, h.metadata.get("legs")) for h in concurrent.hits] == \
                 [(h.chunk_id, h.score, h.metadata.get("legs")) for h in sequential.hits], query
@@ -79,7 +80,7 @@ def test_a_hybrid_search_with_concurrent_legs_sees_only_its_tenant(engine: Bunko
         for query in QUERIES:
             legs = _legs(engine, store, query)
             legs.top_k = legs.depth = 20
-            collected = collect_legs(store, row, legs)
+            collected = collect_legs(store, row, legs, concurrent=True)
             assert collected.hits and {h.metadata["tag"] for h in collected.hits} == {tag}, (tenant, query)
             assert len(collected.hits) <= count and collected.ranked == len(collected.hits)
         hits = engine.tenant(tenant).search("水の備蓄", mode="hybrid", top_k=20).results
@@ -113,6 +114,11 @@ def test_a_failing_leg_fails_the_hybrid_search_typed_and_keeps_the_store_usable(
                     asyncio.run(retriever.run("水の備蓄 water", top_k=3, mode="hybrid"))
                 assert isinstance(caught.value.__cause__, BunkoError), kind
                 assert "keyword_postings" in caught.value.message or "permission" in caught.value.message
+            legs = _legs(engine, acme.store, "水の備蓄 water")
+            for concurrent in (True, False):  # the leg's own error, whichever way the legs run
+                with pytest.raises(BunkoError) as raised:
+                    collect_legs(acme.store, acme.store.read_collection("default"), legs, concurrent=concurrent)
+                assert not isinstance(raised.value, RetrievalError), kind
             # The vector leg alone still answers, on the connections the failed searches gave back.
             for _ in range(12):
                 assert asyncio.run(retriever.run("水の備蓄", top_k=3, mode="vector")).hits

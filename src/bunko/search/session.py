@@ -173,7 +173,7 @@ def _vector_side(store: SearchPort, row: CollectionRow, legs: Legs, meeting: _Me
 
 
 def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None,
-                 concurrent: bool = True) -> Collected:
+                 concurrent: bool | None = None) -> Collected:
     """:func:`collect` over a tenant-bound store; in hybrid mode the two legs run at the same time.
 
     The vector leg runs in a worker thread, the keyword leg in this one (both drivers let go of the GIL
@@ -183,8 +183,11 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     read transactions (the row, two legs) and no thread holds a connection while it waits for another:
     a search cannot wait on a pool it holds part of. A leg's error is raised as it is (the keyword leg's
     first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
-    transaction, in turn (:func:`collect`).
+    transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
+    yes, SQLite no, by measurement).
     """
+    if concurrent is None:
+        concurrent = bool(getattr(store, "concurrent_legs", False))
     if not (concurrent and legs.vector is not None and legs.keyword and legs.fusion is not None):
         with store.reader(row) as reader:
             return collect(reader, legs, vectors=vectors)

@@ -184,6 +184,9 @@ class SQLStore:
     _document_chunks = "d.chunk_count"
     # The search port of this backend (see bunko.stores.sql.reader).
     _reader = SQLReader
+    # Whether a hybrid search runs its two legs at the same time, each in a transaction of its own
+    # (bunko.search.session.collect_legs): where the legs wait on a database server, not on this process.
+    concurrent_legs = False
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
