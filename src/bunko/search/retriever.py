@@ -1,12 +1,13 @@
 """``Retriever``: a search of one collection of a tenant-bound store, as stages over candidates (R18–R22, R28).
 
 1. The collection row is read once (embedder check, fusion settings, the write counter): the first of
-   the search's two store transactions.
+   the search's two store transactions (three for a hybrid search whose store runs its legs at once).
 2. A cached result for the same request and write counter is returned as is (R37).
 3. The question is embedded once (or its embedding taken from the cache), outside any transaction.
 4. The legs -- the vector leg and the keyword leg, each ranking chunk keys with the restriction
-   compiled once -- run at the same time in hybrid mode, each in a read transaction of its own through
-   the same tenant-bound store; they are fused (:mod:`bunko.search.fusion`) and the text and metadata
+   compiled once -- run in one read transaction in turn, or in hybrid mode on a store that prefers it
+   (PostgreSQL) at the same time, each in a read transaction of its own through the same tenant-bound
+   store; they are fused (:mod:`bunko.search.fusion`) and the text and metadata
    of what the fusion returns are read once (:func:`bunko.search.session.collect_legs`). A leg with
    weight 0 is not run.
 5. When near-duplicate removal, a reranker or MMR trims the list, the candidate pool (a few times

@@ -1,21 +1,26 @@
-"""One search, one read of its collection: the legs and the hydration of the result in one store transaction.
+"""One search, one read of its collection: the legs, then the hydration of the result, once.
 
-A search of a collection costs its store two transactions and one read of the collection's row:
+A search of a collection costs its store two transactions (three for a hybrid search with its legs at
+the same time) and one read of the collection's row:
 
 1. the row is read (``store.read_collection``): the embedder check, the cache key and the legs all
    work from it;
 2. after the question is embedded (outside any transaction), one read transaction
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
-   once -- fuses them, and reads the text and metadata of the chunks it returns, once.
+   once -- fuses them, and reads the text and metadata of the chunks it returns, once. On a store
+   whose ``concurrent_legs`` is true (PostgreSQL) a hybrid search runs each leg in a transaction of its
+   own, at the same time, and the leg that finishes second fuses and reads the hits in its own
+   (:func:`collect_legs`).
 
-:func:`collect` is the second step; :func:`vector_query` and :func:`keyword_query` are a leg and its
-hits on their own (R14's query by vector, the keyword leg alone), with ``explain`` telling how the leg
-searched.
+:func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
+:func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by
+vector, the keyword leg alone), with ``explain`` telling how the leg searched.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -128,6 +133,15 @@ def _pool() -> ThreadPoolExecutor:
         if _legs_pool is None:
             _legs_pool = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="bunko-leg")
         return _legs_pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not there, so the child starts a pool of its own."""
+    global _legs_pool, _legs_lock
+    _legs_pool, _legs_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 class _Meeting:
