@@ -1,7 +1,6 @@
-"""The legs of a hybrid search run at the same time (``bunko.search.session.collect_legs``; PostgreSQL's
-default, SQLite's on request), on both stores: the same hits as one after the other, one transaction per
-leg through the same tenant-bound store (no other tenant's chunk reaches either leg), and a leg's failure
-comes back typed."""
+"""The legs of a hybrid search run at the same time (``bunko.search.session.collect_legs``), on both stores:
+the same hits as one after the other, one transaction per leg through the same tenant-bound store (no other
+tenant's chunk reaches either leg), and a leg's failure comes back typed."""
 
 from __future__ import annotations
 

@@ -71,11 +71,6 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     _backend: PostgresBackend
     _collection_extra = ", keyword_tokens, NULL"
     _reader = PostgresReader
-    # Both legs wait on the server most of their time: at 100,000 chunks of benchmarks/bench_search.py a
-    # hybrid search took 19.1 ms with its legs at the same time against 22.5 ms one after the other
-    # (docs/ARCHITECTURE.md "Hybrid legs at the same time"); SQLite's legs run in this process and are
-    # slower so (15.2 against 12.9 ms).
-    concurrent_legs = True
 
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
         super().__init__(backend, tenant)
