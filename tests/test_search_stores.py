@@ -507,6 +507,7 @@ def test_cached_postings_follow_writes_deletes_and_tenants(store_backend: StoreB
         return sorted(h.content for h in keyword_query(store, "docs", query, 10))
 
     assert found(a) == ["備蓄 water storage one"]
+    assert store_backend.postings.cache.held_bytes > 0  # type: ignore[attr-defined]
     assert found(b) == ["備蓄 water storage bee"] * 3
     assert found(a) == ["備蓄 water storage one"]  # from the cache now: still tenant A's own
     a.write_documents("docs", [make_document("a2.txt", ["water storage two"], unit_vectors(1, seed=3))])
@@ -518,4 +519,3 @@ def test_cached_postings_follow_writes_deletes_and_tenants(store_backend: StoreB
     a.write_documents("docs", [make_document("a3.txt", ["water storage three"], unit_vectors(1, seed=4))])
     assert found(a) == ["water storage three"]
     assert found(b) == ["備蓄 water storage bee"] * 3
-    assert store_backend.postings.cache.get  # the cache the searches went through

@@ -143,6 +143,12 @@ class PostingsCache:
         self._held: OrderedDict[tuple[Hashable, str], Column] = OrderedDict()
         self._bytes = 0
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of postings held now."""
+        with self._lock:
+            return self._bytes
+
     def get(self, version: Hashable, terms: Sequence[str]) -> dict[str, Column]:
         """The cached postings of ``terms`` at ``version``."""
         out: dict[str, Column] = {}
