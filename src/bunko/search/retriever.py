@@ -6,7 +6,7 @@
 3. The question is embedded once (or its embedding taken from the cache), outside any transaction.
 4. The legs -- the vector leg and the keyword leg, each ranking chunk keys with the restriction
    compiled once -- run in one read transaction in turn, or in hybrid mode on a store that prefers it
-   (both of bunko's) at the same time, each in a read transaction of its own through the same tenant-bound
+   (PostgreSQL) at the same time, each in a read transaction of its own through the same tenant-bound
    store; they are fused (:mod:`bunko.search.fusion`) and the text and metadata
    of what the fusion returns are read once (:func:`bunko.search.session.collect_legs`). A leg with
    weight 0 is not run.

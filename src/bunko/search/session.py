@@ -9,7 +9,7 @@ the same time) and one read of the collection's row:
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
    once -- fuses them, and reads the text and metadata of the chunks it returns, once. On a store
-   whose ``concurrent_legs`` is true (both of bunko's) a hybrid search runs each leg in a transaction of
+   whose ``concurrent_legs`` is true (PostgreSQL) a hybrid search runs each leg in a transaction of
    its own, at the same time, and the leg that finishes second fuses and reads the hits in its own
    (:func:`collect_legs`).
 
@@ -197,8 +197,8 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     read transactions (the row, two legs) and no thread holds a connection while it waits for another:
     a search cannot wait on a pool it holds part of. A leg's error is raised as it is (the keyword leg's
     first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
-    transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``; both of
-    bunko's stores do, by measurement).
+    transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
+    yes, SQLite no, by measurement).
     """
     if concurrent is None:
         concurrent = bool(getattr(store, "concurrent_legs", False))

@@ -185,11 +185,10 @@ class SQLStore:
     # The search port of this backend (see bunko.stores.sql.reader).
     _reader = SQLReader
     # Whether a hybrid search runs its two legs at the same time, each in a transaction of its own
-    # (bunko.search.session.collect_legs). Both stores do: at 100,000 chunks of benchmarks/bench_search.py
-    # (the ways taking turns), PostgreSQL's hybrid p50 31.7 / 41.3 ms at once against 39.0 / 50.2 ms in
-    # turn, SQLite's 33.1 / 33.4 / 41.5 against 35.5 / 43.0 / 50.6 (docs/ARCHITECTURE.md "Hybrid legs at
-    # the same time"). A backend whose legs cannot overlap sets it False.
-    concurrent_legs = True
+    # (bunko.search.session.collect_legs): where the legs wait on a database server, not on this process.
+    # Measured at 100,000 chunks of benchmarks/bench_search.py at load 2-4 (docs/ARCHITECTURE.md "Hybrid
+    # legs at the same time"): SQLite's hybrid p50 7.3-7.5 ms at once against 6.9-7.0 ms in turn.
+    concurrent_legs = False
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
