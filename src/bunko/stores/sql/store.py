@@ -196,6 +196,11 @@ class SQLStore:
     _document_chunks = "d.chunk_count"
     # The search port of this backend (see bunko.stores.sql.reader).
     _reader = SQLReader
+    # Whether a hybrid search runs its two legs at the same time, each in a transaction of its own
+    # (bunko.search.session.collect_legs): where the legs wait on a database server, not on this process.
+    # Measured at 100,000 chunks of benchmarks/bench_search.py at load 2-4 (docs/ARCHITECTURE.md "Hybrid
+    # legs at the same time"): SQLite's hybrid p50 7.3-7.5 ms at once against 6.9-7.0 ms in turn.
+    concurrent_legs = False
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
@@ -446,6 +451,7 @@ class SQLStore:
             self.run(conn, "DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
             self.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ?", (tenant_pk, name))
         self._forget_collection(collection_pk)
+        self._backend.postings.cache.forget(collection_pk)
 
     # -- documents ------------------------------------------------------------------------------
     def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
