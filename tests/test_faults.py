@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -229,6 +233,79 @@ def test_transient_store_error_is_what_a_lost_database_raises_in_the_library(
             tenant.search("水", collection="bousai")
         proxy.up()
         assert tenant.search("水", collection="bousai")
+
+
+# Run in a network namespace of its own (tests/test_faults.py: the loopback silenced there only).
+_SILENT_CLIENT = """
+import json, os, time
+from bunko.errors import BunkoError
+from bunko.stores import open_backend
+from bunko.testing.faults import FaultProxy, silent_loopback, unix_socket_of
+
+def attempt(store):
+    try:
+        return [c.name for c in store.list_collections()]
+    except BunkoError as exc:
+        return exc.code
+
+url = os.environ["SILENT_PG_URL"]
+out = {}
+with FaultProxy(unix_socket_of(url)) as proxy:
+    backend = open_backend(proxy.url(url))
+    store = backend.for_tenant("acme")
+    out["before"] = attempt(store)
+    proxy.blackhole()
+    with silent_loopback():
+        started = time.monotonic()
+        out["during"] = attempt(store)  # the pooled connection: sent, never acknowledged
+        out["first_seconds"] = round(time.monotonic() - started, 1)
+        out["again"] = attempt(store)  # a new connection: its SYN is never answered
+        out["seconds"] = round(time.monotonic() - started, 1)
+    proxy.up()
+    deadline = time.monotonic() + 120
+    while (after := attempt(store)) != [] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["after"] = after
+    backend.close()
+print(json.dumps(out))
+"""
+
+
+def test_a_connection_gone_silent_fails_a_request_with_store_unavailable_instead_of_hanging(
+        pg_url: str, tmp_path: Path) -> None:
+    """The database's connection goes silent (no answer, no reset, nothing acknowledged: a server machine or a
+    route gone): with libpq's tcp_user_timeout and keepalives (``[postgres]``) the request fails with the typed
+    STORE_UNAVAILABLE instead of waiting for the kernel's retransmissions (about 15 minutes), and the same
+    process answers again once the network is back. The proxy blackholes and every loopback packet is dropped,
+    in a network namespace of this test's own (root; skipped elsewhere)."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--net", "true"], capture_output=True,
+                                                         check=False).returncode != 0:
+        pytest.skip("needs a private network namespace (unshare --net, root)")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "SILENT_PG_URL": pg_url,
+           "BUNKO_PG_TCP_USER_TIMEOUT": "2", "BUNKO_PG_CONNECT_TIMEOUT": "2", "BUNKO_PG_POOL_TIMEOUT": "5",
+           "BUNKO_HOME": str(tmp_path)}
+    done = subprocess.run(["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"', sys.executable,
+                           _SILENT_CLIENT], env=env, capture_output=True, text=True, timeout=HANG, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["before"] == [], out
+    assert out["during"] == "STORE_UNAVAILABLE" and out["again"] == "STORE_UNAVAILABLE", out
+    assert out["after"] == [], out
+
+
+def test_tcp_options_come_from_the_settings_and_the_url_wins() -> None:
+    from bunko.config import PostgresSettings
+    from bunko.stores.postgres.backend import tcp_options
+
+    defaults = tcp_options("postgresql://u@db.example/bunko", PostgresSettings())
+    assert defaults == {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                        "tcp_user_timeout": 30_000}
+    given = tcp_options("postgresql://u@db.example/bunko?keepalives_idle=5&tcp_user_timeout=1000",
+                        PostgresSettings(tcp_user_timeout=2.5, keepalives_count=9))
+    assert given == {"keepalives": 1, "keepalives_interval": 10, "keepalives_count": 9}
+    off = tcp_options("postgresql://u@db.example/bunko", PostgresSettings(tcp_user_timeout=0))
+    assert "tcp_user_timeout" not in off
 
 
 @pytest.fixture()
@@ -499,6 +576,35 @@ def test_an_embedding_provider_down_fails_searches_and_uploads_with_a_typed_erro
         proxy.up()
         assert _search(client).status_code == 200
         assert tenant.ingest([_corpus(tmp_path / "more", 2, "down")], "bousai").errors == []
+    assert fake.requests_to("/embeddings")
+
+
+def test_a_hung_hosted_embedder_fails_after_the_configured_timeout_and_retries(
+        provider: tuple[OpenAIFake, FaultProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[embedder] timeout`` and ``max_retries`` (here from the environment) bound a hosted embedder that accepts
+    connections and never answers: a search fails with EMBEDDING_TIMEOUT after 1 + max_retries tries of the
+    configured timeout each (not the provider's 5 x 60 s); released, the same engine searches again."""
+    from bunko.errors import EmbeddingTimeoutError
+
+    fake, proxy = provider
+    monkeypatch.setenv("BUNKO_EMBEDDER", "openai-compatible:embed-1")
+    monkeypatch.setenv("BUNKO_EMBEDDER_BASE_URL", f"http://127.0.0.1:{proxy.port}/v1")
+    monkeypatch.setenv("BUNKO_EMBEDDER_TIMEOUT", "0.5")
+    monkeypatch.setenv("BUNKO_EMBEDDER_MAX_RETRIES", "1")
+    with Bunko(f"sqlite:///{tmp_path / 's.db'}") as engine:
+        assert (engine.embedder.core.timeout, engine.embedder.core.retry.max_retries) == (0.5, 1)
+        tenant = engine.tenant("acme")
+        assert tenant.ingest([EXAMPLES], "bousai").errors == []
+        proxy.hold()  # connections accepted, never answered
+        before = proxy.accepted
+        with pytest.raises(BunkoError) as hung:
+            tenant.search("停電に備えて何を用意する？", collection="bousai", mode="vector")
+        failure = _provider_failure(hung.value)
+        assert isinstance(failure, EmbeddingTimeoutError) and failure.code == "EMBEDDING_TIMEOUT", hung.value
+        assert "within 0.5s" in str(failure), failure
+        assert proxy.accepted - before == 2  # the first try and one retry
+        proxy.release()
+        assert tenant.search("停電に備えて何を用意する？", collection="bousai", mode="vector")
     assert fake.requests_to("/embeddings")
 
 

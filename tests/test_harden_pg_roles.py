@@ -209,3 +209,31 @@ def test_keyword_postings_keep_to_the_session_tenant(logins: Logins) -> None:
     with psycopg.connect(logins.superuser) as conn:
         assert conn.execute("SELECT tenant_id, collection_id, segment, term, entries FROM bunko.keyword_postings "
                             "ORDER BY 1, 2, 3, 4").fetchall() == stored
+
+
+# -- issue 26: users inside a tenant under row-level security (m022) -------------------------------------------
+def test_user_policies_hold_for_the_application_and_the_owner_login(logins: Logins) -> None:
+    """The application login and the owner login (which drops to bunko_app) both see only a user's own private rows
+    in a transaction acting for that user, and every user's in one acting for the whole tenant; the owner's
+    connection of its own (``bunko admin``, key listing) works on."""
+    from tests.test_postgres_user_rls import PRIVATE, fill, owners
+
+    app = PostgresBackend(logins.app, migrate=False)
+    try:
+        fill(app)
+        store = app.for_tenant("acme")
+        with store.for_user("u2").session() as (conn, _):
+            assert [owners(conn, t) for t in PRIVATE] == [["u2"]] * 3
+        with store.session() as (conn, _):
+            assert owners(conn, "search_logs") == [None, "u1", "u2"]
+    finally:
+        app.close()
+    owner = PostgresBackend(logins.owner, migrate=False)
+    try:
+        with owner.for_tenant("acme").for_user("u1").session() as (conn, _):
+            assert [owners(conn, t) for t in PRIVATE] == [["u1"]] * 3
+        records = owner.service_records()
+        records.create_api_key("acme", "u1")
+        assert [k.user_id for k in records.list_api_keys("acme")] == ["u1"]
+    finally:
+        owner.close()

@@ -10,7 +10,10 @@ documents (id, source, version, category, chunk text), records upserted without 
 conversations, job owners, failed-ingest records, and the number of usage records and search-log rows.
 So an operation by one tenant that returns, counts, changes or deletes anything of another is a failed
 check, and so is an operation of one user that touches another user's conversations, logs, usage or
-documents.
+documents. Users are checked the same way after every step: on PostgreSQL, raw statements with no predicate, in
+a transaction acting for the user, must reach exactly that user's memories, conversation turns and search logs
+(and, to change, its jobs and usage records): row-level security alone (m022) keeps users apart there; on
+SQLite, whose statements filter by user, each user's scope reads back its own search log and conversations.
 
 Leaks are made visible: every text carries its tenant's marker word, every search asks for the other
 tenants' markers too, every write that takes an id is also tried with ids that exist in *other* tenants,
@@ -687,9 +690,55 @@ class IsolationMachine(RuleBasedStateMachine):
         out["failures"] = sorted((c, source, message) for (c, source), message in model.failures.items())
         return out
 
+    def users_isolated(self, tenant: str) -> None:
+        """Each user of the tenant reaches exactly its own per-user rows. On PostgreSQL: raw statements without any
+        user or tenant predicate in a transaction acting for the user (as its API key's scope opens them), so what
+        row-level security alone lets through (its own memories, conversation turns and search logs; of jobs and
+        usage records, its own to change). On SQLite, whose statements filter by user: the user's scope reads back
+        its own search log and conversations."""
+        model = self.models[tenant]
+        for user in USERS[1:]:
+            if self.world.store_name == "postgresql":
+                self.check_user_rows(tenant, user)
+                continue
+            scope = self.scope(tenant, user)
+            logs = len(scope.search_log(10**6, user_id=user))
+            self.check(logs == model.logs.get(user, 0), f"{tenant}/{user}: its search log holds {logs} rows, "
+                                                        f"expected {model.logs.get(user, 0)}")
+            prefix = conversation_prefix(user)
+            for name in CONVERSATIONS:
+                turns = [(t.role, t.content) for t in scope.conversation(name)]
+                self.check(turns == model.conversations.get(prefix + name, []),
+                           f"{tenant}/{user}: its conversation {name!r} reads {turns}")
+
+    def check_user_rows(self, tenant: str, user: str) -> None:
+        """PostgreSQL: the rows a transaction acting for ``user`` reaches with no predicate at all."""
+        model = self.models[tenant]
+        prefix = conversation_prefix(user)
+        want = {
+            "memories": {user: len(model.memories[user])} if model.memories.get(user) else {},
+            "conversation_turns": {k: len(v) for k, v in model.conversations.items() if k.startswith(prefix) and v},
+            "search_logs": {user: model.logs[user]} if model.logs.get(user) else {},
+            "jobs": sum(d.user == user for d in self.all_docs(tenant).values()),
+            "usage_records": model.usage.get(user, 0),
+        }
+        self.world.engine.flush_usage()
+        with self.scope(tenant, user).store.session(write=True) as (conn, _):
+            got: dict[str, Any] = {
+                table: dict(conn.execute(f"SELECT {key}, count(*) FROM bunko.{table} GROUP BY 1").fetchall())
+                for table, key in (("memories", "user_id"), ("conversation_turns", "conversation_id"),
+                                   ("search_logs", "user_id"))}
+            # Jobs and usage records are the tenant's to read; an UPDATE that changes nothing reaches the user's own.
+            got["jobs"] = conn.execute("UPDATE bunko.jobs SET uid = uid").rowcount
+            got["usage_records"] = conn.execute("UPDATE bunko.usage_records SET items = items").rowcount
+        self.check(got == want, f"{tenant}/{user}: row-level security lets through {got}, expected {want}")
+
     @invariant()
     def isolated(self) -> None:
-        """Every tenant reads back exactly its model: the acting one what it did, the others what they had."""
+        """Every tenant reads back exactly its model: the acting one what it did, the others what they had; the
+        acting tenant's users each reach exactly their own rows (another tenant's per-user rows cannot move
+        without its snapshot showing it)."""
+        acted = TENANTS if self.acting is None else (self.acting[0],)
         if self.acting is not None:
             tenant, user = self.acting
             usage, logs = self._counts(tenant)
@@ -701,6 +750,8 @@ class IsolationMachine(RuleBasedStateMachine):
         for tenant in TENANTS:
             got, want = self.snapshot(tenant), self.expected(tenant)
             self.check(got == want, f"{tenant} reads back\n  {got}\nexpected\n  {want}")
+            if tenant in acted:
+                self.users_isolated(tenant)
         scratch = self.store(SCRATCH)
         self.check(scratch.list_collections() == [] and scratch.conversations.ids() == []
                    and scratch.failures.list() == [],

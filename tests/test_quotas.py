@@ -212,7 +212,7 @@ def test_set_quota_round_trip_in_the_cli(store_url: str) -> None:
     assert code == 0 and data["quotas"]["documents"] == {"limit": 3, "usage": 0}, data
     assert data["quotas"]["chunks"] == {"limit": None, "usage": 0}
     code, data = _cli(store_url, "admin", "tenants", "set-quota", "nobody", "--chunks", "1")
-    assert code != 0 and data["error"]["type"] == "NotFoundError", data
+    assert code != 0 and data["error"]["type"] == "TenantNotFoundError", data
     code, data = _cli(store_url, "admin", "tenants", "set-quota", "acme", "--chunks", "1", "--clear", "chunks")
     assert code != 0 and "both set and cleared" in data["error"]["message"], data
 

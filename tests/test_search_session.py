@@ -1,6 +1,7 @@
 """One search, one read of its collection: a hybrid search with a filter over HTTP costs its tenant's store
-at most two transactions (the collection row, then the legs and the hits) and one read of the collection row,
-on both stores; the legs rank chunk keys and only the returned hits are read whole."""
+at most three transactions (the collection row, then on PostgreSQL one per leg, run at the same time, the leg
+that finishes second reading the hits; on SQLite one for both legs and the hits) and one read of the collection
+row, on both stores; the legs rank chunk keys and only the returned hits are read whole."""
 
 from __future__ import annotations
 
@@ -54,13 +55,13 @@ def test_a_hybrid_search_with_a_filter_over_http_reads_its_collection_once(
         hits = response.json()["results"]
     assert hits and {h["metadata"]["kind"] for h in hits} == {0}
     assert hits[0]["content"].startswith("非常用の水")
-    assert counts["read_transactions"] <= 2, counts.delta
+    assert counts["read_transactions"] <= 3, counts.delta
     assert counts["collection_reads"] <= 1, counts.delta
 
 
 def test_the_legs_and_the_hits_share_one_transaction_and_explain_their_plans(tmp_path: Path, embedder: object) -> None:
-    """In Python too: the row read, then one transaction for both legs and the hydration; ``explain`` says how
-    each leg searched, and nothing about the last search stays on the retriever."""
+    """In Python too, on SQLite: the row read, then one transaction for both legs and the hydration; ``explain``
+    says how each leg searched, and nothing about the last search stays on the retriever."""
     with Bunko(f"sqlite:///{tmp_path / 'r.db'}", embedder=embedder) as engine:
         acme = engine.tenant("acme")
         for i, text in enumerate(["水の備蓄", "家具の固定", "water storage"]):
@@ -72,6 +73,7 @@ def test_the_legs_and_the_hits_share_one_transaction_and_explain_their_plans(tmp
         # The keyword leg re-ranks BM25's candidates; the title "水の備蓄" (its first line) brings the title leg.
         assert result.explain == {"vector": "exact", "keyword": "postings+proximity", "title": "titles"}
         assert result.query_vector is not None and result.search_ms > 0
+        # SQLite runs the legs in turn, in one transaction with the hits (its concurrent_legs is False).
         assert (counts["read_transactions"], counts["collection_reads"]) == (2, 1)
         assert not hasattr(retriever, "last_query_vector") and not hasattr(retriever, "last_search_ms")
 

@@ -490,3 +490,32 @@ def test_postgres_postings_rank_exactly_as_bm25_in_sql(pg_url: str, monkeypatch:
         filled = postings.PostingsTable(backend.dialect).read(conn, (tenant_pk, collection_pk), terms)
     assert {t: [a.tolist() for a in c] for t, c in filled.items()} == {
         t: [a.tolist() for a in c] for t, c in written.items()}
+
+
+def test_cached_postings_follow_writes_deletes_and_tenants(store_backend: StoreBackend) -> None:
+    """Keyword search reads postings through the backend's cache (by collection version): a chunk written
+    after a search is found by the next one, a deleted chunk is gone from it, a collection deleted and made
+    again under the same name does not see the old one's postings, and one tenant's cached postings never
+    answer another tenant's search of a collection of the same name."""
+    a, b = store_backend.for_tenant("tenant-a"), store_backend.for_tenant("tenant-b")
+    for store in (a, b):
+        store.ensure_collection("docs", INFO)
+    a.write_documents("docs", [make_document("a1.txt", ["備蓄 water storage one"], unit_vectors(1, seed=1))])
+    b.write_documents("docs", [make_document("b1.txt", ["備蓄 water storage bee"] * 3, unit_vectors(3, seed=2))])
+
+    def found(store: object, query: str = "water storage") -> list[str]:
+        return sorted(h.content for h in keyword_query(store, "docs", query, 10))
+
+    assert found(a) == ["備蓄 water storage one"]
+    assert store_backend.postings.cache.held_bytes > 0  # type: ignore[attr-defined]
+    assert found(b) == ["備蓄 water storage bee"] * 3
+    assert found(a) == ["備蓄 water storage one"]  # from the cache now: still tenant A's own
+    a.write_documents("docs", [make_document("a2.txt", ["water storage two"], unit_vectors(1, seed=3))])
+    assert found(a) == ["water storage two", "備蓄 water storage one"]
+    a.delete_documents([a.find_by_source("docs", "a1.txt").id], "docs")
+    assert found(a) == ["water storage two"]
+    a.delete_collection("docs")
+    a.ensure_collection("docs", INFO)
+    a.write_documents("docs", [make_document("a3.txt", ["water storage three"], unit_vectors(1, seed=4))])
+    assert found(a) == ["water storage three"]
+    assert found(b) == ["備蓄 water storage bee"] * 3

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 # Tables with no tenant: looked up before a tenant is known, or about the schema itself.
-GLOBAL_TABLES = {"api_keys", "rate_windows", "schema_migrations"}
+GLOBAL_TABLES = {"api_keys", "operator_keys", "rate_windows", "schema_migrations"}
 # tenants is the distribution table itself: its id *is* the tenant key.
 TENANT_TABLES = {"collections", "documents", "document_versions", "chunks", "usage_records", "search_logs",
                  "conversation_turns", "jobs", "memory_stores", "memories", "keyword_df", "ingest_failures",

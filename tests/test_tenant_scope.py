@@ -2,9 +2,10 @@
 
 A scope for a user writes its usage records and search logs with the user's id and keeps its
 conversations in the user's namespace; the tenant keys' scope (``for_user(None)``) shares one
-namespace; the plain tenant (library, CLI) keeps conversation ids as given. The store under every
-scope is the tenant's own store object, so a store method added later cannot pass through a wrapper
-unscoped. The upload jobs a scope hands out follow the deletion rule: jobs first, then the data, then
+namespace; the plain tenant (library, CLI) keeps conversation ids as given. The store under a user's
+scope is the tenant's own store class acting for the user (``VectorStore.for_user``: its transactions carry
+the user, which PostgreSQL's row-level security checks), not a wrapper, so a store method added later cannot
+pass through one unscoped. The upload jobs a scope hands out follow the deletion rule: jobs first, then the data, then
 the spooled files.
 """
 
@@ -22,7 +23,11 @@ def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine:
     tenant = engine.tenant("acme")
     alice = tenant.for_user("alice")
     assert isinstance(alice, Tenant) and alice.name == "acme"
-    assert alice.store is tenant.store  # the tenant's own store: no proxy in between
+    # The tenant's own store class acting for the user (no proxy in between): its transactions carry the user.
+    assert type(alice.store) is type(tenant.store) and alice.store.served_by(engine.backend)
+    assert (alice.store.tenant, alice.store.user, tenant.store.user) == ("acme", "alice", None)
+    assert tenant.for_user(None).store is tenant.store  # a tenant key acts for the whole tenant ...
+    assert tenant.for_user("alice", admin=True).store.user is None  # ... and so does an admin key
     assert alice.meter.user_id == "alice" and tenant.meter.user_id is None
 
     alice.upsert("docs", [{"content": TEXT}])
@@ -42,6 +47,22 @@ def test_a_user_scope_carries_its_user_into_usage_logs_and_conversations(engine:
     erasure = alice.jobs.erase_user("alice")
     assert erasure.usage_records > 0 and erasure.search_logs == 2 and erasure.conversation_turns == 2
     assert sorted(store.conversations.ids()) == ["c1", "t:c1"]
+
+
+def test_the_stores_of_a_tenants_users_learn_its_row_id_once(engine: Bunko) -> None:
+    """A request's scope is a new store acting for its user: it must not look the tenant up again each time."""
+    from bunko.testing.hooks import counting
+
+    tenant = engine.tenant("acme")
+    alice = tenant.for_user("alice")  # made before anyone knew the tenant's row
+    alice.upsert("docs", [{"content": TEXT}])
+    engine.flush_usage()
+    with counting(engine.backend) as counts:
+        tenant.for_user("bob").search("水は何日分", "docs")
+        tenant.for_user("alice").conversations().append("c1", [])
+        tenant.search("水は何日分", "docs")
+        engine.flush_usage()
+    assert counts.delta.get("tenant_lookups", 0) == 0 and counts.delta["read_transactions"] > 0
 
 
 def test_jobs_go_first_then_the_data_then_the_spooled_files(engine: Bunko, tmp_path: Path) -> None:

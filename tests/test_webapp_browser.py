@@ -379,3 +379,51 @@ def test_tenant_b_sees_none_of_tenant_a_documents(open_page: Callable[..., tuple
     # Tenant A, through the API, still has its documents.
     documents = httpx.get(live.url + "/api/v1/documents", headers={"Authorization": f"Bearer {keys['a']}"}).json()
     assert documents["totalCount"] == len(DOCS) + 1
+
+
+def test_the_usage_tab_shows_each_quota_beside_its_usage(open_page: Callable[..., tuple[Any, Console]],
+                                                         live: LiveServer) -> None:
+    """Quotas set by the operator appear beside the tenant's usage, "no limit" where none is set, in English
+    and in Japanese; a quota reached is marked."""
+    key = live.key("initech", "ida")
+    client = live.client(key)
+    stored = client.post("/api/v1/collections/notes/vectors", json={
+        "records": [{"id": "m1", "content": "会議は月曜の十時から"}, {"id": "m2", "content": "備品の発注は総務へ"}]})
+    assert stored.status_code == 200, stored.text
+    live.cli("admin", "tenants", "set-quota", "initech", "--chunks", "2", "--bytes", "3000000",
+             "--documents", "40")
+    page, _ = open_page()
+    sign_in(page, key)
+    page.get_by_role("button", name="Usage").click()
+    quotas = page.get_by_role("table", name="Quotas")
+    expect(quotas).to_be_visible()
+    rows = page.get_by_test_id("quota-row")
+    expect(rows).to_have_count(5)
+    chunks = rows.filter(has=page.get_by_role("rowheader", name="Chunks"))
+    expect(chunks.locator("td").nth(0)).to_have_text("2")
+    expect(chunks.locator("td").nth(1)).to_have_text("2")
+    expect(chunks).to_have_attribute("data-state", "full")
+    expect(chunks).to_contain_text("At the limit")
+    documents = rows.filter(has=page.get_by_role("rowheader", name="Documents"))
+    expect(documents.locator("td").nth(1)).to_have_text("40")
+    expect(documents).to_have_attribute("data-state", "limited")
+    expect(rows.filter(has=page.get_by_role("rowheader", name="Stored text")).locator("td").nth(1)).to_have_text(
+        "2.9 MB")
+    for unlimited in ("Uploads, last 24 hours", "Requests this minute"):
+        row = rows.filter(has=page.get_by_role("rowheader", name=unlimited))
+        expect(row.locator("td").nth(1)).to_have_text("No limit")
+        expect(row).to_have_attribute("data-state", "none")
+    assert not unlabelled(page)
+    shot(page, "quotas-desktop")
+
+    page, _ = open_page(locale="ja-JP", viewport=PHONE)
+    sign_in(page, key)
+    page.get_by_role("button", name="利用状況").click()
+    expect(page.get_by_role("table", name="利用上限")).to_be_visible()
+    rows = page.get_by_test_id("quota-row")
+    chunks = rows.filter(has=page.get_by_role("rowheader", name="チャンク"))
+    expect(chunks).to_contain_text("上限に達しています")
+    uploads = rows.filter(has=page.get_by_role("rowheader", name="アップロード（過去24時間）"))
+    expect(uploads).to_contain_text("上限なし")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scrolling"
+    shot(page, "quotas-phone")

@@ -20,6 +20,8 @@ value (``BUNKO_LLM=``) counts as not set.
 | embedder URL | ``BUNKO_EMBEDDER_BASE_URL`` | ``[embedder] base_url`` | the provider's |
 | embedder key | ``BUNKO_EMBEDDER_API_KEY`` | ``[embedder] api_key`` | the provider's own variable |
 | embedder dimension | ``BUNKO_EMBEDDER_DIMENSIONS`` | ``[embedder] dimensions`` | the model's (or learned) |
+| hosted embedder timeout (s) | ``BUNKO_EMBEDDER_TIMEOUT`` | ``[embedder] timeout`` | the provider's (60) |
+| hosted embedder retries | ``BUNKO_EMBEDDER_MAX_RETRIES`` | ``[embedder] max_retries`` | the provider's (4) |
 | LLM (``provider:model``) | ``BUNKO_LLM`` | ``[llm] model`` | none: extractive answers |
 | LLM URL | ``BUNKO_LLM_BASE_URL`` | ``[llm] base_url`` | the provider's |
 | LLM key | ``BUNKO_LLM_API_KEY`` | ``[llm] api_key`` | the provider's own variable |
@@ -205,10 +207,15 @@ class EmbedderSettings(Section):
     base_url: Annotated[str | None, Env("BUNKO_EMBEDDER_BASE_URL")] = None
     api_key: Annotated[SecretStr | None, Env("BUNKO_EMBEDDER_API_KEY")] = None
     dimensions: Annotated[int | None, Env("BUNKO_EMBEDDER_DIMENSIONS"), Field(ge=1, le=16000)] = None
+    # A hosted embedder's wait for each answer (s) and its retries after the first try; unset: the provider's
+    # (60 s, 4 retries: a hung API could hold a search or an ingest for 5 x 60 s). A local model takes neither.
+    timeout: Annotated[float | None, Env("BUNKO_EMBEDDER_TIMEOUT"), Field(ge=0.1, le=3600)] = None
+    max_retries: Annotated[int | None, Env("BUNKO_EMBEDDER_MAX_RETRIES"), Field(ge=0, le=10)] = None
 
     def options(self) -> dict[str, Any]:
         """Options for ``get_embedder``: only those that are set."""
-        options = {"base_url": self.base_url, "api_key": _secret(self.api_key), "dimensions": self.dimensions}
+        options = {"base_url": self.base_url, "api_key": _secret(self.api_key), "dimensions": self.dimensions,
+                   "timeout": self.timeout, "max_retries": self.max_retries}
         return {k: v for k, v in options.items() if v is not None}
 
 
@@ -355,6 +362,15 @@ class PostgresSettings(Section):
     pool_timeout: Annotated[float, Env("BUNKO_PG_POOL_TIMEOUT"), Field(gt=0, le=600)] = 10.0
     # Seconds a new connection may take to be established (a server that accepts but does not answer).
     connect_timeout: Annotated[int, Env("BUNKO_PG_CONNECT_TIMEOUT"), Field(ge=2, le=600)] = 10
+    # A connection that goes silent (the server's machine or the network gone, no reset): libpq's TCP options.
+    # Data sent and not acknowledged for tcp_user_timeout seconds fails the statement (0: the kernel's default,
+    # about 15 minutes of retransmissions); an idle connection is probed after keepalives_idle seconds, every
+    # keepalives_interval seconds, and given up after keepalives_count probes unanswered. TCP only (not a Unix
+    # socket); options the URL sets itself win.
+    tcp_user_timeout: Annotated[float, Env("BUNKO_PG_TCP_USER_TIMEOUT"), Field(ge=0, le=3600)] = 30.0
+    keepalives_idle: Annotated[int, Env("BUNKO_PG_KEEPALIVES_IDLE"), Field(ge=1, le=7200)] = 30
+    keepalives_interval: Annotated[int, Env("BUNKO_PG_KEEPALIVES_INTERVAL"), Field(ge=1, le=600)] = 10
+    keepalives_count: Annotated[int, Env("BUNKO_PG_KEEPALIVES_COUNT"), Field(ge=1, le=100)] = 3
     hnsw_m: Annotated[int, Env("BUNKO_PG_HNSW_M"), Field(ge=2, le=100)] = 16
     # Graph quality (fixed per collection when its index is built) and search breadth. At 100,000 chunks of
     # benchmarks/bench_search.py, recall@10 of plain vector search was 0.71-0.79 with the former (64, 100)
@@ -413,10 +429,13 @@ class SQLiteSettings(Section):
     ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
     # Below 20,000 chunks the exact scan takes about a millisecond, what the graph takes at this breadth.
     ann_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_MIN_ROWS"), Field(ge=1)] = 20_000
-    # At 100,000 chunks of benchmarks/bench_search.py: recall@10 0.995-0.997 and vector p50 2.83 ms at
-    # 1024; at 512, 1.75 ms but recall 0.976-0.993 from one build of the graph to the next (Chroma:
-    # 0.993 at 1.99 ms with ef 1000). docs/ARCHITECTURE.md.
-    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 1024
+    # The graph's search breadth up to ann_ef_search_rows chunks; past it, ann_ef_search * sqrt(chunks /
+    # ann_ef_search_rows) (0: never wider), at most 8,192. At 100,000 chunks of benchmarks/bench_search.py
+    # (bf16 graph), four builds: recall@10 0.991-0.995 at 640, 0.993-0.996 at 768. At a million chunks
+    # (breadth 2,024) recall is 0.865: no breadth reaches 0.99 below the exact scan's cost there.
+    # docs/ARCHITECTURE.md.
+    ann_ef_search: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH"), Field(ge=1, le=8192)] = 640
+    ann_ef_search_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH_ROWS"), Field(ge=0)] = 100_000
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
 
     @classmethod

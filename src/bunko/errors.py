@@ -253,6 +253,12 @@ class NotFoundError(VectorStoreError):
     code = "NOT_FOUND"
 
 
+class TenantNotFoundError(NotFoundError):
+    """No tenant of that name is registered (the operator's commands and the HTTP admin API)."""
+
+    code = "TENANT_NOT_FOUND"
+
+
 class CollectionNotFoundError(NotFoundError):
     """The collection does not exist in this tenant."""
 
@@ -469,6 +475,7 @@ __all__ = [
     "RetrievalError",
     "SplitterError",
     "StorageFullError",
+    "TenantNotFoundError",
     "TransientStoreError",
     "UnknownProviderError",
     "UnsupportedFormatError",

@@ -10,9 +10,11 @@ which ``Bunko`` implements).
 
 User scoping is typed: ``for_user(user_id)`` gives the same tenant as one user works in it (an API
 key's user, or None for a tenant key; an upload job's), as a :class:`UserScope` the scope carries.
-Nothing reaches the store through the user: the scope's usage records and search logs carry its id
-(through the meter) and its conversations are kept in its namespace (through ``Conversations``).
-Every other read and write is the tenant's, as it always was.
+The scope's store acts for that user (``VectorStore.for_user``; a tenant or admin key's for the whole
+tenant): on PostgreSQL its transactions carry the user, and row-level security shows it only its own
+memories, conversations and search logs and lets it change only its own jobs and usage records. Its
+usage records and search logs carry its id (through the meter) and its conversations are kept in its
+namespace (through ``Conversations``). Documents and chunks stay the tenant's, shared by its users.
 """
 
 from __future__ import annotations
@@ -119,10 +121,12 @@ class TenantScope(Generic[E]):
     def for_user(self, user_id: str | None, *, admin: bool = False) -> Self:
         """This tenant as one user works in it: an API key's user (None: a tenant key without one), an upload
         job's. Its usage records and search logs carry the user and its conversations are kept in the user's
-        namespace (tenant keys share one); the data it reaches is the tenant's, as before. Records (R14) it
-        writes are its user's, and it may replace or delete only its user's records unless ``admin`` (the
-        tenant's admin key) or without a user."""
-        return type(self)(self._engine, self._store, spool=self._spool, user=UserScope(user_id, admin))
+        namespace (tenant keys share one); its store acts for the user (an admin key's for the tenant), so on
+        PostgreSQL row-level security keeps it to that user's per-user rows. Documents are the tenant's.
+        Records (R14) it writes are its user's, and it may replace or delete only its user's records unless
+        ``admin`` (the tenant's admin key) or without a user."""
+        store = self._store.for_user(None if admin else user_id)  # an admin key acts for the whole tenant
+        return type(self)(self._engine, store, spool=self._spool, user=UserScope(user_id, admin))
 
     @property
     def record_owner(self) -> RecordOwner | None:

@@ -1,4 +1,4 @@
-"""``bunko admin``: tenants (create, list, delete) and the API keys of the HTTP API, for operators.
+"""``bunko admin``: tenants (create, list, delete, quotas), the API keys of the HTTP API and operator keys.
 
 These commands work on the store's service records, not through a tenant: on PostgreSQL they need the
 owner login (the one that ran ``bunko db migrate``).
@@ -12,8 +12,9 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ..stores.quotas import MAX_LIMIT, QUOTA_NAMES
+from ..stores.quotas import MAX_LIMIT, MAX_LIMITS, QUOTA_NAMES
 from .common import (
+    EXIT_ERROR,
     confirm,
     emit_json,
     fail,
@@ -28,7 +29,7 @@ from .common import (
 
 @click.group()
 def admin() -> None:
-    """Operator commands: tenants (create, list, delete) and API keys of the HTTP API."""
+    """Operator commands: tenants and their quotas, API keys and operator keys of the HTTP API, store checks."""
 
 
 @admin.group("tenants")
@@ -39,6 +40,55 @@ def admin_tenants() -> None:
 @admin.group("keys")
 def admin_keys() -> None:
     """Create, list and revoke API keys (stored hashed; a new key is shown once)."""
+
+
+@admin.group("operator-keys")
+def admin_operator_keys() -> None:
+    """Create, list and revoke operator keys: the HTTP admin API's (tenants and their quotas), no tenant's."""
+
+
+@admin_operator_keys.command("create")
+@click.option("--label", default=None, help="A note to tell keys apart (who or what uses it).")
+@json_command()
+def operator_keys_create(ctx: click.Context, label: str | None, as_json: bool) -> None:
+    """Create an operator key; it is printed once and only its hash is stored.
+
+    It may list tenants and read and set their quotas over HTTP (/api/v1/admin/...), nothing else."""
+    key, record = open_records(ctx).create_operator_key(label)
+    if as_json:
+        emit_json({"operator_key": key, **record.to_dict()})
+    else:
+        click.echo(key)
+        stderr.print(f"operator key {record.id}" + (f" ({escape(label)})" if label else "")
+                     + ": store it now, it is not shown again")
+
+
+@admin_operator_keys.command("list")
+@json_command()
+def operator_keys_list(ctx: click.Context, as_json: bool) -> None:
+    """List the operator keys (id, prefix, label, revoked), never the keys themselves."""
+    keys = open_records(ctx).list_operator_keys()
+    if as_json:
+        emit_json({"operator_keys": [k.to_dict() for k in keys]})
+        return
+    if not keys:
+        stderr.print("no operator keys yet")
+    for k in keys:
+        stdout.print(f"{k.id:>5}  {k.prefix}…  {escape(k.label or '-')}  {'revoked' if k.revoked else 'active'}  "
+                     f"{k.created_at}")
+
+
+@admin_operator_keys.command("revoke")
+@click.argument("key_id", type=int)
+@json_command()
+def operator_keys_revoke(ctx: click.Context, key_id: int, as_json: bool) -> None:
+    """Revoke operator key KEY_ID; requests with it are refused from then on."""
+    if not open_records(ctx).revoke_operator_key(key_id):
+        fail("NotFound", f"no active operator key with id {key_id}", as_json)
+    if as_json:
+        emit_json({"id": key_id, "revoked": True})
+    else:
+        stderr.print(f"operator key {key_id} revoked")
 
 
 @admin_tenants.command("create")
@@ -114,7 +164,7 @@ def tenants_list(ctx: click.Context, as_json: bool) -> None:
 
 
 def _limit(name: str) -> Any:
-    return click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(0, MAX_LIMIT), default=None,
+    return click.option(f"--{name.replace('_', '-')}", name, type=click.IntRange(0, MAX_LIMITS[name]), default=None,
                         metavar="N", help=QUOTA_HELP[name])
 
 
@@ -159,6 +209,50 @@ def tenants_set_quota(ctx: click.Context, name: str, clear: tuple[str, ...], as_
     stderr.print(f"quotas of tenant '{escape(name)}':")
     for key, value in quota.to_dict().items():
         stdout.print(f"  {key.replace('_', ' ')}: {'no limit' if value is None else value}")
+
+
+@admin_tenants.command("quota")
+@click.argument("name")
+@json_command()
+def tenants_quota(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show tenant NAME's quotas beside its usage (what GET /api/v1/admin/tenants/NAME/quota answers)."""
+    from ..errors import TenantNotFoundError
+
+    records = open_records(ctx)
+    if not records.tenant_exists(name):
+        raise TenantNotFoundError(f"tenant {name!r} does not exist")
+    status = records.quota_status(records.backend.for_tenant(name))
+    if as_json:
+        emit_json({"tenant": name, "quotas": status.to_dict()})
+        return
+    stderr.print(f"quotas of tenant '{escape(name)}':")
+    for key, figures in status.to_dict().items():
+        limit = figures["limit"]
+        stdout.print(f"  {key.replace('_', ' ')}: {figures['usage']} of {'no limit' if limit is None else limit}")
+
+
+@admin.command("check")
+@json_command()
+def admin_check(ctx: click.Context, as_json: bool) -> None:
+    """Check the store's consistency across every tenant (after a crash, an outage or a full disk): SQLite's
+    integrity, collection counters, whole documents, orphan chunks, the keyword index.
+
+    Exits 0 when every check passes, 1 when one finds a problem (each named); on PostgreSQL it needs the owner
+    login."""
+    from ..stores.sql.check import check_store
+
+    report = check_store(open_records(ctx).backend)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for check in report.checks:
+            mark = "[green]ok[/]" if check.ok else f"[red]{check.found} problem(s)[/]"
+            stdout.print(f"{check.name:<18} {mark}  [dim]{escape(check.what)}[/]")
+            for problem in check.problems:
+                stdout.print(f"    {escape(problem)}")
+        stderr.print(f"{report.store} store: " + ("consistent" if report.ok else "problems found"))
+    if not report.ok:
+        ctx.exit(EXIT_ERROR)
 
 
 @admin_tenants.command("delete")

@@ -1,12 +1,15 @@
 """``Retriever``: a search of one collection of a tenant-bound store, as stages over candidates (R18–R22, R28).
 
 1. The collection row is read once (embedder check, fusion settings, the write counter): the first of
-   the search's two store transactions.
+   the search's two store transactions (three for a hybrid search whose store runs its legs at once).
 2. A cached result for the same request and write counter is returned as is (R37).
 3. The question is embedded once (or its embedding taken from the cache), outside any transaction.
-4. One read transaction runs the legs -- the vector leg and the keyword leg, each ranking chunk keys
-   with the restriction compiled once -- fuses them (:mod:`bunko.search.fusion`) and reads the text
-   and metadata of what it returns, once (:mod:`bunko.search.session`). A leg with weight 0 is not run.
+4. The legs -- the vector leg and the keyword leg, each ranking chunk keys with the restriction
+   compiled once -- run in one read transaction in turn, or in hybrid mode on a store that prefers it
+   (PostgreSQL) at the same time, each in a read transaction of its own through the same tenant-bound
+   store; they are fused (:mod:`bunko.search.fusion`) and the text and metadata
+   of what the fusion returns are read once (:func:`bunko.search.session.collect_legs`). A leg with
+   weight 0 is not run.
 5. When near-duplicate removal, a reranker or MMR trims the list, the candidate pool (a few times
    ``top_k``) is what step 4 reads, with its vectors when MMR needs them.
 
@@ -43,7 +46,7 @@ from ..types import Collection, SearchHit, UsageEvent
 from ..usage import route, store_kind
 from .cache import SearchCache
 from .fusion import DEFAULT_FUSION, HYBRID_DEPTH, Fusion
-from .session import Collected, Legs, SearchPort, collect
+from .session import Collected, Legs, SearchPort, collect_legs
 from .stages import CANDIDATE_FACTOR, mmr, remove_near_duplicates
 
 MAX_POOL = 100  # the most candidates a stage after the search sees
@@ -241,8 +244,7 @@ class Retriever:
         the hydration (deleted after the row was read), the row is read again and the search run again."""
         store: SearchPort = self.vector_store
         for attempt in range(_RETRIES + 1):
-            with store.reader(row) as reader:
-                collected = collect(reader, legs, vectors=vectors)
+            collected = collect_legs(store, row, legs, vectors=vectors)
             if len(collected.hits) == collected.ranked or attempt == _RETRIES:
                 return collected
             row = store.read_collection(self.collection)

@@ -1,22 +1,29 @@
-"""One search, one read of its collection: the legs and the hydration of the result in one store transaction.
+"""One search, one read of its collection: the legs, then the hydration of the result, once.
 
-A search of a collection costs its store two transactions and one read of the collection's row:
+A search of a collection costs its store two transactions (three for a hybrid search with its legs at
+the same time) and one read of the collection's row:
 
 1. the row is read (``store.read_collection``): the embedder check, the cache key and the legs all
    work from it;
 2. after the question is embedded (outside any transaction), one read transaction
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
-   once -- fuses them, and reads the text and metadata of the chunks it returns, once.
+   once -- fuses them, and reads the text and metadata of the chunks it returns, once. On a store
+   whose ``concurrent_legs`` is true (PostgreSQL) a hybrid search runs each leg in a transaction of
+   its own, at the same time, and the leg that finishes second fuses and reads the hits in its own
+   (:func:`collect_legs`).
 
-:func:`collect` is the second step; :func:`vector_query` and :func:`keyword_query` are a leg and its
-hits on their own (R14's query by vector, the keyword leg alone), with ``explain`` telling how the leg
-searched.
+:func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
+:func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by
+vector, the keyword leg alone), with ``explain`` telling how the leg searched.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,20 +74,38 @@ class Collected:
 
 
 def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None) -> Collected:
-    """Run the legs inside one reader, fuse them and read the ``legs.top_k`` best whole."""
+    """Run the legs inside one reader, one after the other, fuse them and read the ``legs.top_k`` best whole."""
     ranked: list[tuple[str, Ranked]] = []
     if legs.vector is not None:
-        ranked.append(("vector", reader.nearest(legs.vector, legs.depth if legs.fusion else legs.top_k,
-                                                legs.restriction, threshold=legs.threshold)))
-    title_weight = 0.0
-    if legs.keyword and legs.fusion is not None:
-        both = keyword_legs(reader, legs.query, legs.depth, legs.restriction)
-        ranked.append(("keyword", both.keyword))
-        if both.titles is not None and len(both.titles):
-            ranked.append(("title", both.titles))
-            title_weight = legs.fusion.keyword_weight * both.title_weight
-    elif legs.keyword:
-        ranked.append(("keyword", keyword_leg(reader, legs.query, legs.top_k, legs.restriction)))
+        ranked.append(("vector", vector_leg(reader, legs)))
+    found, title_weight = keyword_part(reader, legs)
+    return fuse_and_read(reader, legs, ranked + found, title_weight, vectors)
+
+
+def vector_leg(reader: CollectionReader, legs: Legs) -> Ranked:
+    """The vector leg: the nearest chunks, as deep as fusion looks (``top_k`` alone)."""
+    assert legs.vector is not None
+    return reader.nearest(legs.vector, legs.depth if legs.fusion else legs.top_k, legs.restriction,
+                          threshold=legs.threshold)
+
+
+def keyword_part(reader: CollectionReader, legs: Legs) -> tuple[list[tuple[str, Ranked]], float]:
+    """The keyword leg (and in hybrid mode the title leg), with the title leg's weight in fusion."""
+    if not legs.keyword:
+        return [], 0.0
+    if legs.fusion is None:
+        return [("keyword", keyword_leg(reader, legs.query, legs.top_k, legs.restriction))], 0.0
+    both = keyword_legs(reader, legs.query, legs.depth, legs.restriction)
+    found = [("keyword", both.keyword)]
+    if both.titles is not None and len(both.titles):
+        found.append(("title", both.titles))
+        return found, legs.fusion.keyword_weight * both.title_weight
+    return found, 0.0
+
+
+def fuse_and_read(reader: CollectionReader, legs: Legs, ranked: list[tuple[str, Ranked]], title_weight: float,
+                  vectors: dict[str, np.ndarray] | None = None) -> Collected:
+    """Fuse the legs' rankings (one leg alone: its order) and read the ``legs.top_k`` best whole, once."""
     plans = {name: leg.plan for name, leg in ranked}
     if legs.fusion is None:
         leg = ranked[0][1] if ranked else Ranked.empty()
@@ -93,6 +118,108 @@ def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarr
                    np.asarray([s for _, s, _ in fused], dtype=np.float64))
     hits = reader.hits(order, vectors=vectors, extra={int(k): {"legs": found} for k, _, found in fused})
     return Collected(hits, plans, len(order))
+
+
+# The threads the vector leg of a hybrid search runs in while its keyword leg runs in the caller's
+# thread. A task here never waits for another task here, so a full pool only queues.
+LEG_THREADS = 8
+_legs_pool: ThreadPoolExecutor | None = None
+_legs_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _legs_pool
+    with _legs_lock:
+        if _legs_pool is None:
+            _legs_pool = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="bunko-leg")
+        return _legs_pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not there, so the child starts a pool of its own."""
+    global _legs_pool, _legs_lock
+    _legs_pool, _legs_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+class _Meeting:
+    """Where the two legs of a hybrid search meet: the leg that finishes second fuses both and reads the
+    hits in its own transaction, which is still open; the first closes its transaction and is done."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.vector: Ranked | None = None
+        self.keyword: tuple[list[tuple[str, Ranked]], float] | None = None
+        self._failed = False
+
+    def arrive_vector(self, ranked: Ranked) -> bool:
+        """Leave the vector leg's ranking; True when the keyword leg is already here (then fuse now)."""
+        with self._lock:
+            self.vector = ranked
+            return not self._failed and self.keyword is not None
+
+    def arrive_keyword(self, found: tuple[list[tuple[str, Ranked]], float]) -> bool:
+        """Leave the keyword leg's ranking; True when the vector leg is already here (then fuse now)."""
+        with self._lock:
+            self.keyword = found
+            return not self._failed and self.vector is not None
+
+    def fail(self) -> None:
+        with self._lock:
+            self._failed = True
+
+
+def _vector_side(store: SearchPort, row: CollectionRow, legs: Legs, meeting: _Meeting,
+                 vectors: dict[str, np.ndarray] | None) -> Collected | None:
+    try:
+        with store.reader(row) as reader:
+            ranked = vector_leg(reader, legs)
+            if meeting.arrive_vector(ranked):
+                assert meeting.keyword is not None
+                found, title_weight = meeting.keyword
+                return fuse_and_read(reader, legs, [("vector", ranked), *found], title_weight, vectors)
+            return None
+    except BaseException:
+        meeting.fail()
+        raise
+
+
+def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None,
+                 concurrent: bool | None = None) -> Collected:
+    """:func:`collect` over a tenant-bound store; in hybrid mode the two legs run at the same time.
+
+    The vector leg runs in a worker thread, the keyword leg in this one (both drivers let go of the GIL
+    while the database or numpy works), each in a read transaction of its own through the same
+    tenant-bound ``store``. The leg that finishes second fuses both rankings and reads the fused list
+    whole, once, in its transaction; the first has closed its own by then. So a hybrid search costs three
+    read transactions (the row, two legs) and no thread holds a connection while it waits for another:
+    a search cannot wait on a pool it holds part of. A leg's error is raised as it is (the keyword leg's
+    first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
+    transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
+    yes, SQLite no, by measurement).
+    """
+    if concurrent is None:
+        concurrent = bool(getattr(store, "concurrent_legs", False))
+    if not (concurrent and legs.vector is not None and legs.keyword and legs.fusion is not None):
+        with store.reader(row) as reader:
+            return collect(reader, legs, vectors=vectors)
+    meeting = _Meeting()
+    pending = _pool().submit(_vector_side, store, row, legs, meeting, vectors)
+    try:
+        with store.reader(row) as reader:
+            found, title_weight = keyword_part(reader, legs)
+            if meeting.arrive_keyword((found, title_weight)):
+                assert meeting.vector is not None
+                return fuse_and_read(reader, legs, [("vector", meeting.vector), *found], title_weight, vectors)
+    except BaseException:
+        meeting.fail()
+        wait([pending])  # the vector leg's connection is back in its pool before the error goes up
+        raise
+    collected = pending.result()  # the vector leg's error, if it failed
+    assert collected is not None  # the keyword leg arrived first, so the vector leg fused
+    return collected
 
 
 def _explained(explain: dict[str, Any] | None, plan: str) -> None:
@@ -138,4 +265,5 @@ def keyword_query(store: SearchPort, collection: str, query: str, top_k: int = 5
         return list(reader.hits(ranked, include_content=include_content))
 
 
-__all__ = ["Collected", "Legs", "SearchPort", "collect", "keyword_query", "vector_query"]
+__all__ = ["LEG_THREADS", "Collected", "Legs", "SearchPort", "collect", "collect_legs", "fuse_and_read", "keyword_part",
+           "keyword_query", "vector_leg", "vector_query"]

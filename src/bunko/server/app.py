@@ -27,6 +27,7 @@ from ..spool import spool_root
 from ..stores.service import ServiceRecords, service_records
 from ..version import __version__
 from . import apidocs, observability, problems, schemas, webapp
+from .admin_routes import router as admin_router
 from .block_routes import router as blocks_router
 from .guard import RequestGuard
 from .memory_routes import router as memory_router
@@ -116,6 +117,7 @@ def create_app(engine: Bunko | None = None, settings: Settings | None = None) ->
     app.include_router(apidocs.router)  # the OpenAPI page at /docs (Swagger UI inside the package)
     app.include_router(blocks_router)  # blocks and workflows (R30)
     app.include_router(memory_router)  # agent memory (R31)
+    app.include_router(admin_router)  # tenants and quotas, for an operator key
     app.include_router(observability.router)
 
     @app.get("/healthz", response_model=schemas.Health, tags=["health"], summary="The process is up")

@@ -7,6 +7,10 @@ one-minute window (:mod:`bunko.ratelimit`), in the store, so the limit holds acr
 A request works in the key's tenant as the key's user: ``Tenant.for_user(key.user_id)`` (see
 :mod:`bunko.scope`), whose usage records and search logs carry the user and whose conversations are
 kept in the user's namespace (tenant keys share one).
+
+An operator key (``bko_...``, ``bunko admin operator-keys create``) belongs to no tenant: it is accepted on the
+HTTP admin API (``/api/v1/admin/...``: tenants and their quotas) and nowhere else, and no tenant key (an admin
+key neither) is accepted there. Operator keys count against no rate limit.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ..engine import Tenant
-from ..stores.service import APIKey
+from ..stores.service import APIKey, OperatorKey, is_operator_key
 from .problems import Problem
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `bunko admin keys create`.")
 # Where the guard (bunko.server.guard) leaves the key it checked, in the ASGI scope's state.
 KEY_STATE = "bunko_api_key"
+OPERATOR_STATE = "bunko_operator_key"
+ADMIN_PREFIX = "/api/v1/admin/"
 api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The same key, in its own header.")
 
 
@@ -72,13 +78,15 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
     if not token:
         raise Problem(401, "UNAUTHENTICATED", "send an API key: Authorization: Bearer <key> (or X-API-Key)",
                       headers={"WWW-Authenticate": "Bearer"})
+    if is_operator_key(token):
+        raise Problem(403, "FORBIDDEN", "an operator key manages tenants and their quotas (/api/v1/admin/...) only; "
+                                        "it cannot read or change a tenant's data")
     if len(token) > 200:
         key = None
     else:
         key = await asyncio.to_thread(state.records.authenticate, token)
     if key is None:
-        raise Problem(401, "INVALID_API_KEY", "the API key is not valid or was revoked",
-                      headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        raise _invalid_key()
     if state.limiter.limit:
         decision = await asyncio.to_thread(state.limiter.check, key.id)
         if not decision.allowed:
@@ -91,6 +99,43 @@ async def authenticate_headers(state: Any, headers: list[tuple[bytes, bytes]]) -
                       extra={"quota": "requests_per_minute", "limit": tenant_decision.limit,
                              "usage": tenant_decision.used})
     return key
+
+
+def _invalid_key() -> Problem:
+    return Problem(401, "INVALID_API_KEY", "the API key is not valid or was revoked",
+                   headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+
+
+async def authenticate_operator_headers(state: Any, headers: list[tuple[bytes, bytes]]) -> OperatorKey:
+    """The valid operator key of a request's headers; else 401 (no key, not a valid one) or 403 (a tenant's key)."""
+    token = _token(headers)
+    if not token:
+        raise Problem(401, "UNAUTHENTICATED", "send an operator key: Authorization: Bearer <key> (or X-API-Key)",
+                      headers={"WWW-Authenticate": "Bearer"})
+    if len(token) > 200:
+        raise _invalid_key()
+    if not is_operator_key(token):
+        if await asyncio.to_thread(state.records.authenticate, token) is None:
+            raise _invalid_key()
+        raise Problem(403, "FORBIDDEN", "the admin API needs an operator key (bunko admin operator-keys create); "
+                                        "a tenant's keys, its admin keys too, cannot list tenants or set quotas")
+    operator = await asyncio.to_thread(state.records.authenticate_operator, token)
+    if operator is None:
+        raise _invalid_key()
+    return operator
+
+
+async def operator(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+                   header_key: Annotated[str | None, Depends(api_key_header)]) -> OperatorKey:
+    """The operator key of a request to the admin API (checked by the guard before the body was read)."""
+    found = request.scope.get("state", {}).get(OPERATOR_STATE)
+    if found is None:
+        found = await authenticate_operator_headers(request.app.state.bunko, request.scope["headers"])
+        request.scope.setdefault("state", {})[OPERATOR_STATE] = found
+    return found
+
+
+OperatorDep = Annotated[OperatorKey, Depends(operator)]
 
 
 async def caller(

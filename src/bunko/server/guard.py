@@ -2,7 +2,8 @@
 
 ``RequestGuard`` wraps the whole app (pure ASGI, so nothing has read the request yet):
 
-1. A request to ``/api/...`` (outside ``PUBLIC_PATHS``) must carry a valid API key; the key is
+1. A request to ``/api/...`` (outside ``PUBLIC_PATHS``) must carry a valid API key (under
+   ``/api/v1/admin/``: an operator key, see :mod:`bunko.server.auth`); the key is
    looked up and counted against its rate limit from the headers alone. Without one the answer is
    401 (or 429) at once, whatever body the client announces or sends: an anonymous client cannot
    make a worker buffer anything.
@@ -20,7 +21,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import BunkoError
-from .auth import KEY_STATE, authenticate_headers
+from .auth import ADMIN_PREFIX, KEY_STATE, OPERATOR_STATE, authenticate_headers, authenticate_operator_headers
 from .problems import Problem, from_bunko
 
 UPLOAD_PATH = "/api/v1/documents/upload"
@@ -63,15 +64,19 @@ class RequestGuard:
             return
         path = scope["path"]
         if needs_key(path):
+            admin = path.startswith(ADMIN_PREFIX)
             try:
-                key = await authenticate_headers(scope["app"].state.bunko, scope["headers"])
+                if admin:
+                    found: object = await authenticate_operator_headers(scope["app"].state.bunko, scope["headers"])
+                else:
+                    found = await authenticate_headers(scope["app"].state.bunko, scope["headers"])
             except Problem as problem:
                 await problem.response()(scope, receive, send)
                 return
             except BunkoError as exc:  # the store did not answer
                 await from_bunko(exc).response()(scope, receive, send)
                 return
-            scope.setdefault("state", {})[KEY_STATE] = key
+            scope.setdefault("state", {})[OPERATOR_STATE if admin else KEY_STATE] = found
         upload = path == UPLOAD_PATH
         limit = self.max_upload_bytes + FORM_OVERHEAD if upload else self.max_json_bytes
         shown = self.max_upload_bytes if upload else self.max_json_bytes

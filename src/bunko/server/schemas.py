@@ -268,6 +268,54 @@ class QuotaFigure(BaseModel):
                                    "24 hours (upload_bytes_per_day) or requested this minute (requests_per_minute)")
 
 
+# The quotas' names in the API's camelCase (bunko.stores.quotas.QUOTA_NAMES in the same order).
+QUOTA_FIELDS = {"documents": "documents", "chunks": "chunks", "bytes": "bytes",
+                "uploadBytesPerDay": "upload_bytes_per_day", "requestsPerMinute": "requests_per_minute"}
+_BIG = 2**63 - 1
+
+
+class QuotaLimits(_Model):
+    """A tenant's quotas (null or absent: no limit). ``PUT`` replaces them all; ``PATCH`` changes the fields
+    it names (null: no limit)."""
+
+    documents: int | None = Field(None, ge=0, le=_BIG, description="documents the tenant may hold")
+    chunks: int | None = Field(None, ge=0, le=_BIG, description="chunks (records) it may hold, uploads and upserts")
+    bytes: int | None = Field(None, ge=0, le=_BIG, description="bytes of chunk text (UTF-8) it may hold")
+    uploadBytesPerDay: int | None = Field(None, ge=0, le=_BIG,
+                                          description="bytes of files it may upload over HTTP in 24 hours")
+    requestsPerMinute: int | None = Field(None, ge=0, le=2**31 - 1,
+                                          description="HTTP requests per minute over all of its keys")
+
+    def limits(self) -> dict[str, int | None]:
+        """The limits by the store's quota names."""
+        return {name: getattr(self, field) for field, name in QUOTA_FIELDS.items()}
+
+    def named(self) -> set[str]:
+        """The store's names of the fields the request gave (null ones included)."""
+        return {QUOTA_FIELDS[field] for field in self.model_fields_set}
+
+    @classmethod
+    def of(cls, limits: dict[str, int | None]) -> QuotaLimits:
+        """The API form of a quota (``Quota.to_dict()``)."""
+        return cls(**{field: limits.get(name) for field, name in QUOTA_FIELDS.items()})
+
+
+class TenantQuotaResponse(BaseModel):
+    tenant: str
+    quota: QuotaLimits = Field(description="the limits in force, in the shape PUT takes")
+    quotas: dict[str, QuotaFigure] = Field(description="each quota beside the tenant's usage (as GET /usage shows it)")
+
+
+class OperatorTenant(BaseModel):
+    name: str
+    createdAt: str
+    quota: QuotaLimits
+
+
+class OperatorTenantList(BaseModel):
+    tenants: list[OperatorTenant]
+
+
 class UsageResponse(BaseModel):
     tenant: str
     usage: list[dict[str, Any]]

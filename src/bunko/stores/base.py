@@ -343,6 +343,17 @@ class VectorStore(RecordStore, Protocol):
         ...
 
     @property
+    def user(self) -> str | None:
+        """The user this store acts for (None: the whole tenant); see :meth:`for_user`."""
+        ...
+
+    def for_user(self, user_id: str | None) -> VectorStore:
+        """The same tenant's store acting for ``user_id`` (None: for the whole tenant). Its transactions carry
+        the user, which a database with row security checks on the per-user tables (memories, conversations,
+        search logs; writes of jobs and usage records)."""
+        ...
+
+    @property
     def kind(self) -> str:
         """The kind of database behind this store (its backend's URL scheme: ``sqlite``, ``postgresql``)."""
         ...

@@ -24,8 +24,9 @@ from ..errors import ConfigError, QuotaExceededError
 
 QUOTA_NAMES = ("documents", "chunks", "bytes", "upload_bytes_per_day", "requests_per_minute")
 RATE_LIKE = frozenset({"upload_bytes_per_day", "requests_per_minute"})
-# The largest limit either store keeps (a signed 64-bit integer).
+# The largest limit either store keeps (a signed 64-bit integer; requests per minute: a 32-bit one).
 MAX_LIMIT = 2**63 - 1
+MAX_LIMITS = {name: MAX_LIMIT for name in QUOTA_NAMES} | {"requests_per_minute": 2**31 - 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +61,10 @@ class Quota:
 
 
 def check_limit(name: str, value: int) -> int:
-    """A limit as given, or ``ConfigError`` (a whole number from 0 to 2**63 - 1)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
-        raise ConfigError(f"quota {name}: {value!r} is not a whole number from 0 to {MAX_LIMIT}")
+    """A limit as given, or ``ConfigError`` (a whole number from 0 to 2**63 - 1; requests per minute 2**31 - 1)."""
+    top = MAX_LIMITS.get(name, MAX_LIMIT)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise ConfigError(f"quota {name}: {value!r} is not a whole number from 0 to {top}")
     return value
 
 
@@ -78,4 +80,4 @@ def exceeded(name: str, limit: int, usage: int, adding: int | None, unit: str = 
         "operator to raise the quota)", quota=name, limit=limit, usage=usage, rate_like=rate_like)
 
 
-__all__ = ["MAX_LIMIT", "QUOTA_NAMES", "RATE_LIKE", "Quota", "check_limit", "exceeded"]
+__all__ = ["MAX_LIMIT", "MAX_LIMITS", "QUOTA_NAMES", "RATE_LIKE", "Quota", "check_limit", "exceeded"]

@@ -17,6 +17,12 @@ any number of worker processes (``bunko serve --workers N``) can share one store
   finishes it only while it still holds it. A job whose lease ran out (its worker died) is claimed
   again, up to ``max_attempts`` claims in all, then failed with the reason (by the next claimer or
   reader), so no job stays ``processing`` silently.
+- **Operator keys** belong to no tenant: the operator's credential over HTTP (``/api/v1/admin/...``). One may
+  list tenants and read and set their quotas, and nothing else: it reads no tenant's data, and a tenant's keys
+  (its admin keys too) may not do what it does. Stored as the SHA-256 of 256 random bits like API keys, with
+  the prefix ``bko_`` so neither kind is taken for the other; made, listed and revoked by ``bunko admin
+  operator-keys`` on the server machine (the owner login on PostgreSQL, where the application role reaches
+  them only through definer functions that check the key again).
 - **Erasure** (R34): a user's documents, jobs, search logs, usage records and conversations, or all
   of a tenant's data.
 
@@ -38,6 +44,7 @@ from .base import StoreBackend, VectorStore
 from .quotas import Quota
 
 KEY_PREFIX = "bk_"
+OPERATOR_KEY_PREFIX = "bko_"
 JOB_STATUSES = ("processing", "completed", "failed")
 # A job's worker renews its lease every quarter of it; a lease not renewed for this long means the worker died.
 LEASE_SECONDS = 60.0
@@ -64,6 +71,16 @@ def new_api_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+def new_operator_key() -> str:
+    """A fresh operator key: ``bko_`` and 43 URL-safe characters (256 random bits)."""
+    return OPERATOR_KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def is_operator_key(token: str) -> bool:
+    """Whether a presented key has the operator keys' form (not whether it is valid)."""
+    return token.startswith(OPERATOR_KEY_PREFIX)
+
+
 def conversation_prefix(user_id: str | None) -> str:
     """The prefix of the stored conversation ids of a user (``u.alice:``) or of tenant keys (``t:``)."""
     return f"u.{user_id}:" if user_id else "t:"
@@ -85,6 +102,33 @@ class APIKey:
         """A JSON-ready dict."""
         return {"id": self.id, "prefix": self.prefix, "tenant": self.tenant, "user": self.user_id,
                 "admin": self.admin, "created_at": self.created_at, "revoked": self.revoked}
+
+
+@dataclass(slots=True, frozen=True)
+class OperatorKey:
+    """A stored operator key (without the key itself; ``digest`` is its hash, which the store checks again
+    in each operator statement)."""
+
+    id: int
+    prefix: str
+    label: str | None
+    created_at: str
+    revoked: bool = False
+    digest: str = field(default="", repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (never the hash)."""
+        return {"id": self.id, "prefix": self.prefix, "label": self.label, "created_at": self.created_at,
+                "revoked": self.revoked}
+
+
+@dataclass(slots=True, frozen=True)
+class TenantQuota:
+    """A tenant as an operator key sees it: its name, when it was made, and its quota."""
+
+    name: str
+    created_at: str
+    quota: Quota
 
 
 @dataclass(slots=True)
@@ -197,6 +241,32 @@ class ServiceRecords(Protocol):
                   ) -> Quota:
         """Set (``values``; None leaves one as it is) and clear (``clear``) a registered tenant's quotas, as the
         operator; returns the quota now in force. ``NotFoundError`` for an unknown tenant."""
+        ...
+
+    def create_operator_key(self, label: str | None = None) -> tuple[str, OperatorKey]:
+        """A new operator key (the key, shown once; its record); on PostgreSQL the owner login only."""
+        ...
+
+    def list_operator_keys(self) -> list[OperatorKey]:
+        """Every operator key (without the keys themselves)."""
+        ...
+
+    def revoke_operator_key(self, key_id: int) -> bool:
+        """Revoke an operator key; False if there was no such active key."""
+        ...
+
+    def authenticate_operator(self, token: str) -> OperatorKey | None:
+        """The record of a valid, unrevoked operator key, or None (any login: the server checks with it)."""
+        ...
+
+    def operator_tenants(self, operator: OperatorKey) -> list[TenantQuota]:
+        """Every tenant with its quota, as ``operator`` (``ForbiddenError`` when the key is no longer valid)."""
+        ...
+
+    def operator_set_quota(self, operator: OperatorKey, tenant: str, quota: Quota) -> Quota:
+        """Replace a tenant's quota with ``quota``, as ``operator``: ``ForbiddenError`` when the key is no longer
+        valid, ``TenantNotFoundError`` for an unknown tenant. Works on the application login too (the store
+        checks the key, not the login)."""
         ...
 
     def quota_status(self, store: VectorStore) -> QuotaStatus:

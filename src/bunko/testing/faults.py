@@ -10,7 +10,15 @@
     is down), :meth:`~FaultProxy.down` is both, :meth:`~FaultProxy.up` lets connections through again;
   - :meth:`~FaultProxy.hold` keeps new connections waiting, unanswered, until :meth:`~FaultProxy.release`
     (a server that accepts but does not answer: a stalled failover, a full backlog);
+  - :meth:`~FaultProxy.blackhole` stops forwarding without closing anything: open connections and new ones
+    get no answer and no reset (a server or a network that went silent), until :meth:`~FaultProxy.up`;
   - ``latency`` delays every forwarded piece of data by that many seconds.
+
+  The proxy's own kernel still acknowledges what a client sends, so a blackhole alone is silence at the
+  application level only. :func:`silent_loopback` makes it silence at the TCP level too: every packet on
+  the loopback interface is dropped (``tc netem loss 100%``), so the client's data is never acknowledged,
+  as across a network that lost its route. It changes the network namespace it runs in, so it refuses the
+  machine's own namespace: run it in a private one (``unshare --net``, root), as ``tests/test_faults.py`` does.
 
   :meth:`~FaultProxy.wait_for` waits for a condition on its counters (events, not sleeps).
 * :func:`tmpfs` mounts a small tmpfs (root only; :class:`FaultUnavailable` says why it cannot) and
@@ -33,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["FaultProxy", "FaultUnavailable", "fill", "proxied_url", "tmpfs", "unix_socket_of"]
+__all__ = ["FaultProxy", "FaultUnavailable", "fill", "proxied_url", "silent_loopback", "tmpfs", "unix_socket_of"]
 
 _PIECE = 65536
 
@@ -76,6 +84,8 @@ class _Pair:
                     break
                 if self.proxy.latency > 0:
                     time.sleep(self.proxy.latency)
+                if self.proxy.silent:  # blackholed: what arrives is swallowed, nothing is closed
+                    continue
                 target.sendall(data)
         except OSError:
             pass
@@ -101,6 +111,7 @@ class FaultProxy:
         self.accepted = 0  # connections accepted (passed, refused or held)
         self.refused = 0  # connections reset at once because the proxy refuses
         self.dropped = 0  # open connections reset by drop()
+        self.silent = False  # blackhole(): nothing is forwarded, nothing is closed
         self._refusing = False
         self._open = threading.Event()  # cleared while hold() keeps new connections waiting
         self._open.set()
@@ -136,9 +147,17 @@ class FaultProxy:
         self.refuse()
         self.drop()
 
+    def blackhole(self) -> None:
+        """Forward nothing and close nothing: open connections stay open with no answer, new ones are accepted
+        and held unanswered, until :meth:`up` (which forwards again; what was swallowed is lost, so a client
+        should not reuse a connection it sent on meanwhile)."""
+        self.silent = True
+        self._open.clear()
+
     def up(self) -> None:
-        """Connections go through again (ends :meth:`refuse`, :meth:`down` and :meth:`hold`)."""
+        """Connections go through again (ends :meth:`refuse`, :meth:`down`, :meth:`hold` and :meth:`blackhole`)."""
         self._refusing = False
+        self.silent = False
         self._open.set()
 
     def hold(self) -> None:
@@ -253,6 +272,45 @@ def proxied_url(database_url: str, host: str, port: int) -> str:
     query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port", "hostaddr")]
     user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
     return urlunsplit((parts.scheme, f"{user}{host}:{port}", parts.path, urlencode(query), ""))
+
+
+def _private_network_namespace() -> bool:
+    """Whether this process runs in a network namespace of its own: one with the loopback interface alone (a new
+    namespace's), and not its parent process's where that can be read."""
+    if {name for _, name in socket.if_nameindex()} != {"lo"}:
+        return False
+    try:
+        return os.stat("/proc/self/ns/net").st_ino != os.stat(f"/proc/{os.getppid()}/ns/net").st_ino
+    except OSError:
+        return True
+
+
+_SILENCE = (["ip", "rule", "del", "pref", "0"], ["ip", "rule", "add", "pref", "100", "lookup", "local"],
+            ["ip", "rule", "add", "pref", "10", "to", "127.0.0.0/8", "blackhole"])
+_SOUND = (["ip", "rule", "del", "pref", "10"], ["ip", "rule", "del", "pref", "100"],
+          ["ip", "rule", "add", "pref", "0", "lookup", "local"])
+
+
+@contextlib.contextmanager
+def silent_loopback() -> Iterator[None]:
+    """Drop every packet to 127.0.0.0/8 for the block, so TCP peers over the loopback get no acknowledgement: an
+    open connection goes silent without a reset (a new one fails at once). A ``blackhole`` routing rule ahead of
+    the local table (``ip rule``); the kernel needs no queueing module for it.
+
+    Only in a private network namespace (``unshare --net``; root), never the machine's own, whose other users
+    would lose their loopback too: :class:`FaultUnavailable` says why it cannot."""
+    if not _private_network_namespace():
+        raise FaultUnavailable("silent_loopback runs only in a private network namespace (unshare --net)")
+    for step in _SILENCE:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise FaultUnavailable(f"cannot silence the loopback ({' '.join(step)}): "
+                                   f"{done.stderr.strip() or done.returncode}")
+    try:
+        yield
+    finally:
+        for step in _SOUND:
+            subprocess.run(step, capture_output=True, check=False)
 
 
 @contextlib.contextmanager

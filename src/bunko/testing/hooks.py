@@ -32,7 +32,8 @@ class Counts:
 @contextmanager
 def counting(backend: Any) -> Iterator[Counts]:
     """Count what the backend's tenant stores do inside the block: ``read_transactions``,
-    ``write_transactions`` and ``collection_reads`` (reads of a collection's row)."""
+    ``write_transactions``, ``collection_reads`` (reads of a collection's row) and ``tenant_lookups`` (reads of
+    the tenant's row id, which a store and its copies acting for users learn once)."""
     counts = Counts(backend.counters.snapshot())
     try:
         yield counts

@@ -42,6 +42,11 @@ const STRINGS = {
     "usage.empty": "No usage recorded yet.", "usage.documents": "Documents", "usage.chunks": "Chunks",
     "usage.collections": "Collections", "usage.size": "Stored files", "usage.period": "Period",
     "usage.all": "All time", "usage.day": "Last 24 hours", "usage.week": "Last 7 days", "usage.month": "Last 30 days",
+    "quota.title": "Quotas", "quota.help": "Limits set by the operator of this server; work past a limit is refused.",
+    "quota.name": "Quota", "quota.used": "Used", "quota.limit": "Limit", "quota.none": "No limit",
+    "quota.share": "{percent}% of the limit", "quota.full": "At the limit",
+    "quota.documents": "Documents", "quota.chunks": "Chunks", "quota.bytes": "Stored text",
+    "quota.upload_bytes_per_day": "Uploads, last 24 hours", "quota.requests_per_minute": "Requests this minute",
     "collection.empty": "Collection “{name}” has no documents yet: upload some first.",
     "error.generic": "Something went wrong: {detail}", "error.session": "Your key is no longer accepted; sign in again.",
   },
@@ -84,6 +89,11 @@ const STRINGS = {
     "usage.empty": "まだ利用記録がありません。", "usage.documents": "文書", "usage.chunks": "チャンク",
     "usage.collections": "コレクション", "usage.size": "保存ファイル", "usage.period": "期間",
     "usage.all": "全期間", "usage.day": "過去24時間", "usage.week": "過去7日間", "usage.month": "過去30日間",
+    "quota.title": "利用上限", "quota.help": "このサーバーの運用者が設定した上限です。上限を超える操作は受け付けられません。",
+    "quota.name": "項目", "quota.used": "使用量", "quota.limit": "上限", "quota.none": "上限なし",
+    "quota.share": "上限の{percent}%", "quota.full": "上限に達しています",
+    "quota.documents": "文書", "quota.chunks": "チャンク", "quota.bytes": "保存テキスト",
+    "quota.upload_bytes_per_day": "アップロード（過去24時間）", "quota.requests_per_minute": "リクエスト（この1分間）",
     "collection.empty": "コレクション「{name}」にはまだ文書がありません。先にアップロードしてください。",
     "error.generic": "エラーが発生しました: {detail}", "error.session": "キーが受け付けられなくなりました。もう一度サインインしてください。",
   },
@@ -726,6 +736,33 @@ async function loadUsage() {
   $("#usage tbody").replaceChildren(...rows);
   $("#usage").hidden = rows.length === 0;
   $("#usage-empty").hidden = rows.length > 0;
+  renderQuotas(usage.quotas || {});
+}
+
+// Each quota beside its usage (GET /usage, field quotas): bytes in units, "no limit" where none is set.
+const QUOTAS = ["documents", "chunks", "bytes", "upload_bytes_per_day", "requests_per_minute"];
+const BYTE_QUOTAS = new Set(["bytes", "upload_bytes_per_day"]);
+
+function renderQuotas(quotas) {
+  const shown = (name, value) => (BYTE_QUOTAS.has(name) ? formatSize(value) : numberFormat.format(value));
+  const rows = QUOTAS.filter((name) => name in quotas).map((name) => {
+    const { limit, usage } = quotas[name];
+    const limited = limit !== null && limit !== undefined;
+    const full = limited && usage >= limit;
+    const percent = limited ? (limit > 0 ? Math.min(100, Math.round((usage / limit) * 100)) : 100) : 0;
+    const meter = limited
+      ? el("meter", { min: 0, max: 100, value: percent, high: 80, optimum: 0,
+                      "aria-label": t("quota.share", { percent }) })
+      : null;
+    return el("tr", { "data-testid": "quota-row", "data-quota": name, "data-state": full ? "full" : (limited ? "limited" : "none") },
+      el("th", { scope: "row", text: t(`quota.${name}`) }),
+      el("td", { class: "num", "data-label": t("quota.used"), text: shown(name, usage) }),
+      el("td", { class: "num", "data-label": t("quota.limit"), text: limited ? shown(name, limit) : t("quota.none") }),
+      el("td", { class: "quota-share" },
+        ...(limited ? [meter, el("span", { class: full ? "quota-full" : "", text: full ? t("quota.full") : `${percent}%` })] : [])));
+  });
+  $("#quotas tbody").replaceChildren(...rows);
+  $("#quotas-section").hidden = rows.length === 0;
 }
 
 // -- start ----------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ tenant of each transaction set for row-level security; schema checks, and HNSW b
 
 Install with ``pip install "bunko[postgres]"`` and point ``BUNKO_DATABASE_URL`` (or ``--db``) at
 ``postgresql://...``. Isolation (R15): every statement filters by ``tenant_id``, and row-level security
-checks the per-transaction setting ``bunko.tenant_id`` on every tenant table. The pool runs as
+checks the per-transaction setting ``bunko.tenant_id`` on every tenant table (and ``bunko.user_id``, when a
+transaction acts for a user, on the per-user tables). The pool runs as
 ``bunko_app`` (``SET ROLE`` when the login role is a superuser or may bypass RLS), so even a query that
 forgot its predicate returns nothing.
 """
@@ -67,6 +68,23 @@ def disk_full(exc: Any) -> bool:
     return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
 
 
+_TCP_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+
+
+def tcp_options(conninfo: str, settings: PostgresSettings) -> dict[str, Any]:
+    """libpq's TCP options for a connection that goes silent (``[postgres] tcp_user_timeout``, ``keepalives_*``):
+    keepalive probes on idle connections, and a bound on data left unacknowledged, so a statement on a
+    connection whose server or network vanished without a reset fails (``TransientStoreError``) instead of
+    waiting for the kernel to give up (about 15 minutes). Options the URL sets itself are kept as they are."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    options: dict[str, Any] = {"keepalives": 1, "keepalives_idle": settings.keepalives_idle,
+                               "keepalives_interval": settings.keepalives_interval,
+                               "keepalives_count": settings.keepalives_count}
+    if settings.tcp_user_timeout > 0:
+        options["tcp_user_timeout"] = max(1, round(settings.tcp_user_timeout * 1000))  # milliseconds
+    return {name: value for name, value in options.items() if name not in given and name in _TCP_OPTIONS}
+
+
 class PostgresBackend(SQLBackend):
     """A PostgreSQL database that hands out tenant-bound stores."""
 
@@ -93,7 +111,9 @@ class PostgresBackend(SQLBackend):
             # No server-side prepared statements: a generic plan chosen before ANALYZE (or for
             # one restriction size) would stick to the connection; custom plans fit each query.
             # A server that accepts a connection but does not answer fails it after connect_timeout.
-            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout},
+            # A connection gone silent fails its statement after tcp_user_timeout (see tcp_options).
+            kwargs={"prepare_threshold": None, "connect_timeout": self.settings.connect_timeout,
+                    **tcp_options(conninfo, self.settings)},
             # A connection the server dropped (restart, idle timeout) is replaced on checkout; finding one
             # sends every idle connection to be checked (see _check_connection).
             check=self._check_connection,
@@ -283,16 +303,20 @@ class PostgresBackend(SQLBackend):
             return conn.execute(query).fetchone()[0]
 
     @contextmanager
-    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True) -> Iterator[Any]:
-        """A pooled connection in a transaction with the tenant settings RLS checks.
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool = True,
+                    user: str | None = None) -> Iterator[Any]:
+        """A pooled connection in a transaction with the tenant and user settings RLS checks.
 
-        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows).
+        ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows). ``user``
+        binds the user the transaction acts for (``bunko.user_id``, m022): the per-user tables then show
+        and change only that user's rows; None leaves it empty (a tenant or admin key: the tenant's rows).
         """
         try:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute(
-                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true)",
-                    (tenant or "", "" if tenant_pk is None else str(tenant_pk)),
+                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true), "
+                    "set_config('bunko.user_id', %s, true)",
+                    (tenant or "", "" if tenant_pk is None else str(tenant_pk), user or ""),
                 )
                 yield conn
         except psycopg.errors.UndefinedFile as exc:

@@ -60,6 +60,11 @@ class PostingsCopy(PostingsTable):
         """Create the session's staging table (each pooled connection does once)."""
         conn.execute(POSTINGS_STAGE)
 
+    def _fetch(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+        # In binary: a text result doubles every blob's bytes in hex, which the client then decodes
+        # (a 100k-chunk query's postings, 2.4 MB: 10 ms in text, 5 ms in binary).
+        return list(conn.execute(self._d.sql(statement), params, binary=True).fetchall())
+
     def _insert(self, conn: Any, rows: Sequence[tuple[int, int, int, str, bytes]]) -> None:
         if not rows:
             return

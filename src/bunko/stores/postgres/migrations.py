@@ -10,7 +10,8 @@ change what an old migration does.
 
 Isolation is enforced twice (R15): every statement bunko sends filters by
 ``tenant_id``, and Row-Level Security on every tenant table admits only rows whose
-``tenant_id`` equals the per-transaction setting ``bunko.tenant_id``. RLS is FORCEd,
+``tenant_id`` equals the per-transaction setting ``bunko.tenant_id`` (and, on the per-user tables, a
+transaction acting for a user sees or changes only that user's rows: m022). RLS is FORCEd,
 so it binds the tables' owner too; the application works as ``bunko_app``, a role
 with no BYPASSRLS, so a query that forgets its predicate sees nothing.
 """
@@ -31,6 +32,8 @@ from .migrations_tenancy import (
     M018_FAIR_CLAIMS,
     M019_JOB_REUSE,
     M020_TENANT_QUOTAS,
+    M021_OPERATOR_KEYS,
+    M022_USER_RLS,
 )
 
 logger = logging.getLogger(__name__)
@@ -240,6 +243,10 @@ _GRANTS = [
         END IF;
         IF to_regclass('bunko.tenant_quotas') IS NOT NULL THEN  -- quotas: the operator's (m020)
             REVOKE INSERT, UPDATE, DELETE ON bunko.tenant_quotas FROM {APP_ROLE};
+        END IF;
+        IF to_regclass('bunko.operator_keys') IS NOT NULL THEN  -- operator keys: through functions only (m021)
+            REVOKE ALL ON bunko.operator_keys FROM {APP_ROLE};
+            REVOKE ALL ON SEQUENCE bunko.operator_keys_id_seq FROM {APP_ROLE};
         END IF;
     END
     $do$""",
@@ -665,6 +672,8 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m018_fair_job_claims", M018_FAIR_CLAIMS),
     ("m019_job_chunk_reuse", M019_JOB_REUSE),
     ("m020_tenant_quotas", M020_TENANT_QUOTAS),
+    ("m021_operator_keys", M021_OPERATOR_KEYS),
+    ("m022_user_rls", M022_USER_RLS),
 ]
 
 BOOTSTRAP = [

@@ -140,4 +140,104 @@ M020_TENANT_QUOTAS = [
     "WITH CHECK (tenant_id = NULLIF(current_setting('bunko.tenant_id', true), '')::bigint)",
 ]
 
-__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE", "M020_TENANT_QUOTAS"]
+# m021: operator keys (bunko.stores.service: the HTTP admin API for quotas). An operator key belongs to no
+# tenant; it may list tenants and read and set their quotas, nothing else. Like API keys (m007) the table is
+# out of the application role's reach (the grants revoke it): a server process authenticates an operator key
+# through ``operator_key(hash)`` and reads and writes quotas through ``operator_tenants(hash)`` and
+# ``operator_set_quota(hash, ...)``, which check the hash again themselves, so a statement of the application
+# (an injection, say) cannot change a quota without an operator key. ``operator_set_quota`` answers 1 (set),
+# 0 (no such tenant) or -1 (not a valid operator key).
+M021_OPERATOR_KEYS = [
+    """CREATE TABLE bunko.operator_keys (
+        id bigserial PRIMARY KEY,
+        key_hash text NOT NULL UNIQUE,
+        prefix text NOT NULL,
+        label text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        revoked_at timestamptz
+    )""",
+    """CREATE FUNCTION bunko.operator_key(p_hash text)
+        RETURNS TABLE (id bigint, prefix text, label text, created_at timestamptz, revoked_at timestamptz,
+                       key_hash text)
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+        SELECT k.id, k.prefix, k.label, k.created_at, k.revoked_at, k.key_hash
+          FROM bunko.operator_keys k WHERE k.key_hash = p_hash
+    $fn$""",
+    """CREATE FUNCTION bunko.operator_tenants(p_hash text)
+        RETURNS TABLE (name text, created_at timestamptz, documents bigint, chunks bigint, bytes bigint,
+                       upload_bytes_per_day bigint, requests_per_minute integer)
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+        SELECT t.name, t.created_at, q.documents, q.chunks, q.bytes, q.upload_bytes_per_day, q.requests_per_minute
+          FROM bunko.tenants t LEFT JOIN bunko.tenant_quotas q ON q.tenant_id = t.id
+         WHERE EXISTS (SELECT 1 FROM bunko.operator_keys k WHERE k.key_hash = p_hash AND k.revoked_at IS NULL)
+         ORDER BY t.name
+    $fn$""",
+    """CREATE FUNCTION bunko.operator_set_quota(p_hash text, p_tenant text, p_documents bigint, p_chunks bigint,
+                                               p_bytes bigint, p_upload_bytes_per_day bigint,
+                                               p_requests_per_minute integer) RETURNS integer
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        t_id bigint;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM bunko.operator_keys k WHERE k.key_hash = p_hash AND k.revoked_at IS NULL) THEN
+            RETURN -1;
+        END IF;
+        SELECT t.id INTO t_id FROM bunko.tenants t WHERE t.name = p_tenant;
+        IF t_id IS NULL THEN
+            RETURN 0;
+        END IF;
+        INSERT INTO bunko.tenant_quotas AS q (tenant_id, documents, chunks, bytes, upload_bytes_per_day,
+                                              requests_per_minute)
+            VALUES (t_id, p_documents, p_chunks, p_bytes, p_upload_bytes_per_day, p_requests_per_minute)
+            ON CONFLICT (tenant_id) DO UPDATE SET documents = excluded.documents, chunks = excluded.chunks,
+                bytes = excluded.bytes, upload_bytes_per_day = excluded.upload_bytes_per_day,
+                requests_per_minute = excluded.requests_per_minute;
+        RETURN 1;
+    END
+    $fn$""",
+    "REVOKE EXECUTE ON FUNCTION bunko.operator_key(text) FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION bunko.operator_tenants(text) FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION bunko.operator_set_quota(text, text, bigint, bigint, bigint, bigint, integer) "
+    "FROM PUBLIC",
+]
+
+# m022: row-level security for per-user rows inside a tenant. A transaction acting for a user (an API key's, an
+# upload job's, a memory call's: ``SQLStore.for_user``) sets ``bunko.user_id`` beside ``bunko.tenant_id``; a
+# tenant or admin key leaves it empty, and then the tenant policy alone applies (erasure of a user by an admin
+# key, the tenant's search log, claims). These policies are RESTRICTIVE: a row must pass them AND the tenant's.
+# - memories, conversation_turns, search_logs are the user's own: a transaction acting for a user sees, changes
+#   and writes only rows of that user; rows without a user (a tenant key's conversations and searches) are the
+#   tenant's and hidden from it too.
+# - jobs and usage_records are read by every key of the tenant (the document list, the same-name upload check,
+#   the upload quota, the tenant's usage), so only their writes are the user's: a transaction acting for a user
+#   inserts rows of that user only, and updates or deletes only its own.
+# Conversations keep their user in the id's namespace (``u.<user>:``); a generated column spells it out.
+_USER = "NULLIF(current_setting('bunko.user_id', true), '')"
+_MINE = f"({_USER} IS NULL OR user_id = {_USER})"
+
+
+def _user_rls(table: str) -> list[str]:
+    return [f"CREATE POLICY user_isolation ON bunko.{table} AS RESTRICTIVE USING {_MINE} WITH CHECK {_MINE}"]
+
+
+def _user_writes(table: str) -> list[str]:
+    return [
+        f"CREATE POLICY user_insert ON bunko.{table} AS RESTRICTIVE FOR INSERT WITH CHECK {_MINE}",
+        f"CREATE POLICY user_update ON bunko.{table} AS RESTRICTIVE FOR UPDATE USING {_MINE} WITH CHECK {_MINE}",
+        f"CREATE POLICY user_delete ON bunko.{table} AS RESTRICTIVE FOR DELETE USING {_MINE}",
+    ]
+
+
+M022_USER_RLS = [
+    "ALTER TABLE bunko.conversation_turns ADD COLUMN user_id text GENERATED ALWAYS AS "
+    "(CASE WHEN conversation_id LIKE 'u.%:%' THEN NULLIF(split_part(substr(conversation_id, 3), ':', 1), '') END) "
+    "STORED",
+    *_user_rls("memories"),
+    *_user_rls("conversation_turns"),
+    *_user_rls("search_logs"),
+    *_user_writes("jobs"),
+    *_user_writes("usage_records"),
+]
+
+__all__ = ["M016_RECORD_OWNERS", "M017_SLIDING_RATES", "M018_FAIR_CLAIMS", "M019_JOB_REUSE", "M020_TENANT_QUOTAS",
+           "M021_OPERATOR_KEYS", "M022_USER_RLS"]

@@ -7,6 +7,11 @@ of that hash, and counts it through ``bunko.rate_hit(key id, window)``. Creating
 revoking keys needs the owner login (the one that ran ``bunko db migrate``): those statements run
 on a connection of the login role itself, never dropped to ``bunko_app``. Jobs and erasure are
 tenant data and stay the shared SQL implementation's.
+
+Operator keys (m021) are kept the same way: the application role authenticates one through
+``bunko.operator_key(hash)`` and lists tenants and sets quotas through ``bunko.operator_tenants(hash)`` and
+``bunko.operator_set_quota(hash, ...)``, which check the key again, so the server's login can set a quota only
+with a valid operator key in hand, and it still cannot write ``tenant_quotas`` itself.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import VectorStoreError
-from ..sql.service import KEY_COLUMNS, SQLServiceRecords
+from ...errors import ForbiddenError, TenantNotFoundError, VectorStoreError
+from ..quotas import QUOTA_NAMES, Quota
+from ..service import OperatorKey, TenantQuota
+from ..sql.service import KEY_COLUMNS, NOT_OPERATOR, OPERATOR_COLUMNS, SQLServiceRecords
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
@@ -28,6 +35,38 @@ class PostgresServiceRecords(SQLServiceRecords):
 
     # One key's row, through the definer function (the application role may not read the table).
     _AUTHENTICATE = f"SELECT {KEY_COLUMNS}, key_hash FROM bunko.authenticate_key(?)"
+
+    # One operator key's row, through the definer function.
+    _OPERATOR_KEY = f"SELECT {OPERATOR_COLUMNS}, key_hash FROM bunko.operator_key(?)"
+
+    def operator_tenants(self, operator: OperatorKey) -> list[TenantQuota]:
+        """Every tenant with its quota, through the definer function (an invalid key: ``ForbiddenError``)."""
+        if self.authenticate_operator_digest(operator.digest) is None:
+            raise ForbiddenError(NOT_OPERATOR)
+        with self.backend.transaction(None, None, write=False) as conn:
+            rows = conn.execute(f"SELECT name, created_at, {', '.join(QUOTA_NAMES)} "
+                                "FROM bunko.operator_tenants(%s)", (operator.digest,)).fetchall()
+        return [self._tenant_quota(r) for r in rows]
+
+    def authenticate_operator_digest(self, digest: str) -> OperatorKey | None:
+        """The valid operator key of a hash, or None."""
+        with self.backend.transaction(None, None, write=False) as conn:
+            row = conn.execute(f"SELECT {OPERATOR_COLUMNS}, key_hash FROM bunko.operator_key(%s)",
+                               (digest,)).fetchone()
+        return None if row is None or row[4] is not None else self._operator_key(row)
+
+    def operator_set_quota(self, operator: OperatorKey, tenant: str, quota: Quota) -> Quota:
+        """Replace a tenant's quota through the definer function, which checks the key again."""
+        quota = Quota().changed(quota.to_dict())  # checks the values
+        with self.backend.transaction(None, None, write=True) as conn:
+            done = int(conn.execute("SELECT bunko.operator_set_quota(%s, %s, %s, %s, %s, %s, %s)",
+                                    (operator.digest, tenant, *(getattr(quota, n) for n in QUOTA_NAMES))
+                                    ).fetchone()[0])
+        if done < 0:
+            raise ForbiddenError(NOT_OPERATOR)
+        if done == 0:
+            raise TenantNotFoundError(f"tenant {tenant!r} does not exist")
+        return quota
 
     def _operator(self, what: str, *, write: bool) -> AbstractContextManager[Any]:
         """A transaction of the login role itself, never dropped to ``bunko_app`` (keys, the tenant list)."""

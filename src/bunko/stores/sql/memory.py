@@ -6,7 +6,8 @@ subject, time, content, free metadata, the analyzer's tokens and a normalised fl
 
 Isolation: every statement runs in the tenant store's own scoped transaction and filters by the
 tenant's row id (and, on PostgreSQL, row-level security checks it again); inside a tenant every
-read and delete also names the user, so one user never sees another's memories.
+read and delete also names the user, so one user never sees another's memories, and runs in a
+transaction acting for that user (on PostgreSQL, row-level security checks the user too: m022).
 
 Ranking is the search layer's (:mod:`bunko.memory`, :func:`bunko.search.keyword.rank_texts`), over one
 user's memories only: exact cosine over their vectors, and BM25 over their tokens with statistics of
@@ -167,7 +168,11 @@ class SQLMemories:
         analyzer = get_analyzer(info.analyzer)
         terms = [" ".join(analyzer.index_tokens(m.content)) for m in items]  # analyzed before the write lock
         run = self._store.run
-        with self._store.session(write=True) as (conn, tenant_pk):
+        users = {m.user_id for m in items}
+        # One user's memories (a session, an API key's add) are written acting for that user; several users'
+        # at once (an import) for the tenant.
+        with self._store.session(write=True, user=next(iter(users)) if len(users) == 1 else None) as (conn,
+                                                                                                     tenant_pk):
             store_pk = int(self._store_row(conn, tenant_pk, store)[0])
             by_user: dict[str, list[str]] = {}
             for m in items:
@@ -192,7 +197,7 @@ class SQLMemories:
         """All of one user's memories in ``store`` with their tokens, and their vectors (one row each,
         normalised; an empty matrix when ``vectors`` is False). ``RagCorpusNotFoundError`` if the store is missing."""
         extra = ", m.terms, m.embedding" if vectors else ", m.terms"
-        with self._store.session() as (conn, tenant_pk):
+        with self._store.session(user=user_id) as (conn, tenant_pk):
             row = self._store_row(conn, tenant_pk, store)
             info, store_pk = self._store_info(row), int(row[0])
             rows = self._store.run(conn, f"SELECT {_MEMORY_COLUMNS}{extra} FROM memories m WHERE m.tenant_id = ? "
@@ -216,7 +221,7 @@ class SQLMemories:
              limit: int | None = None) -> list[StoredMemory]:
         """One user's memories (of one store and session, if given), oldest first."""
         where, params = "m.tenant_id = ? AND m.user_id = ?", [user_id]  # type: tuple[str, list[Any]]
-        with self._store.session() as (conn, tenant_pk):
+        with self._store.session(user=user_id) as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
             params.insert(0, tenant_pk)
@@ -239,7 +244,7 @@ class SQLMemories:
         if memory_ids is not None and not memory_ids:
             return 0
         where, params = "tenant_id = ? AND user_id = ?", [user_id]  # type: tuple[str, list[Any]]
-        with self._store.session(write=True) as (conn, tenant_pk):
+        with self._store.session(write=True, user=user_id) as (conn, tenant_pk):
             if tenant_pk is None:
                 return 0
             params.insert(0, tenant_pk)

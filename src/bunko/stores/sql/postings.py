@@ -29,8 +29,9 @@ and a migration that rebuilds the postings with it.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -121,16 +122,88 @@ def _level(chunks: int) -> int:
     return level
 
 
+# The most bytes of decoded postings one backend keeps between searches (see PostingsCache).
+CACHE_BYTES = 96 * 1024 * 1024
+
+
+class PostingsCache:
+    """Decoded postings of the terms searched lately, by collection version, the least recently used first
+    to go past ``limit`` bytes.
+
+    A search's collection row names the version: (tenant row id, collection row id, the row's creation
+    time, write counter, removal counter, chunk count and highest chunk key). Every write bumps the write
+    counter and every removal the removal counter, so a version's postings never change, and a search of
+    a collection written since reads them again. The postings cached under a version were read in a
+    transaction that saw that version or a later one: what a search racing that write could read from the
+    table itself. A term no chunk holds is not kept."""
+
+    def __init__(self, limit: int = CACHE_BYTES) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held: OrderedDict[tuple[Hashable, str], Column] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of postings held now."""
+        with self._lock:
+            return self._bytes
+
+    def get(self, version: Hashable, terms: Sequence[str]) -> dict[str, Column]:
+        """The cached postings of ``terms`` at ``version``."""
+        out: dict[str, Column] = {}
+        with self._lock:
+            for term in terms:
+                column = self._held.get((version, term))
+                if column is not None:
+                    self._held.move_to_end((version, term))
+                    out[term] = column
+        return out
+
+    def put(self, version: Hashable, columns: Mapping[str, Column]) -> None:
+        """Keep these postings at ``version``, dropping the least recently used past the limit."""
+        with self._lock:
+            for term, column in columns.items():
+                size = sum(part.nbytes for part in column)
+                if size > self.limit or (version, term) in self._held:
+                    continue
+                for part in column:
+                    part.flags.writeable = False  # shared by the searches that find it here
+                self._held[(version, term)] = column
+                self._bytes += size
+            while self._bytes > self.limit and self._held:
+                _, gone = self._held.popitem(last=False)
+                self._bytes -= sum(part.nbytes for part in gone)
+
+    def forget(self, collection_pk: int) -> None:
+        """Drop the postings of a deleted collection (keys ``((tenant, collection), version)``)."""
+        with self._lock:
+            for key in [k for k in self._held if k[0][0][1] == collection_pk]:  # type: ignore[index]
+                self._bytes -= sum(part.nbytes for part in self._held.pop(key))
+
+    def clear(self) -> None:
+        """Drop every cached posting."""
+        with self._lock:
+            self._held.clear()
+            self._bytes = 0
+
+
 class PostingsTable:
     """The ``keyword_postings`` table of one database, through its dialect. Every call takes the
     transaction's connection and the collection's ``scope`` (tenant row id, collection row id);
-    writers hold the collection's write lock (SQLite's database lock, PostgreSQL's collection row)."""
+    writers hold the collection's write lock (SQLite's database lock, PostgreSQL's collection row).
+    Searches read through a :class:`PostingsCache` (``read_cached``)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, cache_bytes: int = CACHE_BYTES) -> None:
         self._d = dialect
+        self.cache = PostingsCache(cache_bytes)
 
     def _run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(self._d.sql(statement), params)
+
+    def _fetch(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of a read of postings blobs (a backend may fetch them in a cheaper wire format)."""
+        return list(self._run(conn, statement, params).fetchall())
 
     def _write_segment(self, conn: Any, scope: tuple[int, int], key: int, rows: list[tuple[str, bytes]]) -> None:
         self._insert(conn, [(*scope, key, term, blob) for term, blob in rows])
@@ -297,6 +370,18 @@ class PostingsTable:
             if 2 * len(dead) >= sizes[key]:
                 self._purge(conn, scope, key)
 
+    def read_cached(self, conn: Any, scope: tuple[int, int], version: Hashable,
+                    terms: Sequence[str]) -> dict[str, Column]:
+        """:meth:`read`, through the cache: ``version`` names the collection's state (see PostingsCache)."""
+        key = (scope, version)
+        found = self.cache.get(key, terms)
+        missing = [t for t in terms if t not in found]
+        if missing:
+            read = self.read(conn, scope, missing)
+            self.cache.put(key, read)
+            found.update(read)
+        return found
+
     def read(self, conn: Any, scope: tuple[int, int], terms: Sequence[str]) -> dict[str, Column]:
         """The postings of these terms in the collection, without deleted chunks, in one statement."""
         keys = [key for key, _ in self.segments(conn, scope)]
@@ -304,8 +389,8 @@ class PostingsTable:
             return {}
         listed, values = self._d.any("segment", keys)
         wanted, words = self._d.any("term", sorted({*terms, DEAD}))
-        rows = self._run(conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? "
-                               f"AND collection_id = ? AND {listed} AND {wanted}", (*scope, *values, *words)).fetchall()
+        rows = self._fetch(conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? "
+                                 f"AND collection_id = ? AND {listed} AND {wanted}", (*scope, *values, *words))
         parts: dict[str, list[Column]] = {}
         for term, key, blob in sorted(rows, key=lambda r: (r[0], r[1])):
             parts.setdefault(term, []).append(unpack(int(key), bytes(blob)))

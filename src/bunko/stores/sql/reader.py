@@ -120,8 +120,12 @@ class SQLReader:
         return KeywordTotals(rows, max(tokens, 1) / max(rows, 1), self.document_frequencies(terms))
 
     def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
-        """The postings of ``terms`` in the collection, without deleted chunks, in one statement."""
-        return self._backend.postings.read(self._conn, self.scope, terms)
+        """The postings of ``terms`` in the collection, without deleted chunks: those of terms searched
+        since the collection's last write from the backend's cache, the others in one statement."""
+        row = self._row
+        return self._backend.postings.read_cached(
+            self._conn, self.scope, (row.created_at, row.write_seq, row.mutation_seq, row.chunk_count, row.high_water),
+            terms)
 
     def texts(self, keys: np.ndarray) -> dict[int, tuple[str, int, str]]:
         """The text of these chunks of the collection, by key, with their document's key and title (its

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ...errors import ConfigError, DocumentNotFoundError, NotFoundError, UploadInProgressError, VectorStoreError
+from ...errors import (
+    ConfigError,
+    DocumentNotFoundError,
+    ForbiddenError,
+    NotFoundError,
+    TenantNotFoundError,
+    UploadInProgressError,
+    VectorStoreError,
+)
 from ..base import VectorStore
 from ..quotas import QUOTA_NAMES, Quota
 from ..service import (
@@ -23,12 +31,15 @@ from ..service import (
     ClaimResult,
     Erasure,
     Job,
+    OperatorKey,
     QuotaStatus,
     TenantInfo,
+    TenantQuota,
     check_user_id,
     conversation_prefix,
     hash_key,
     new_api_key,
+    new_operator_key,
 )
 from . import quotas
 from .memory import SQLMemories
@@ -38,6 +49,8 @@ _JOB_COLUMNS = ("uid, collection, filename, file_size, mime_type, user_id, statu
                 "error_code, error, metadata, lease_until, created_at, updated_at, attempts, max_attempts, worker, "
                 "embedded_chunks, reused_chunks")
 KEY_COLUMNS = "id, prefix, tenant, user_id, admin, created_at, revoked_at"
+OPERATOR_COLUMNS = "id, prefix, label, created_at, revoked_at"
+NOT_OPERATOR = "the operator key is not valid or was revoked"
 _ABANDONED = "JOB_ABANDONED"
 # PostgreSQL: the advisory lock class under which a tenant's job creations (check, then insert) take turns.
 _CREATE_LOCK = 727276
@@ -78,7 +91,7 @@ class SQLServiceRecords:
         """The store as this backend's SQL store of the same tenant."""
         if isinstance(store, SQLStore) and store.served_by(self.backend):
             return store
-        return self.backend.for_tenant(store.tenant)
+        return self.backend.for_tenant(store.tenant).for_user(store.user)
 
     def create_tenant(self, tenant: str) -> bool:
         """Register a tenant; False if it already existed."""
@@ -211,12 +224,86 @@ class SQLServiceRecords:
         with self._operator("set quotas", write=True) as conn:
             row = self._run(conn, "SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
             if row is None:
-                raise NotFoundError(f"tenant {tenant!r} does not exist; create it with `bunko admin tenants create`")
-            limits = [getattr(quota, name) for name in QUOTA_NAMES]
-            self._run(conn, f"INSERT INTO tenant_quotas (tenant_id, {', '.join(QUOTA_NAMES)}) "
-                            f"VALUES (?, {', '.join('?' for _ in QUOTA_NAMES)}) ON CONFLICT (tenant_id) DO UPDATE SET "
-                            + ", ".join(f"{name} = excluded.{name}" for name in QUOTA_NAMES),
-                      (int(row[0]), *limits))
+                raise TenantNotFoundError(
+                    f"tenant {tenant!r} does not exist; create it with `bunko admin tenants create`")
+            self._write_quota(conn, int(row[0]), quota)
+        return quota
+
+    def _write_quota(self, conn: Any, tenant_pk: int, quota: Quota) -> None:
+        limits = [getattr(quota, name) for name in QUOTA_NAMES]
+        self._run(conn, f"INSERT INTO tenant_quotas (tenant_id, {', '.join(QUOTA_NAMES)}) "
+                        f"VALUES (?, {', '.join('?' for _ in QUOTA_NAMES)}) ON CONFLICT (tenant_id) DO UPDATE SET "
+                        + ", ".join(f"{name} = excluded.{name}" for name in QUOTA_NAMES),
+                  (tenant_pk, *limits))
+
+    # -- operator keys: tenants and their quotas over HTTP ---------------------------------------
+    def _operator_key(self, row: Any) -> OperatorKey:
+        return OperatorKey(int(row[0]), row[1], row[2], self._d.time_out(row[3]), row[4] is not None,
+                           row[5] if len(row) > 5 else "")
+
+    # The lookup of one operator key's row (its columns and hash) by its hash.
+    _OPERATOR_KEY = f"SELECT {OPERATOR_COLUMNS}, key_hash FROM operator_keys WHERE key_hash = ?"
+
+    def create_operator_key(self, label: str | None = None) -> tuple[str, OperatorKey]:
+        """A new operator key: (the key, shown once; its record)."""
+        if label is not None and (not label.strip() or len(label) > 200 or "\x00" in label):
+            raise ConfigError("an operator key's label is 1-200 characters (no NUL)")
+        key = new_operator_key()
+        with self._operator("create operator keys", write=True) as conn:
+            row = self._run(conn, "INSERT INTO operator_keys (key_hash, prefix, label) "
+                                  f"VALUES (?, ?, ?) RETURNING {OPERATOR_COLUMNS}",
+                            (hash_key(key), key[:9], label)).fetchone()
+        return key, self._operator_key(row)
+
+    def list_operator_keys(self) -> list[OperatorKey]:
+        """Every operator key (without the keys themselves)."""
+        with self._operator("list operator keys", write=False) as conn:
+            rows = self._run(conn, f"SELECT {OPERATOR_COLUMNS} FROM operator_keys ORDER BY id").fetchall()
+        return [self._operator_key(r) for r in rows]
+
+    def revoke_operator_key(self, key_id: int) -> bool:
+        """Revoke an operator key; False if there was no such active key."""
+        with self._operator("revoke operator keys", write=True) as conn:
+            return int(self._run(conn, "UPDATE operator_keys SET revoked_at = {now} "
+                                       "WHERE id = ? AND revoked_at IS NULL", (key_id,)).rowcount) > 0
+
+    def authenticate_operator(self, token: str) -> OperatorKey | None:
+        """The record of a valid, unrevoked operator key, or None."""
+        digest = hash_key(token)
+        with self.backend.transaction(None, None, write=False) as conn:
+            row = self._run(conn, self._OPERATOR_KEY, (digest,)).fetchone()
+        if row is None or row[4] is not None or not hmac.compare_digest(row[5], digest):
+            return None
+        return self._operator_key(row)
+
+    def _valid_operator(self, conn: Any, operator: OperatorKey) -> None:
+        row = self._run(conn, "SELECT 1 FROM operator_keys WHERE key_hash = ? AND revoked_at IS NULL",
+                        (operator.digest,)).fetchone()
+        if row is None:
+            raise ForbiddenError(NOT_OPERATOR)
+
+    def operator_tenants(self, operator: OperatorKey) -> list[TenantQuota]:
+        """Every tenant with its quota, as ``operator``."""
+        with self.backend.transaction(None, None, write=False) as conn:
+            self._valid_operator(conn, operator)
+            rows = self._run(conn, f"SELECT t.name, t.created_at, {', '.join('q.' + n for n in QUOTA_NAMES)} "
+                                   "FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id "
+                                   "ORDER BY t.name").fetchall()
+        return [self._tenant_quota(r) for r in rows]
+
+    def _tenant_quota(self, row: Any) -> TenantQuota:
+        return TenantQuota(row[0], self._d.time_out(row[1]),
+                           Quota(*(None if v is None else int(v) for v in row[2:2 + len(QUOTA_NAMES)])))
+
+    def operator_set_quota(self, operator: OperatorKey, tenant: str, quota: Quota) -> Quota:
+        """Replace a tenant's quota, as ``operator``."""
+        quota = Quota().changed(quota.to_dict())  # checks the values
+        with self.backend.transaction(None, None, write=True) as conn:
+            self._valid_operator(conn, operator)
+            row = self._run(conn, "SELECT id FROM tenants WHERE name = ?", (tenant,)).fetchone()
+            if row is None:
+                raise TenantNotFoundError(f"tenant {tenant!r} does not exist")
+            self._write_quota(conn, int(row[0]), quota)
         return quota
 
     def quota_status(self, store: VectorStore) -> QuotaStatus:
@@ -293,7 +380,9 @@ class SQLServiceRecords:
                 before_commit()
 
     def _fail_abandoned(self, scoped: SQLStore) -> None:
-        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died)."""
+        """Fail the tenant's processing jobs whose last allowed lease ran out (their workers died): the tenant's
+        upkeep, whichever user's read found them, so it acts for the whole tenant."""
+        scoped = scoped.for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             for uid, attempts in scoped.run(
                     conn, "SELECT uid, attempts FROM jobs WHERE tenant_id = ? AND status = 'processing' "
@@ -444,8 +533,9 @@ class SQLServiceRecords:
                                   (tenant_pk, *params)).rowcount)
 
     def delete_collection_jobs(self, store: VectorStore, collection: str) -> list[str]:
-        """Delete the jobs of a collection of the store's tenant; returns their ids."""
-        scoped = self._scoped(store)
+        """Delete the jobs of a collection of the store's tenant; returns their ids. Every user's: the collection
+        goes (the caller decided who may delete it), so this acts for the whole tenant."""
+        scoped = self._scoped(store).for_user(None)
         with scoped.session(write=True) as (conn, tenant_pk):
             if tenant_pk is None:
                 return []
@@ -457,6 +547,8 @@ class SQLServiceRecords:
         and agent memories."""
         check_user_id(user_id)
         scoped = self._scoped(store)
+        if scoped.user is not None and scoped.user != user_id:  # documents are not the user policies' to guard
+            raise ForbiddenError(f"a store acting for user {scoped.user!r} may erase only that user's data")
         with scoped.session() as (conn, tenant_pk):
             document_ids = [] if tenant_pk is None else [r[0] for r in scoped.run(
                 conn, "SELECT uid FROM jobs WHERE tenant_id = ? AND user_id = ?", (tenant_pk, user_id))]

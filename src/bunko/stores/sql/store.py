@@ -14,6 +14,7 @@ tenant's row id, which :meth:`SQLStore.session` resolves inside the transaction.
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import threading
@@ -22,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -150,8 +151,10 @@ class SQLBackend(ABC):
 
     @abstractmethod
     def transaction(self, tenant: str | None, tenant_pk: int | None, *,
-                    write: bool) -> AbstractContextManager[Any]:
-        """A connection inside one transaction, bound to ``tenant`` (None: no tenant's data is visible).
+                    write: bool, user: str | None = None) -> AbstractContextManager[Any]:
+        """A connection inside one transaction, bound to ``tenant`` (None: no tenant's data is visible) and,
+        when given, to ``user`` (a database with row security then shows and changes only that user's rows of
+        the per-user tables; None: the tenant's, as a tenant or admin key sees them).
 
         Driver errors come out as ``VectorStoreError``.
         """
@@ -173,6 +176,15 @@ class SQLBackend(ABC):
         """The HTTP server's records (API keys, rate windows, jobs, erasure) in this database."""
 
 
+class _TenantRow:
+    """The row id of a store's tenant, learnt once and shared by the store and its copies acting for users."""
+
+    __slots__ = ("pk",)
+
+    def __init__(self) -> None:
+        self.pk: int | None = None
+
+
 class SQLStore:
     """The store contract over a SQL database, bound to one tenant. Backends subclass it."""
 
@@ -185,17 +197,43 @@ class SQLStore:
     _document_chunks = "d.chunk_count"
     # The search port of this backend (see bunko.stores.sql.reader).
     _reader = SQLReader
+    # Whether a hybrid search runs its two legs at the same time, each in a transaction of its own
+    # (bunko.search.session.collect_legs): where the legs wait on a database server, not on this process.
+    # Measured at 100,000 chunks of benchmarks/bench_search.py at load 2-4 (docs/ARCHITECTURE.md "Hybrid
+    # legs at the same time"): SQLite's hybrid p50 7.3-7.5 ms at once against 6.9-7.0 ms in turn.
+    concurrent_legs = False
 
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
         self._tenant = tenant
-        self._tenant_id: int | None = None  # the tenant's row id, once a transaction that saw it committed
+        self._user: str | None = None  # the user its transactions act for (see for_user)
+        # The tenant's row id, once a transaction that saw it committed; shared with the copies for_user makes.
+        self._tenant_row = _TenantRow()
         self._d = backend.dialect
 
     @property
     def tenant(self) -> str:
         """The tenant this store is bound to (read-only)."""
         return self._tenant
+
+    @property
+    def user(self) -> str | None:
+        """The user this store's transactions act for (None: the whole tenant)."""
+        return self._user
+
+    def for_user(self, user_id: str | None) -> Self:
+        """The same tenant's store acting for ``user_id`` (None: for the whole tenant, as a tenant or admin key).
+
+        Its transactions carry the user as they carry the tenant: on PostgreSQL, row-level security then shows
+        that user only its own memories, conversations and search logs, and lets it change only its own jobs
+        and usage records (see docs/ARCHITECTURE.md, "Users inside a tenant"). Every statement keeps its own
+        user predicate too; SQLite has no row security and relies on those.
+        """
+        if user_id == self._user:
+            return self
+        bound = copy.copy(self)
+        bound._user = user_id
+        return bound
 
     @property
     def kind(self) -> str:
@@ -224,22 +262,26 @@ class SQLStore:
 
     # -- scope: every statement runs inside one of these ---------------------------------------
     @contextmanager
-    def session(self, *, write: bool = False, create: bool = False) -> Iterator[tuple[Any, int | None]]:
+    def session(self, *, write: bool = False, create: bool = False,
+                user: str | None = None) -> Iterator[tuple[Any, int | None]]:
         """A transaction scoped to this tenant: (connection, the tenant's row id or None if it has no data).
 
-        ``create`` registers the tenant if it is missing (and implies ``write``).
+        ``create`` registers the tenant if it is missing (and implies ``write``). The transaction acts for the
+        store's user (:meth:`for_user`), or else for ``user`` when given (a repository whose call names its user,
+        as agent memories do); a store bound to a user never works for another.
         """
-        known = self._tenant_id
+        known = self._tenant_row.pk
         pk = known
         self._backend.counters.add("write_transactions" if write or create else "read_transactions")
-        with self._backend.transaction(self._tenant, known, write=write or create) as conn:
+        acting = self._user if self._user is not None else user
+        with self._backend.transaction(self._tenant, known, write=write or create, user=acting) as conn:
             if pk is None:
                 pk = self._find_tenant(conn, create)
                 if pk is not None:
                     self._backend.bind_tenant(conn, pk)
             yield conn, pk
         if known is None and pk is not None:  # only a committed row id is remembered
-            self._tenant_id = pk
+            self._tenant_row.pk = pk
 
     def run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> Any:
         """Execute a core statement (``?`` placeholders, unqualified tables) in this backend's dialect."""
@@ -251,6 +293,7 @@ class SQLStore:
             self._d.executemany(conn, self._d.sql(statement), rows)
 
     def _find_tenant(self, conn: Any, create: bool) -> int | None:
+        self._backend.counters.add("tenant_lookups")
         row = self.run(conn, "SELECT id FROM tenants WHERE name = ?", (self._tenant,)).fetchone()
         if row is None and create:
             self.run(conn, "INSERT INTO tenants (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (self._tenant,))
@@ -409,6 +452,7 @@ class SQLStore:
             self.run(conn, "DELETE FROM collections WHERE tenant_id = ? AND id = ?", (tenant_pk, collection_pk))
             self.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ?", (tenant_pk, name))
         self._forget_collection(collection_pk)
+        self._backend.postings.cache.forget(collection_pk)
 
     # -- documents ------------------------------------------------------------------------------
     def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:

@@ -94,7 +94,9 @@ class SQLiteBackend(SQLBackend):
         self.ann_folder = None if self.path == ":memory:" else Path(self.path + "-ann")
         self.ann: Maintainer | None = None
         if HAVE_ANN and self.settings.ann:
-            config = AnnConfig(self.settings.ann_min_rows, self.settings.ann_ef_search, self.settings.ann_candidates)
+            settings = self.settings
+            config = AnnConfig(settings.ann_min_rows, settings.ann_ef_search, settings.ann_ef_search_rows,
+                               settings.ann_candidates)
             self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
                                   self.matrices.snapshot)
         self.postings = PostingsTable(SQLITE)
@@ -138,9 +140,11 @@ class SQLiteBackend(SQLBackend):
         return conn
 
     @contextmanager
-    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool) -> Iterator[sqlite3.Connection]:
+    def transaction(self, tenant: str | None, tenant_pk: int | None, *, write: bool,
+                    user: str | None = None) -> Iterator[sqlite3.Connection]:
         """A read (``BEGIN``) or write transaction on this thread's connection; SQLite errors become
-        ``VectorStoreError``. Tenants are not checked by SQLite: every statement filters by tenant."""
+        ``VectorStoreError``. Tenants and users are not checked by SQLite (no row security): every statement
+        filters by tenant, and every statement on a per-user table by user."""
         try:
             if write:
                 with self._write() as conn:

@@ -328,6 +328,17 @@ MIGRATIONS: list[Migration] = [
         PRIMARY KEY (tenant_id, window_start)
     );
     """,
+    # 16: operator keys (bunko.stores.service): no tenant's; they list tenants and read and set their quotas.
+    """
+    CREATE TABLE operator_keys (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        key_hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        label TEXT,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        revoked_at TEXT
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

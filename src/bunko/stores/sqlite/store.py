@@ -192,7 +192,7 @@ class SQLiteReader(SQLReader):
         count = max(top_k, ann.config.candidates)
         if graph is None or graph.identity != self._identity() or count * 4 > n:
             return None
-        found = graph.search(q, count, _GRAPH_WAIT)
+        found = graph.search(q, count, _GRAPH_WAIT, ann.config.breadth(n, count))
         if found is None:
             return None
         keys, graph_high = found
