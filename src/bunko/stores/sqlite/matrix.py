@@ -92,6 +92,28 @@ class Matrix:
         self.size = len(self._rowids)
 
 
+# Rows gathered per block by ``score_rows``: the block stays in cache and its buffer is reused, so a search
+# scoring scattered rows does not fault in a fresh array as large as all of them.
+_BLOCK = 1024
+_buffers = threading.local()
+
+
+def score_rows(vectors: np.ndarray, positions: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``vectors[positions] @ q``, gathered a block at a time into this thread's reused buffer."""
+    if len(positions) <= _BLOCK:
+        return vectors[positions] @ q
+    buffer = getattr(_buffers, "block", None)
+    if buffer is None or buffer.shape[1] != vectors.shape[1] or buffer.dtype != vectors.dtype:
+        buffer = _buffers.block = np.empty((_BLOCK, vectors.shape[1]), dtype=vectors.dtype)
+    scores = np.empty(len(positions), dtype=np.result_type(vectors.dtype, q.dtype))
+    for i in range(0, len(positions), _BLOCK):
+        block = positions[i:i + _BLOCK]
+        rows = buffer[:len(block)]
+        np.take(vectors, block, axis=0, out=rows)
+        scores[i:i + len(block)] = rows @ q
+    return scores
+
+
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest scores, best first (ties by position, so results are stable)."""
     n = scores.shape[0]
