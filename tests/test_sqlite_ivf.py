@@ -16,6 +16,7 @@ from bunko.stores import open_backend
 from bunko.stores.base import Ranked, Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
 from bunko.stores.sqlite.ann import Lists
+from bunko.stores.sqlite.matrix import score_rows
 from bunko.testing.store_data import make_document
 from bunko.types import EmbedderInfo
 
@@ -239,3 +240,12 @@ def test_the_settings_come_from_the_one_tree(tmp_path: Path, monkeypatch: pytest
     assert isinstance(backend, SQLiteBackend) and backend.ann is not None
     assert (backend.ann.config.lists_min_rows, backend.ann.config.probe_share) == (4321, 0.1)
     backend.close()
+
+
+def test_scattered_rows_are_scored_block_by_block_as_one_product() -> None:
+    rng = np.random.default_rng(30)
+    vectors = clustered(5000, 31)
+    for count in (10, 1024, 1025, 3000):
+        positions = np.sort(rng.choice(5000, count, replace=False))
+        q = clustered(1, 32)[0].astype(np.float64)
+        assert np.allclose(score_rows(vectors, positions, q), vectors[positions] @ q, atol=1e-6)

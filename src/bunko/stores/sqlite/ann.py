@@ -63,8 +63,8 @@ class AnnConfig:
     ef_search: int = 640  # graph search breadth up to ``ef_search_rows`` chunks
     ef_search_rows: int = 100_000  # past this many chunks the breadth grows with the square root of the size
     candidates: int = 100  # candidates re-ranked by the exact vectors (at least top_k)
-    lists_min_rows: int = 300_000  # a collection this large gets IVF lists instead of a graph
-    probe_share: float = 0.05  # the share of the lists a search scores exactly
+    lists_min_rows: int = 250_000  # a collection this large gets IVF lists instead of a graph
+    probe_share: float = 0.04  # the share of the lists a search scores exactly
 
     def kind(self, rows: int) -> str | None:
         """Which index a collection of ``rows`` chunks gets: ``"lists"``, ``"graph"`` (with usearch) or None."""
@@ -294,7 +294,8 @@ class Lists:
         if not len(keys):
             return None
         probe = max(1, min(len(centres), math.ceil(config.probe_share * len(centres))))
-        picked = np.sort(np.argpartition(-(centres @ q), probe - 1)[:probe])
+        picked = np.sort(np.argpartition(-np.einsum("ij,j->i", centres, q.astype(centres.dtype, copy=False)),
+                                         probe - 1)[:probe])  # on this thread, as score_rows
         if seq == snap.state[0]:
             found = np.concatenate([positions[starts[j]:starts[j + 1]] for j in picked])
             return found[found < len(snap.rowids)], high_water  # rows the snapshot does not hold yet
