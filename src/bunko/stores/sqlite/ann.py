@@ -1,10 +1,14 @@
-"""Approximate nearest neighbours for the embedded store: one HNSW graph per collection (usearch).
+"""Approximate nearest neighbours for the embedded store: one index per large collection, an HNSW graph
+(usearch) or, for the largest, IVF lists (numpy).
 
 Above ``ann_min_rows`` chunks an unfiltered vector search asks a collection's graph for candidates
 and re-ranks them, together with the rows the graph does not hold yet, by the exact vectors of the
 in-memory matrix (:mod:`bunko.stores.sqlite.matrix`); below it, and for every filtered search, the
-exact scan stays. The graph is a second index over the matrix's rows, keyed by chunk row id, and a
-background thread (:class:`Maintainer`, one per backend) keeps it in step:
+exact scan stays. From ``lists_min_rows`` chunks the collection has :class:`Lists` instead (a graph
+walk loses the near-duplicates of a large collection): k-means lists of row ids, the nearest
+``probe_share`` of which a search scores exactly from the same matrix. Either index is kept over the
+matrix's rows, keyed by chunk row id, and a background thread (:class:`Maintainer`, one per backend)
+keeps it in step (the steps below are the graph's; the lists' are the same):
 
 * rows the matrix holds above the graph's ``high_water`` are added in small steps (a search ranks
   them exactly until then, so a write is found by the next search);
@@ -17,7 +21,7 @@ background thread (:class:`Maintainer`, one per backend) keeps it in step:
 
 A graph belongs to one collection of one tenant and is never shared; a saved one is used only for
 the collection (tenant row id, collection row id, name, creation time, dimension) it was built for.
-Without the ``ann`` extra (usearch) nothing here runs and searches stay exact.
+Without the ``ann`` extra (usearch) no graph is built: collections below ``lists_min_rows`` scan.
 """
 
 from __future__ import annotations
