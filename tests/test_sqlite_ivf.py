@@ -15,7 +15,7 @@ from bunko.search import vector_query
 from bunko.stores import open_backend
 from bunko.stores.base import Ranked, Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
-from bunko.stores.sqlite.ann import Lists
+from bunko.stores.sqlite.ann import Lists, save
 from bunko.stores.sqlite.matrix import score_rows
 from bunko.testing.store_data import make_document
 from bunko.types import EmbedderInfo
@@ -225,9 +225,15 @@ def test_a_collection_that_grows_past_the_threshold_moves_from_its_graph_to_list
     nearest(store, vectors[0])
     assert backend.ann is not None and backend.ann.idle(120)
     assert nearest(store, vectors[0]).plan == "hnsw"
+    folder = backend.ann_folder
+    assert folder is not None
+    save(backend.matrices.graphs[store.read_collection("c").key], folder)
+    assert list(folder.glob("*.usearch"))
     fill(store, clustered(400, 21), prefix="e")
     lists = built(backend, store)  # one index per collection: the lists took the graph's place
     assert len(backend.matrices.graphs) == 1 and len(lists) == 1200
+    # The lists are saved at once and the graph's files go: nothing on disk that no search reads.
+    assert list(folder.glob("*.ivf")) and not list(folder.glob("*.usearch")) and len(list(folder.glob("*.json"))) == 1
     assert nearest(store, vectors[0]).plan == "ivf" and int(nearest(store, vectors[0], 1).keys[0]) == 1
     backend.close()
 

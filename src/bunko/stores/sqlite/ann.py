@@ -363,6 +363,14 @@ def remove_files(folder: Path | None, collection_pk: int) -> None:
                 path.unlink()
 
 
+def remove_kind_files(folder: Path, identity: Identity, kind: str) -> None:
+    """Delete a collection's saved index of ``kind`` (another kind took its place)."""
+    with _FILES:
+        for path in _files(folder, identity, kind):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
 def save(graph: Index, folder: Path, still_wanted: Callable[[], bool] = lambda: True) -> None:
     """Write the index (a graph or lists) and its identity beside the database (atomically: a reader sees
     the old or the new), if ``still_wanted()`` (its collection was not dropped meanwhile)."""
@@ -502,7 +510,14 @@ class Maintainer:
             with self._lock:
                 if self._graphs.get(pk) is not graph:
                     return
-                self._graphs[pk] = graph = fresh
+                replaced, self._graphs[pk] = graph, fresh
+                graph = fresh
+            if self.folder is not None and replaced.kind != graph.kind:
+                # The other kind's files go once the new index is saved: a collection that crossed
+                # ``lists_min_rows`` keeps no 1 GB graph on disk that nothing reads.
+                with graph.lock:
+                    save(graph, self.folder, self._still_registered(graph))
+                remove_kind_files(self.folder, identity, replaced.kind)
         if self.folder is not None and graph.unsaved >= max(1000, len(graph) // 10):
             with graph.lock:
                 save(graph, self.folder, self._still_registered(graph))
