@@ -181,7 +181,7 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
     if ann is None:
         return None
     folder = backend.ann_folder
-    saved = folder is not None and any(folder.glob("*.usearch"))
+    saved_files = set() if folder is None else {p.suffix for p in folder.glob("*.*")}
     started = time.perf_counter()
     if not ann.idle(timeout=4 * 3600):
         raise SystemExit("the HNSW graph did not catch up within 4 hours")
@@ -190,10 +190,13 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
     if not graphs:  # below the threshold: searches scan
         return {"graph": False, "min_rows": ann.config.min_rows}
     graph = graphs[0]
-    _log(f"  HNSW graph {'loaded' if saved else 'built'}: waited {ready_s:.1f} s after the first searches")
+    kind = getattr(graph, "kind", "graph")
+    saved = (".ivf" if kind == "lists" else ".usearch") in saved_files  # the index was there before the run
+    _log(f"  {kind} {'loaded' if saved else 'built'}: waited {ready_s:.1f} s after the first searches")
     snapshot = backend.matrices.snapshot(graph.identity.collection_pk)
     return {"graph": True, "loaded_from_file": saved, "waited_for_graph_s": round(ready_s, 2),
-            "memory_mb": round(graph.index.memory_usage / 2**20, 1), "vectors": len(graph),
+            "kind": kind, "memory_mb": round(getattr(graph, "memory_bytes", 0) / 2**20, 1),
+            "vectors": len(graph), "probe_share": getattr(ann.config, "probe_share", None),
             "matrix_mb": None if snapshot is None else round(snapshot.vectors.nbytes / 2**20, 1),
             "process_rss_mb": _rss_mb(), "ef_search": ann.config.ef_search,
             "breadth": ann.config.breadth(len(graph), max(TOP_K, ann.config.candidates))

@@ -1,10 +1,14 @@
-"""Approximate nearest neighbours for the embedded store: one HNSW graph per collection (usearch).
+"""Approximate nearest neighbours for the embedded store: one index per large collection, an HNSW graph
+(usearch) or, for the largest, IVF lists (numpy).
 
 Above ``ann_min_rows`` chunks an unfiltered vector search asks a collection's graph for candidates
 and re-ranks them, together with the rows the graph does not hold yet, by the exact vectors of the
 in-memory matrix (:mod:`bunko.stores.sqlite.matrix`); below it, and for every filtered search, the
-exact scan stays. The graph is a second index over the matrix's rows, keyed by chunk row id, and a
-background thread (:class:`Maintainer`, one per backend) keeps it in step:
+exact scan stays. From ``lists_min_rows`` chunks the collection has :class:`Lists` instead (a graph
+walk loses the near-duplicates of a large collection): k-means lists of row ids, the nearest
+``probe_share`` of which a search scores exactly from the same matrix. Either index is kept over the
+matrix's rows, keyed by chunk row id, and a background thread (:class:`Maintainer`, one per backend)
+keeps it in step (the steps below are the graph's; the lists' are the same):
 
 * rows the matrix holds above the graph's ``high_water`` are added in small steps (a search ranks
   them exactly until then, so a write is found by the next search);
@@ -17,7 +21,7 @@ background thread (:class:`Maintainer`, one per backend) keeps it in step:
 
 A graph belongs to one collection of one tenant and is never shared; a saved one is used only for
 the collection (tenant row id, collection row id, name, creation time, dimension) it was built for.
-Without the ``ann`` extra (usearch) nothing here runs and searches stay exact.
+Without the ``ann`` extra (usearch) no graph is built: collections below ``lists_min_rows`` scan.
 """
 
 from __future__ import annotations
@@ -63,6 +67,20 @@ class AnnConfig:
     ef_search: int = 640  # graph search breadth up to ``ef_search_rows`` chunks
     ef_search_rows: int = 100_000  # past this many chunks the breadth grows with the square root of the size
     candidates: int = 100  # candidates re-ranked by the exact vectors (at least top_k)
+    lists_min_rows: int = 250_000  # a collection this large gets IVF lists instead of a graph
+    probe_share: float = 0.04  # the share of the lists a search scores exactly
+
+    def kind(self, rows: int) -> str | None:
+        """Which index a collection of ``rows`` chunks gets: ``"lists"``, ``"graph"`` (with usearch) or None."""
+        if rows >= self.lists_min_rows:
+            return "lists"
+        if HAVE_ANN and rows >= self.min_rows:
+            return "graph"
+        return None
+
+    def smallest(self) -> int:
+        """The fewest chunks a collection needs for an index of either kind."""
+        return min(self.min_rows, self.lists_min_rows) if HAVE_ANN else self.lists_min_rows
 
     def breadth(self, rows: int, count: int) -> int:
         """The graph's search breadth for a collection of ``rows`` chunks asked for ``count`` candidates.
@@ -93,8 +111,21 @@ class Identity:
                 "created_at": self.created_at, "dimension": self.dimension}
 
 
+def _positions(snap: Any, keys: np.ndarray) -> np.ndarray:
+    """The positions in ``snap`` of those of ``keys`` it holds (rows removed since are not in it)."""
+    n = len(snap.rowids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    positions = np.minimum(np.searchsorted(snap.rowids, keys), n - 1)
+    return positions[snap.rowids[positions] == keys]
+
+
 class Graph:
     """One collection's HNSW graph over its chunk row ids."""
+
+    kind = "graph"
+    plan = "hnsw"
+    step = _STEP  # rows added per step (the lock is let go between steps)
 
     def __init__(self, identity: Identity, ef_search: int) -> None:
         assert _usearch is not None
@@ -123,13 +154,198 @@ class Graph:
         finally:
             self.lock.release()
 
+    def candidates(self, snap: Any, q: np.ndarray, count: int, wait: float,
+                   config: AnnConfig) -> tuple[np.ndarray, int] | None:
+        """Positions in ``snap`` of the graph's candidates for ``q`` and the graph's ``high_water``; None when
+        the graph is busy or empty (the caller scans)."""
+        found = self.search(q, count, wait, config.breadth(len(snap.rowids), count))
+        if found is None:
+            return None
+        return _positions(snap, found[0]), found[1]
+
+    def forget(self, snap: Any) -> None:
+        """Remove the keys ``snap`` no longer holds (rows were deleted)."""
+        with self.lock:
+            keys = np.asarray(self.index.keys, dtype=np.int64)
+            gone = keys[~np.isin(keys, snap.rowids)]
+            if len(gone):
+                self.index.remove(gone.astype(np.uint64))
+                self.unsaved += len(gone)
+                self.removed += len(gone)
+            self.mutation_seq = snap.state[0]
+
+    def add(self, snap: Any, start: int, stop: int) -> None:
+        """Add the snapshot's rows ``start:stop`` (all above ``high_water``)."""
+        with self.lock:
+            self.index.add(snap.rowids[start:stop].astype(np.uint64), snap.vectors[start:stop],
+                           threads=os.cpu_count() or 1)
+            self.high_water = int(snap.rowids[stop - 1])
+            self.unsaved += stop - start
+
+    def stale(self, rows: int) -> bool:
+        """Whether a new graph should be built: removed nodes stay as tombstones that searches walk
+        through, so past a quarter of the live rows one is built (the old one answers meanwhile)."""
+        return self.removed * 4 > len(self) > 0
+
+    def write(self, path: Path) -> dict[str, Any]:
+        """Save the graph to ``path``; what the ``.json`` records of its shape."""
+        self.index.save(str(path))
+        return {"dtype": DTYPE, "connectivity": CONNECTIVITY}
+
+    @property
+    def memory_bytes(self) -> int:
+        """The graph's memory (vectors and links)."""
+        return int(self.index.memory_usage)
+
     def __len__(self) -> int:
         return len(self.index)
 
 
-def _files(folder: Path, identity: Identity) -> tuple[Path, Path]:
+# IVF lists: how many rows train the centres per list, and the k-means rounds.
+_TRAIN_PER_LIST = 50
+_ROUNDS = 8
+# Rows assigned to their lists per step (the lists are swapped in whole, so searches never wait long).
+_LIST_STEP = 100_000
+
+
+def list_count(rows: int) -> int:
+    """How many lists a collection of ``rows`` chunks is cut into: about sqrt(rows), 16 to 4,096."""
+    return max(16, min(4096, round(math.sqrt(rows))))
+
+
+class Lists:
+    """One collection's IVF lists: k-means centres, and each chunk row id in the list of its nearest centre.
+
+    The vectors stay in the matrix (no second copy): a list holds row ids and, for the matrix state it
+    was last brought in step with (``mutation_seq``), their positions in it. A search scores the centres,
+    takes the best ``probe_share`` of the lists and scores their rows exactly from the matrix. The arrays
+    are replaced, never changed in place, so a search reads them without holding the lock.
+    """
+
+    kind = "lists"
+    plan = "ivf"
+    step = _LIST_STEP
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.lock = threading.Lock()
+        self.centres = np.zeros((0, identity.dimension), dtype=np.float32)
+        self.keys = np.zeros(0, dtype=np.int64)  # row ids, list by list
+        self.starts = np.zeros(1, dtype=np.int64)  # list j is keys[starts[j]:starts[j + 1]]
+        self.positions = np.zeros(0, dtype=np.int64)  # keys' positions in a matrix of ``mutation_seq``
+        self.trained_on = 0  # how many rows the centres were trained on
+        self.high_water = 0
+        self.mutation_seq = -2
+        self.unsaved = 0
+        self.removed = 0
+
+    def train(self, vectors: np.ndarray) -> None:
+        """k-means centres from a sample of ``vectors`` (seeded by the collection, so builds repeat)."""
+        n, lists = len(vectors), list_count(len(vectors))
+        rng = np.random.default_rng(self.identity.collection_pk)
+        sample = vectors[np.sort(rng.choice(n, min(n, _TRAIN_PER_LIST * lists), replace=False))]
+        centres = sample[rng.choice(len(sample), min(lists, len(sample)), replace=False)].copy()
+        for _ in range(_ROUNDS):
+            nearest = np.argmax(sample @ centres.T, axis=1)
+            sums = np.zeros_like(centres)
+            np.add.at(sums, nearest, sample)
+            norms = np.linalg.norm(sums, axis=1)
+            filled = norms > 0
+            centres[filled] = sums[filled] / norms[filled, None]  # an empty list keeps its centre
+        self.centres, self.trained_on = centres, n
+        self.starts = np.zeros(len(centres) + 1, dtype=np.int64)  # trained before any row is listed
+
+    def add(self, snap: Any, start: int, stop: int) -> None:
+        """Put the snapshot's rows ``start:stop`` (all above ``high_water``) in the lists of their nearest
+        centres (training the centres first, on every row the snapshot holds, if there are none)."""
+        if not len(self.centres):
+            self.train(snap.vectors)
+        assign = np.argmax(snap.vectors[start:stop] @ self.centres.T, axis=1)
+        lists = np.concatenate([np.repeat(np.arange(len(self.centres)), np.diff(self.starts)), assign])
+        order = np.argsort(lists, kind="stable")
+        keys = np.concatenate([self.keys, snap.rowids[start:stop]])[order]
+        if self.mutation_seq == snap.state[0]:
+            positions = np.concatenate([self.positions, np.arange(start, stop, dtype=np.int64)])[order]
+        else:
+            positions = np.searchsorted(snap.rowids, keys)
+        starts = np.searchsorted(lists[order], np.arange(len(self.centres) + 1))
+        with self.lock:
+            self.keys, self.positions, self.starts = keys, positions, starts
+            self.mutation_seq = snap.state[0]
+            self.high_water = int(snap.rowids[stop - 1])
+            self.unsaved += stop - start
+
+    def forget(self, snap: Any) -> None:
+        """Drop the row ids ``snap`` no longer holds and renew the others' positions (rows were deleted)."""
+        n = len(snap.rowids)
+        positions = np.minimum(np.searchsorted(snap.rowids, self.keys), max(n - 1, 0))
+        live = snap.rowids[positions] == self.keys if n else np.zeros(len(self.keys), dtype=bool)
+        lists = np.repeat(np.arange(len(self.centres)), np.diff(self.starts))
+        starts = np.searchsorted(lists[live], np.arange(len(self.centres) + 1))
+        gone = int(len(live) - live.sum())
+        with self.lock:
+            self.keys, self.positions, self.starts = self.keys[live], positions[live], starts
+            self.mutation_seq = snap.state[0]
+            self.unsaved += gone
+            self.removed += gone
+
+    def candidates(self, snap: Any, q: np.ndarray, count: int, wait: float,
+                   config: AnnConfig) -> tuple[np.ndarray, int] | None:
+        """Positions in ``snap`` of the rows of the lists nearest ``q`` and the lists' ``high_water``."""
+        with self.lock:
+            centres, keys, starts, positions = self.centres, self.keys, self.starts, self.positions
+            seq, high_water = self.mutation_seq, self.high_water
+        if not len(keys):
+            return None
+        probe = max(1, min(len(centres), math.ceil(config.probe_share * len(centres))))
+        picked = np.sort(np.argpartition(-np.einsum("ij,j->i", centres, q.astype(centres.dtype, copy=False)),
+                                         probe - 1)[:probe])  # on this thread, as score_rows
+        if seq == snap.state[0]:
+            found = np.concatenate([positions[starts[j]:starts[j + 1]] for j in picked])
+            return found[found < len(snap.rowids)], high_water  # rows the snapshot does not hold yet
+        found = np.concatenate([keys[starts[j]:starts[j + 1]] for j in picked])
+        return _positions(snap, found), high_water
+
+    def stale(self, rows: int) -> bool:
+        """Whether the lists should be built again: the collection doubled since the centres were trained,
+        or a quarter as many rows as are live were removed."""
+        return rows > 2 * self.trained_on or self.removed * 4 > len(self) > 0
+
+    def write(self, path: Path) -> dict[str, Any]:
+        """Save the centres and the lists to ``path``; what the ``.json`` records of their shape."""
+        with path.open("wb") as f:
+            np.savez(f, centres=self.centres, keys=self.keys, starts=self.starts)
+        return {"trained_on": self.trained_on}
+
+    def read(self, path: Path, meta: dict[str, Any]) -> bool:
+        """Load what ``write`` saved; False if it does not fit this collection."""
+        with np.load(path) as data:
+            centres, keys, starts = data["centres"], data["keys"], data["starts"]
+        if centres.ndim != 2 or centres.shape[1] != self.identity.dimension or len(starts) != len(centres) + 1 \
+                or int(starts[-1]) != len(keys):
+            return False
+        self.centres, self.keys, self.starts = centres.astype(np.float32), keys.astype(np.int64), starts
+        self.trained_on = int(meta.get("trained_on", len(keys)))
+        return True
+
+    @property
+    def memory_bytes(self) -> int:
+        """The lists' memory (centres, row ids and positions; the vectors are the matrix's)."""
+        return int(self.centres.nbytes + self.keys.nbytes + self.starts.nbytes + self.positions.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+Index = Graph | Lists
+_SUFFIX = {"graph": ".usearch", "lists": ".ivf"}
+
+
+def _files(folder: Path, identity: Identity, kind: str = "graph") -> tuple[Path, Path]:
+    """The index file and its ``.json`` (a graph: ``t1-c2.usearch``, ``t1-c2.json``; lists: ``t1-c2.ivf``,
+    ``t1-c2.ivf.json``): each kind on its own, so a process of an earlier version never reads lists."""
     stem = folder / f"t{identity.tenant_pk}-c{identity.collection_pk}"
-    return stem.with_suffix(".usearch"), stem.with_suffix(".json")
+    return stem.with_suffix(_SUFFIX[kind]), stem.with_suffix(".json" if kind == "graph" else ".ivf.json")
 
 
 # Saving a graph and removing a deleted collection's files take turns, so no graph is saved after its
@@ -147,34 +363,56 @@ def remove_files(folder: Path | None, collection_pk: int) -> None:
                 path.unlink()
 
 
-def save(graph: Graph, folder: Path, still_wanted: Callable[[], bool] = lambda: True) -> None:
-    """Write the graph and its identity beside the database (atomically: a reader sees the old or the new),
-    if ``still_wanted()`` (its collection was not dropped meanwhile)."""
+def remove_kind_files(folder: Path, identity: Identity, kind: str) -> None:
+    """Delete a collection's saved index of ``kind`` (another kind took its place)."""
+    with _FILES:
+        for path in _files(folder, identity, kind):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def save(graph: Index, folder: Path, still_wanted: Callable[[], bool] = lambda: True) -> None:
+    """Write the index (a graph or lists) and its identity beside the database (atomically: a reader sees
+    the old or the new), if ``still_wanted()`` (its collection was not dropped meanwhile)."""
     with _FILES:
         if not still_wanted():
             return
         folder.mkdir(parents=True, exist_ok=True)
-        index_path, meta_path = _files(folder, graph.identity)
+        index_path, meta_path = _files(folder, graph.identity, graph.kind)
         tmp = index_path.with_suffix(f".tmp{os.getpid()}")
-        graph.index.save(str(tmp))
+        shape = graph.write(tmp)
         os.replace(tmp, index_path)
-        meta = {**graph.identity.as_dict(), "high_water": graph.high_water, "size": len(graph.index),
-                "removed": graph.removed, "dtype": DTYPE, "connectivity": CONNECTIVITY}
+        meta = {**graph.identity.as_dict(), "kind": graph.kind, "high_water": graph.high_water,
+                "size": len(graph), "removed": graph.removed, **shape}
         tmp_meta = meta_path.with_suffix(f".tmp{os.getpid()}")
         tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp_meta, meta_path)
         graph.unsaved = 0
 
 
-def load(folder: Path, identity: Identity, ef_search: int) -> Graph | None:
-    """The saved graph of this collection, or None (none saved, another collection's, or unreadable)."""
-    index_path, meta_path = _files(folder, identity)
+def load(folder: Path, identity: Identity, ef_search: int, kind: str = "graph") -> Index | None:
+    """The saved index (of ``kind``) of this collection, or None (none saved, another collection's, or
+    unreadable)."""
+    index_path, meta_path = _files(folder, identity, kind)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in identity.as_dict().items()) or (
-            meta.get("dtype"), meta.get("connectivity")) != (DTYPE, CONNECTIVITY):
+    if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in identity.as_dict().items()) or \
+            meta.get("kind", "graph") != kind:
+        return None
+    if kind == "lists":
+        lists = Lists(identity)
+        try:
+            if not lists.read(index_path, meta):
+                return None
+        except (OSError, ValueError, KeyError) as exc:  # a torn or foreign file: build again
+            log.warning("ignoring the saved vector lists %s: %s", index_path, exc)
+            return None
+        lists.high_water = int(meta.get("high_water", 0))
+        lists.removed = int(meta.get("removed", 0))
+        return lists if len(lists) == meta.get("size") else None
+    if _usearch is None or (meta.get("dtype"), meta.get("connectivity")) != (DTYPE, CONNECTIVITY):
         return None
     graph = Graph(identity, ef_search)
     try:
@@ -197,7 +435,7 @@ class Maintainer:
     no longer holds it); ``graphs`` is the cache's dict of graphs, guarded by ``lock``.
     """
 
-    def __init__(self, folder: Path | None, config: AnnConfig, graphs: dict[int, Graph], lock: threading.Lock,
+    def __init__(self, folder: Path | None, config: AnnConfig, graphs: dict[int, Index], lock: threading.Lock,
                  snapshot: Callable[[int], Any]) -> None:
         self.folder = folder
         self.config = config
@@ -248,32 +486,46 @@ class Maintainer:
 
     def _step(self, identity: Identity) -> None:
         pk = identity.collection_pk
+        snap = self._snapshot(pk)
+        kind = None if snap is None else self.config.kind(len(snap.rowids))
         with self._lock:
             graph = self._graphs.get(pk)
         if graph is not None and graph.identity != identity:
             graph = None  # the row id now names another collection
         if graph is None:
-            graph = (load(self.folder, identity, self.config.ef_search) if self.folder is not None else None) \
-                or Graph(identity, self.config.ef_search)
+            if kind is None:
+                return
+            graph = (load(self.folder, identity, self.config.ef_search, kind) if self.folder is not None
+                     else None) or self._new(kind, identity)
             with self._lock:
                 self._graphs[pk] = graph
         if not self._catch_up(graph, pk):
             return
-        if graph.removed * 4 > len(graph) > 0:
-            # Removed nodes stay in the graph as tombstones that searches walk through: past a quarter of
-            # the live rows, a new graph is built (the old one answers meanwhile) and takes its place.
-            fresh = Graph(identity, self.config.ef_search)
+        if (kind is not None and graph.kind != kind) or graph.stale(len(graph)):
+            # A new index is built (the old one answers meanwhile) and takes its place: the collection
+            # crossed ``lists_min_rows``, or the index is worn (see ``stale``).
+            fresh = self._new(kind or graph.kind, identity)
             if not self._catch_up(fresh, pk):
                 return
             with self._lock:
                 if self._graphs.get(pk) is not graph:
                     return
-                self._graphs[pk] = graph = fresh
+                replaced, self._graphs[pk] = graph, fresh
+                graph = fresh
+            if self.folder is not None and replaced.kind != graph.kind:
+                # The other kind's files go once the new index is saved: a collection that crossed
+                # ``lists_min_rows`` keeps no 1 GB graph on disk that nothing reads.
+                with graph.lock:
+                    save(graph, self.folder, self._still_registered(graph))
+                remove_kind_files(self.folder, identity, replaced.kind)
         if self.folder is not None and graph.unsaved >= max(1000, len(graph) // 10):
             with graph.lock:
                 save(graph, self.folder, self._still_registered(graph))
 
-    def _catch_up(self, graph: Graph, pk: int) -> bool:
+    def _new(self, kind: str, identity: Identity) -> Index:
+        return Lists(identity) if kind == "lists" else Graph(identity, self.config.ef_search)
+
+    def _catch_up(self, graph: Index, pk: int) -> bool:
         """Add the matrix's new rows to ``graph`` and remove the ones gone, until it is in step (True) or the
         maintainer stops (True); False when the process no longer holds the collection."""
         while not self._stopped:
@@ -283,27 +535,15 @@ class Maintainer:
                     if self._graphs.get(pk) is graph:
                         del self._graphs[pk]
                 return False
-            if snap.state[0] != graph.mutation_seq:  # rows went away: remove them from the graph
-                with graph.lock:
-                    keys = np.asarray(graph.index.keys, dtype=np.int64)
-                    gone = keys[~np.isin(keys, snap.rowids)]
-                    if len(gone):
-                        graph.index.remove(gone.astype(np.uint64))
-                        graph.unsaved += len(gone)
-                        graph.removed += len(gone)
-                    graph.mutation_seq = snap.state[0]
+            if snap.state[0] != graph.mutation_seq:  # rows went away: remove them from the index
+                graph.forget(snap)
             start = int(np.searchsorted(snap.rowids, graph.high_water, side="right"))
             if start >= len(snap.rowids):
                 return True
-            stop = min(start + _STEP, len(snap.rowids))
-            with graph.lock:
-                graph.index.add(snap.rowids[start:stop].astype(np.uint64), snap.vectors[start:stop],
-                                threads=os.cpu_count() or 1)
-                graph.high_water = int(snap.rowids[stop - 1])
-                graph.unsaved += stop - start
+            graph.add(snap, start, min(start + graph.step, len(snap.rowids)))
         return True
 
-    def _still_registered(self, graph: Graph) -> Callable[[], bool]:
+    def _still_registered(self, graph: Index) -> Callable[[], bool]:
         """Whether ``graph`` is still its collection's (not dropped with it), asked when saving."""
         def check() -> bool:
             with self._lock:

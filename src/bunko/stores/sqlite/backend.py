@@ -20,7 +20,7 @@ from ...errors import ConfigError, StorageFullError, TransientStoreError, Vector
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
 from ..sql.postings import PostingsTable
-from .ann import HAVE_ANN, AnnConfig, Maintainer
+from .ann import AnnConfig, Maintainer
 from .matrix import CollectionCache
 from .migrations import MIGRATIONS, apply_migrations
 from .schema import SQLITE
@@ -90,13 +90,13 @@ class SQLiteBackend(SQLBackend):
         self._conn_lock = threading.Lock()
         # The vectors and metadata columns of the collections this process searched (see matrix.py).
         self.matrices = CollectionCache()
-        # HNSW graphs of large collections (ann.py), saved in a folder beside the file.
+        # HNSW graphs or IVF lists of large collections (ann.py), saved in a folder beside the file.
         self.ann_folder = None if self.path == ":memory:" else Path(self.path + "-ann")
         self.ann: Maintainer | None = None
-        if HAVE_ANN and self.settings.ann:
+        if self.settings.ann:  # IVF lists need numpy alone; graphs need usearch (HAVE_ANN)
             settings = self.settings
             config = AnnConfig(settings.ann_min_rows, settings.ann_ef_search, settings.ann_ef_search_rows,
-                               settings.ann_candidates)
+                               settings.ann_candidates, settings.ann_lists_min_rows, settings.ann_probe_share)
             self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
                                   self.matrices.snapshot)
         self.postings = PostingsTable(SQLITE)

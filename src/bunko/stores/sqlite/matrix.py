@@ -92,6 +92,34 @@ class Matrix:
         self.size = len(self._rowids)
 
 
+# Rows gathered per block by ``score_rows``: the block stays in cache and its buffer is reused, so a search
+# scoring scattered rows does not fault in a fresh array as large as all of them.
+_BLOCK = 1024
+_buffers = threading.local()
+
+
+def score_rows(vectors: np.ndarray, positions: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``vectors[positions] @ q``, gathered a block at a time into this thread's reused buffer.
+
+    Each block's products are einsum's, on this thread: a BLAS product of one block would hand it to
+    BLAS's threads and wait for them, which on a busy machine costs more than the work (40,000 rows of
+    a million in 1,024-row blocks: 517 ms with ``@``, 45 ms with einsum, at load 5.5).
+    """
+    if len(positions) <= _BLOCK:
+        return vectors[positions] @ q
+    q = q.astype(vectors.dtype, copy=False)
+    buffer = getattr(_buffers, "block", None)
+    if buffer is None or buffer.shape[1] != vectors.shape[1] or buffer.dtype != vectors.dtype:
+        buffer = _buffers.block = np.empty((_BLOCK, vectors.shape[1]), dtype=vectors.dtype)
+    scores = np.empty(len(positions), dtype=vectors.dtype)
+    for i in range(0, len(positions), _BLOCK):
+        block = positions[i:i + _BLOCK]
+        rows = buffer[:len(block)]
+        np.take(vectors, block, axis=0, out=rows)
+        np.einsum("ij,j->i", rows, q, out=scores[i:i + len(block)])
+    return scores
+
+
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest scores, best first (ties by position, so results are stable)."""
     n = scores.shape[0]

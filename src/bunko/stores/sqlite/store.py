@@ -32,7 +32,7 @@ from ..sql.keywords import KeywordBatch
 from ..sql.postings import term_counts
 from ..sql.records import TenantRecords
 from .ann import Identity, remove_files
-from .matrix import CollectionCache, Matrix, Snapshot, top_indices
+from .matrix import CollectionCache, Matrix, Snapshot, score_rows, top_indices
 from .schema import create_fts, fts5_totals, fts_table, has_fts
 
 if TYPE_CHECKING:
@@ -64,10 +64,10 @@ class SQLiteReader(SQLReader):
 
     def _matrix(self) -> Snapshot:
         """The collection's vectors as of the row this reader works from (see ``_refresh``); a large
-        collection's HNSW graph is scheduled to catch up when it is behind them."""
+        collection's index (graph or lists) is scheduled to catch up when it is behind them."""
         snapshot = self._refresh()
         ann = self._backend.ann
-        if ann is not None and len(snapshot.rowids) >= ann.config.min_rows:
+        if ann is not None and len(snapshot.rowids) >= ann.config.smallest():
             graph = self._cache.graphs.get(self._row.key)
             if graph is None or graph.high_water < snapshot.state[1] or graph.mutation_seq != snapshot.state[0]:
                 ann.schedule(self._identity())
@@ -182,30 +182,29 @@ class SQLiteReader(SQLReader):
         return Ranked(matrix.rowids[picked], scores[order].astype(np.float64), "exact")
 
     def _approximate(self, matrix: Snapshot, q: np.ndarray, top_k: int, threshold: float | None) -> Ranked | None:
-        """Top-k from the collection's HNSW graph: its candidates and the rows it does not hold yet, re-ranked
-        by their exact vectors; None when the collection has no usable graph (the caller scans)."""
+        """Top-k from the collection's index (an HNSW graph, or IVF lists above ``lists_min_rows``): its
+        candidates and the rows it does not hold yet, ranked by their exact vectors; None when the collection
+        has no usable index (the caller scans)."""
         ann = self._backend.ann
         n = len(matrix.rowids)
-        if ann is None or n < ann.config.min_rows:
+        if ann is None or n < ann.config.smallest():
             return None
-        graph = self._cache.graphs.get(self._row.key)
+        index = self._cache.graphs.get(self._row.key)
         count = max(top_k, ann.config.candidates)
-        if graph is None or graph.identity != self._identity() or count * 4 > n:
+        if index is None or index.identity != self._identity() or count * 4 > n:
             return None
-        found = graph.search(q, count, _GRAPH_WAIT, ann.config.breadth(n, count))
+        found = index.candidates(matrix, q, count, _GRAPH_WAIT, ann.config)
         if found is None:
             return None
-        keys, graph_high = found
-        positions = np.minimum(np.searchsorted(matrix.rowids, keys), n - 1)
-        positions = positions[matrix.rowids[positions] == keys]  # rows removed since are not in the snapshot
-        tail = int(np.searchsorted(matrix.rowids, graph_high, side="right"))
-        if tail < n:  # rows written since the graph last caught up: ranked exactly
+        positions, high_water = found
+        tail = int(np.searchsorted(matrix.rowids, high_water, side="right"))
+        if tail < n:  # rows written since the index last caught up: ranked exactly
             positions = np.concatenate([positions, np.arange(tail, n)])
-        scores = matrix.vectors[positions] @ q
+        scores = score_rows(matrix.vectors, positions, q)
         order = top_indices(scores, top_k)
         if threshold is not None:
             order = order[scores[order] >= threshold]
-        return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), "hnsw")
+        return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), index.plan)
 
     def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
         """FTS5's totals of the collection (the rows and tokens ``bm25()`` reads), with the terms' counts."""

@@ -1,0 +1,257 @@
+"""The embedded store's IVF lists for its largest collections (bunko.stores.sqlite.ann.Lists): k-means lists
+of chunk row ids over the in-memory matrix, the nearest share of them scored exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bunko.config import Settings, SQLiteSettings
+from bunko.filters import as_filter
+from bunko.search import vector_query
+from bunko.stores import open_backend
+from bunko.stores.base import Ranked, Restriction
+from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
+from bunko.stores.sqlite.ann import Lists, save
+from bunko.stores.sqlite.matrix import score_rows
+from bunko.testing.store_data import make_document
+from bunko.types import EmbedderInfo
+
+DIM = 32
+INFO = EmbedderInfo("test", "random-32", DIM)
+# Low thresholds so a small collection gets lists (and one a little smaller a graph, with usearch).
+LISTS = SQLiteSettings(ann_min_rows=500, ann_lists_min_rows=1000, ann_probe_share=0.2, ann_candidates=50)
+
+
+def clustered(n: int, seed: int) -> np.ndarray:
+    """Unit vectors around 60 centres: near neighbours crowd together, as real embeddings do."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(60, DIM))
+    v = centres[rng.integers(0, 60, size=n)] + rng.normal(scale=0.35, size=(n, DIM))
+    v = v.astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def fill(store: SQLiteVectorStore, vectors: np.ndarray, prefix: str = "d", per_document: int = 100) -> None:
+    store.ensure_collection("c", INFO)
+    for i in range(0, len(vectors), per_document):
+        block = vectors[i:i + per_document]
+        store.write_document("c", make_document(f"{prefix}{i}", [f"{prefix} {i + j}" for j in range(len(block))],
+                                                block))
+
+
+def nearest(store: SQLiteVectorStore, q: np.ndarray, k: int = 10) -> Ranked:
+    row = store.read_collection("c")
+    with store.reader(row) as reader:
+        return reader.nearest(q, k)
+
+
+def built(backend: SQLiteBackend, store: SQLiteVectorStore) -> Lists:
+    """Search once (which schedules the lists) and wait until they have caught up; the collection's lists."""
+    nearest(store, np.ones(DIM, dtype=np.float32))
+    assert backend.ann is not None and backend.ann.idle(120)
+    index = backend.matrices.graphs[store.read_collection("c").key]
+    assert isinstance(index, Lists)
+    return index
+
+
+def in_step(backend: SQLiteBackend, store: SQLiteVectorStore, lists: Lists) -> None:
+    """The lists hold exactly the live rows, each at its position in the matrix."""
+    row = store.read_collection("c")
+    snap = backend.matrices.snapshot(row.key)
+    assert snap is not None
+    assert sorted(lists.keys.tolist()) == snap.rowids.tolist()
+    assert np.array_equal(snap.rowids[lists.positions], lists.keys)
+    assert lists.starts[0] == 0 and lists.starts[-1] == len(lists.keys) and np.all(np.diff(lists.starts) >= 0)
+
+
+def test_a_large_collection_is_searched_through_its_lists_with_the_exact_scores(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    store = backend.for_tenant("acme")
+    vectors = clustered(3000, 1)
+    fill(store, vectors)
+    lists = built(backend, store)
+    assert len(lists.centres) == 55 and lists.trained_on == 3000  # about sqrt(3,000) lists
+    in_step(backend, store, lists)
+    recall = []
+    for q in clustered(100, 2):
+        found = nearest(store, q)
+        assert found.plan == "ivf"
+        exact = set((np.argsort(-(vectors @ q))[:10] + 1).tolist())  # chunk keys are 1.. in write order
+        recall.append(len(exact & set(found.keys.tolist())) / 10)
+        assert np.allclose(found.scores, vectors[found.keys - 1] @ q, atol=1e-5)
+        assert list(found.scores) == sorted(found.scores, reverse=True)
+    assert np.mean(recall) >= 0.95
+    # Every vector finds itself, and a filtered search keeps the exact path.
+    for i in range(0, 3000, 97):
+        assert int(nearest(store, vectors[i], 1).keys[0]) == i + 1
+    row = store.read_collection("c")
+    with store.reader(row) as reader:
+        assert reader.nearest(vectors[0], 10, Restriction(filter=as_filter({"chunk_index": {"$lt": 5}}))).plan \
+            == "exact"
+    backend.close()
+
+
+def test_writes_and_deletes_are_seen_by_the_next_search(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    store = backend.for_tenant("acme")
+    old = clustered(2000, 4)
+    fill(store, old)
+    lists = built(backend, store)
+    assert backend.ann is not None
+    backend.ann.close()  # the lists stay as they are now: new rows reach searches only as the unlisted tail
+    high_water = lists.high_water
+
+    new = clustered(30, 5)
+    store.write_document("c", make_document("new", [f"new {j}" for j in range(30)], new))
+    found = vector_query(store, "c", new[7], 1)
+    assert found[0].content == "new 7" and found[0].score == pytest.approx(1.0, abs=1e-5)
+    assert nearest(store, new[7]).plan == "ivf"
+    assert lists.high_water == high_water  # found through the tail, not the lists
+
+    # A document the lists hold is gone from the very next search (the lists' positions are of the matrix
+    # before the delete: the search maps their row ids instead).
+    victim = store.list_documents("c")[3]
+    assert vector_query(store, "c", old[300], 1)[0].document_id == victim.id
+    store.delete_documents([victim.id], "c")
+    for q in old[300:400]:
+        assert all(h.document_id != victim.id for h in vector_query(store, "c", q, 10))
+        assert nearest(store, q).plan == "ivf"
+    assert vector_query(store, "c", old[1000], 1)[0].content == "d 1000"  # rows after the victim's moved
+    for q in old[395:405]:  # each live row once, whatever the lists still hold of the deleted ones
+        keys = nearest(store, q).keys.tolist()
+        assert len(keys) == len(set(keys)) == 10 and not set(keys) & set(range(301, 401))
+    backend.close()
+
+
+def test_the_maintainer_catches_the_lists_up_and_builds_them_again_when_worn(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    store = backend.for_tenant("acme")
+    fill(store, clustered(1500, 6))
+    lists = built(backend, store)
+    fill(store, clustered(500, 7), prefix="e")
+    store.delete_documents([store.list_documents("c")[0].id], "c")
+    assert built(backend, store) is lists
+    in_step(backend, store, lists)  # the deleted rows left, the new ones came in
+    assert len(lists) == 1900 and lists.removed == 100 and lists.trained_on == 1500
+
+    # Past twice the rows the centres were trained on, the lists are built again (the old ones answer
+    # meanwhile); so too past a quarter of the live rows removed.
+    fill(store, clustered(1200, 8), prefix="f")
+    grown = built(backend, store)
+    assert grown is not lists and grown.trained_on == 3100 and grown.removed == 0
+    in_step(backend, store, grown)
+    store.delete_documents([d.id for d in store.list_documents("c")[:8]], "c")
+    fresh = built(backend, store)
+    assert fresh is not grown and fresh.removed == 0 and len(fresh) == 2300
+    in_step(backend, store, fresh)
+    found = nearest(store, clustered(1, 14)[0])
+    assert found.plan == "ivf" and int(found.keys.min()) > 800
+    backend.close()
+
+
+def test_the_lists_are_saved_beside_the_file_and_loaded_not_rebuilt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    backend = SQLiteBackend(path, settings=LISTS)
+    store = backend.for_tenant("acme")
+    fill(store, clustered(2000, 8))
+    saved_lists = built(backend, store)
+    centres = saved_lists.centres.copy()
+    backend.close()
+    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == ["t1-c1.ivf", "t1-c1.ivf.json"]
+
+    # Another process changes the collection while no lists are kept up to date.
+    other = SQLiteBackend(path, settings=SQLiteSettings(ann=False))
+    other_store = other.for_tenant("acme")
+    other_store.delete_documents([other_store.list_documents("c")[0].id], "c")
+    fill(other_store, clustered(100, 9), prefix="late")
+    other.close()
+
+    backend = SQLiteBackend(path, settings=LISTS)
+    store = backend.for_tenant("acme")
+    lists = built(backend, store)
+    # Loaded from the file: only the 100 new rows were added and the 100 removed ones taken out.
+    assert lists.unsaved == 200 and np.array_equal(lists.centres, centres)
+    in_step(backend, store, lists)
+    assert not set(lists.keys.tolist()) & set(range(1, 101))
+    late = clustered(100, 9)
+    assert vector_query(store, "c", late[42], 1)[0].content == "late 42"
+    assert nearest(store, late[42]).plan == "ivf"
+    backend.close()
+
+
+def test_each_tenants_collection_has_its_own_lists(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    acme, other = backend.for_tenant("acme"), backend.for_tenant("other")
+    mine, theirs = clustered(1200, 12), clustered(1200, 13)
+    fill(acme, mine, prefix="acme")
+    fill(other, theirs, prefix="other")
+    acme_lists, other_lists = built(backend, acme), built(backend, other)
+    assert acme_lists is not other_lists
+    acme_keys, other_keys = set(acme_lists.keys.tolist()), set(other_lists.keys.tolist())
+    assert len(acme_keys) == len(other_keys) == 1200 and not acme_keys & other_keys
+    # The other tenant's nearest vectors are never an answer, even searched with their own vectors.
+    for q in theirs[:50]:
+        found = nearest(acme, q)
+        assert found.plan == "ivf" and set(found.keys.tolist()) <= acme_keys
+        assert all(h.content.startswith("acme") for h in vector_query(acme, "c", q, 10))
+    acme_pk, other_pk = acme.read_collection("c").key, other.read_collection("c").key
+    backend.close()
+    files = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
+    assert files == [f"t{t}-c{c}.{ext}" for t, c in sorted([(1, acme_pk), (2, other_pk)])
+                     for ext in ("ivf", "ivf.json")]
+
+    # Erasing one tenant removes its lists and leaves the other's.
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    backend.for_tenant("other").delete_collection("c")
+    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == [f"t1-c{acme_pk}.ivf",
+                                                                           f"t1-c{acme_pk}.ivf.json"]
+    acme = backend.for_tenant("acme")
+    built(backend, acme)
+    assert nearest(acme, mine[5]).plan == "ivf"
+    assert vector_query(acme, "c", mine[5], 1)[0].content == "acme 5"
+    backend.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("usearch") is None, reason="needs the ann extra (usearch)")
+def test_a_collection_that_grows_past_the_threshold_moves_from_its_graph_to_lists(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
+    store = backend.for_tenant("acme")
+    vectors = clustered(800, 20)
+    fill(store, vectors)
+    nearest(store, vectors[0])
+    assert backend.ann is not None and backend.ann.idle(120)
+    assert nearest(store, vectors[0]).plan == "hnsw"
+    folder = backend.ann_folder
+    assert folder is not None
+    save(backend.matrices.graphs[store.read_collection("c").key], folder)
+    assert list(folder.glob("*.usearch"))
+    fill(store, clustered(400, 21), prefix="e")
+    lists = built(backend, store)  # one index per collection: the lists took the graph's place
+    assert len(backend.matrices.graphs) == 1 and len(lists) == 1200
+    # The lists are saved at once and the graph's files go: nothing on disk that no search reads.
+    assert list(folder.glob("*.ivf")) and not list(folder.glob("*.usearch")) and len(list(folder.glob("*.json"))) == 1
+    assert nearest(store, vectors[0]).plan == "ivf" and int(nearest(store, vectors[0], 1).keys[0]) == 1
+    backend.close()
+
+
+def test_the_settings_come_from_the_one_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS", "4321")
+    settings = Settings.resolve(f"sqlite:///{tmp_path / 'a.db'}", sqlite_ann_probe_share=0.1)
+    assert (settings.sqlite.ann_lists_min_rows, settings.sqlite.ann_probe_share) == (4321, 0.1)
+    backend = open_backend(settings.database_url, settings)
+    assert isinstance(backend, SQLiteBackend) and backend.ann is not None
+    assert (backend.ann.config.lists_min_rows, backend.ann.config.probe_share) == (4321, 0.1)
+    backend.close()
+
+
+def test_scattered_rows_are_scored_block_by_block_as_one_product() -> None:
+    rng = np.random.default_rng(30)
+    vectors = clustered(5000, 31)
+    for count in (10, 1024, 1025, 3000):
+        positions = np.sort(rng.choice(5000, count, replace=False))
+        q = clustered(1, 32)[0].astype(np.float64)
+        assert np.allclose(score_rows(vectors, positions, q), vectors[positions] @ q, atol=1e-6)
