@@ -16,43 +16,19 @@ from bunko.config import Settings, SQLiteSettings
 from bunko.filters import as_filter
 from bunko.search import vector_query
 from bunko.stores import open_backend
-from bunko.stores.base import Ranked, Restriction
+from bunko.stores.base import Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
 from bunko.stores.sqlite.ann import AnnConfig
 from bunko.testing.postgres import avx512_outside_dispatch
 from bunko.testing.store_data import make_document
-from bunko.types import EmbedderInfo
+
+from .ann_data import DIM, clustered, fill, nearest
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("usearch") is None, reason="needs the ann extra (usearch)")
 ScalarKind = pytest.importorskip("usearch.index").ScalarKind
 
-DIM = 32
-INFO = EmbedderInfo("test", "random-32", DIM)
 # A low threshold so a small collection gets its graph.
 SMALL = SQLiteSettings(ann_min_rows=500, ann_candidates=50)
-
-
-def clustered(n: int, seed: int) -> np.ndarray:
-    """Unit vectors around 60 centres: near neighbours crowd together, as real embeddings do."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(60, DIM))
-    v = centres[rng.integers(0, 60, size=n)] + rng.normal(scale=0.35, size=(n, DIM))
-    v = v.astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def fill(store: SQLiteVectorStore, vectors: np.ndarray, prefix: str = "d", per_document: int = 100) -> None:
-    store.ensure_collection("c", INFO)
-    for i in range(0, len(vectors), per_document):
-        block = vectors[i:i + per_document]
-        store.write_document("c", make_document(f"{prefix}{i}", [f"{prefix} {i + j}" for j in range(len(block))],
-                                                block))
-
-
-def nearest(store: SQLiteVectorStore, q: np.ndarray, k: int = 10) -> Ranked:
-    row = store.read_collection("c")
-    with store.reader(row) as reader:
-        return reader.nearest(q, k)
 
 
 def built(backend: SQLiteBackend, store: SQLiteVectorStore) -> None:
