@@ -32,7 +32,8 @@ from bunko import Bunko
 from bunko.evaluation import (
     CHUNKS_PER_DOCUMENT,
     MAX_CHUNKS,
-    _ingest,
+    ingest_corpus,
+    judged_queries,
     load_beir,
     ndcg_at_k,
     rank_documents,
@@ -49,12 +50,10 @@ async def capture(path: str) -> dict[str, Any]:
     dataset = load_beir(path)
     with tempfile.TemporaryDirectory() as folder, Bunko(f"sqlite:///{folder}/sweep.db") as engine:
         tenant = engine.tenant("sweep")
-        corpus_ids, _ = await _ingest(tenant, "sweep", dataset, None)
+        corpus_ids, _ = await ingest_corpus(tenant, "sweep", dataset)
         runs = []
-        for qid, text in dataset.queries.items():
-            judged = dataset.qrels.get(qid, {})
-            if not text.strip() or not any(v >= 1 for v in judged.values()):
-                continue
+        for qid, text in judged_queries(dataset):
+            judged = dataset.qrels[qid]
             vector = (await tenant.asearch(text, "sweep", top_k=DEPTH, mode="vector")).results
             keyword = (await tenant.asearch(text, "sweep", top_k=DEPTH, mode="keyword")).results
             runs.append((judged, vector, keyword))

@@ -31,7 +31,16 @@ from typing import Any
 import numpy as np
 
 from bunko import Bunko
-from bunko.evaluation import CHUNKS_PER_DOCUMENT, MAX_CHUNKS, _ingest, load_beir, ndcg_at_k, rank_documents, recall_at_k
+from bunko.evaluation import (
+    CHUNKS_PER_DOCUMENT,
+    MAX_CHUNKS,
+    ingest_corpus,
+    judged_queries,
+    load_beir,
+    ndcg_at_k,
+    rank_documents,
+    recall_at_k,
+)
 from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, keyword
 from bunko.search.fusion import fuse_keys
 from bunko.search.keyword import Candidates, Proximity, Query, proximity_shares
@@ -69,12 +78,10 @@ async def capture(path: str) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as folder, Bunko(f"sqlite:///{folder}/sweep.db") as engine:
             tenant = engine.tenant("sweep")
-            corpus_ids, _ = await _ingest(tenant, "sweep", dataset, None)
+            corpus_ids, _ = await ingest_corpus(tenant, "sweep", dataset)
             runs = []
-            for qid, text in dataset.queries.items():
-                judged = dataset.qrels.get(qid, {})
-                if not text.strip() or not any(v >= 1 for v in judged.values()):
-                    continue
+            for qid, text in judged_queries(dataset):
+                judged = dataset.qrels[qid]
                 vector = (await tenant.asearch(text, "sweep", top_k=DEPTH, mode="vector")).results
                 recorded.clear()
                 hits = (await tenant.asearch(text, "sweep", top_k=CAPTURE, mode="keyword")).results

@@ -251,8 +251,14 @@ def _temporary_collection(dataset_name: str) -> str:
     return f"eval-{slug}-{uuid.uuid4().hex[:12]}"
 
 
-async def _ingest(tenant: Tenant, collection: str, dataset: Dataset, progress: EvalProgress | None,
-                  analyzer: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+def judged_queries(dataset: Dataset) -> list[tuple[str, str]]:
+    """The queries an evaluation scores, in file order: those with text and at least one relevant judgment."""
+    return [(qid, text) for qid, text in dataset.queries.items()
+            if text.strip() and any(score >= 1 for score in dataset.qrels.get(qid, {}).values())]
+
+
+async def ingest_corpus(tenant: Tenant, collection: str, dataset: Dataset, progress: EvalProgress | None = None,
+                        analyzer: str | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Store the corpus in ``collection`` through the ingest runner; returns source -> corpus id and counts.
 
     Entries with no text (before or after normalisation) are left out and counted; any other
@@ -429,8 +435,7 @@ async def evaluate(
     if limit_queries is not None and limit_queries < 1:
         raise ConfigError(f"limit_queries must be at least 1; got {limit_queries!r}")
 
-    queries = [(qid, text) for qid, text in dataset.queries.items()
-               if text.strip() and any(score >= 1 for score in dataset.qrels.get(qid, {}).values())]
+    queries = judged_queries(dataset)
     skipped_queries = len(dataset.queries) - len(queries)
     if limit_queries is not None:
         queries = queries[:limit_queries]
@@ -442,7 +447,7 @@ async def evaluate(
     collection = _temporary_collection(dataset.name)
     started = time.perf_counter()
     try:
-        corpus_ids, stats = await _ingest(tenant, collection, dataset, progress, analyzer)
+        corpus_ids, stats = await ingest_corpus(tenant, collection, dataset, progress, analyzer)
         stats["analyzer"] = tenant.store.get_collection(collection).analyzer
         results = {}
         for mode in modes:
