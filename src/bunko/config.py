@@ -385,9 +385,9 @@ class PostgresSettings(Section):
     # A collection whose index is built when it holds at least this many chunks gets an IVFFlat index over
     # halfvec (the square root of its rows lists) instead of HNSW, and a search probes this share of its
     # lists, re-ranking by the full vectors. On benchmarks/bench_search.py's chunks, HNSW over halfvec found
-    # 0.998 / 0.970 / 0.92-0.94 of the top 10 at 100,000 / 200,000 / 300,000 chunks (ef_search 800-1,000: its
-    # graph leaves clusters unreachable, 0.755-0.873 at 1,000,000), IVFFlat probing 4% 0.975 / 0.972 at
-    # 200,000 / 300,000 for less server time, 0.981 at 1,000,000; at 100,000 IVFFlat peaked at 0.985.
+    # 0.998 / 0.97 / 0.92-0.95 of the top 10 at 100,000 / 200,000 / 300,000 chunks (ef_search 800-1,000: its
+    # graph leaves clusters unreachable, 0.755-0.873 at 1,000,000), IVFFlat probing 4% 0.975-0.982 / 0.971-0.985
+    # at 200,000 / 300,000 for less server time, 0.967-0.981 at 1,000,000; at 100,000 IVFFlat peaked at 0.985.
     # 0 = never IVFFlat.
     ivfflat_min_rows: Annotated[int, Env("BUNKO_PG_IVFFLAT_MIN_ROWS"), Field(ge=0)] = 150_000
     ivfflat_probe_share: Annotated[float, Env("BUNKO_PG_IVFFLAT_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
