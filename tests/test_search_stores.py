@@ -106,7 +106,7 @@ def test_postgres_searches_during_a_concurrent_hnsw_build_are_exact(pg_url: str)
             with psycopg.connect(pg_url, autocommit=True) as watch:
                 deadline = time.monotonic() + 300  # only catches a hang
                 while not watch.execute("SELECT count(*) FROM pg_index WHERE indexrelid = "
-                                        "to_regclass('bunko.chunks_hnsw_' || %s) AND NOT indisvalid",
+                                        "to_regclass('bunko.chunks_hnswh_' || %s) AND NOT indisvalid",
                                         (_collection_pk(watch),)
                                         ).fetchone()[0]:
                     assert building.is_alive() and time.monotonic() < deadline

@@ -204,4 +204,4 @@ def test_every_store_has_the_protocol_capabilities(backend: StoreBackend) -> Non
     if backend.scheme == "sqlite":
         assert name is None
     else:
-        assert name is not None and name.startswith("chunks_hnsw_")
+        assert name is not None and name.startswith("chunks_hnswh_")

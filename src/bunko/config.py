@@ -379,16 +379,17 @@ class PostgresSettings(Section):
     ef_search: Annotated[int, Env("BUNKO_PG_EF_SEARCH"), Field(ge=1, le=1000)] = 400
     # An unfiltered search of a larger collection searches wider: ef_search up to this many chunks, then
     # ef_search * sqrt(chunks / ef_search_rows), at most pgvector's 1,000 (search.search_breadth; 0 = never
-    # wider). Measured at 100,000 chunks: recall@10 0.983 / 0.992 / 0.995 at ef_search 400 / 500 / 600.
-    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 40_000
+    # wider): 800 at 100,000 chunks, 1,000 from 156,250. Measured at 100,000 chunks with HNSW over halfvec:
+    # recall@10 0.973 / 0.987 / 0.998 at ef_search 500 / 632 / 800 (docs/ARCHITECTURE.md).
+    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 25_000
     # A collection whose index is built when it holds at least this many chunks gets an IVFFlat index over
-    # halfvec (rows / 1,000 lists; the square root above 1,000,000) instead of HNSW, and a search probes this
-    # share of its lists, re-ranking by the full vectors. At 1,000,000 chunks of benchmarks/bench_search.py
-    # HNSW (m 16, ef_construction 200) found 0.755 / 0.815 of the top 10 at ef_search 400 / 1,000: its graph
-    # leaves clusters unreachable; IVFFlat with 1,000 lists found 0.935 / 0.955 / 0.972 probing 1 / 2 / 4%
-    # (0.16x-0.31x the exact scan). At 100,000 HNSW is better (0.995 at ef_search 600 against 0.969 at
-    # probes 20 of 316). 0 = never IVFFlat.
-    ivfflat_min_rows: Annotated[int, Env("BUNKO_PG_IVFFLAT_MIN_ROWS"), Field(ge=0)] = 500_000
+    # halfvec (the square root of its rows lists) instead of HNSW, and a search probes this share of its
+    # lists, re-ranking by the full vectors. On benchmarks/bench_search.py's chunks, HNSW over halfvec found
+    # 0.998 / 0.97 / 0.92-0.95 of the top 10 at 100,000 / 200,000 / 300,000 chunks (ef_search 800-1,000: its
+    # graph leaves clusters unreachable, 0.755-0.873 at 1,000,000), IVFFlat probing 4% 0.975-0.982 / 0.971-0.985
+    # at 200,000 / 300,000 for less server time, 0.967-0.981 at 1,000,000; at 100,000 IVFFlat peaked at 0.985.
+    # 0 = never IVFFlat.
+    ivfflat_min_rows: Annotated[int, Env("BUNKO_PG_IVFFLAT_MIN_ROWS"), Field(ge=0)] = 150_000
     ivfflat_probe_share: Annotated[float, Env("BUNKO_PG_IVFFLAT_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
     # Build a collection's HNSW index once it has this many chunks; below it exact scans are fast.
     hnsw_min_rows: Annotated[int, Env("BUNKO_PG_HNSW_MIN_ROWS"), Field(ge=0)] = 10_000

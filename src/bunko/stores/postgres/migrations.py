@@ -651,6 +651,52 @@ def fill_postings_format_2(conn: Any) -> None:
 _M015_POSTINGS_FORMAT_2: list[Statement] = [fill_postings_format_2]
 
 
+# HNSW over halfvec (issue 24): the definer functions a login that does not own the schema builds and drops
+# vector indexes through build ``chunks_hnswh_<pk>`` over halfvec(d) (searched with its candidates re-ranked by
+# the full vectors, see stores/postgres/search.py) and drop the former ``chunks_hnsw_<pk>`` once it is built;
+# dropping a collection drops whichever of its vector indexes exist (HNSW, former HNSW, IVFFlat).
+_M023_HALFVEC_HNSW: list[Statement] = [
+    f"""CREATE OR REPLACE FUNCTION bunko.build_hnsw_index(p_collection_id bigint, p_maintenance_work_mem text,
+                                                        p_parallel_workers integer) RETURNS text
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    DECLARE
+        c record;
+        idx text;
+    BEGIN
+        SELECT id, dimension, hnsw_m, hnsw_ef_construction INTO c FROM bunko.collections
+         WHERE id = p_collection_id AND tenant_id = {_TENANT};
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        IF to_regclass('bunko.chunks_ivf_' || c.id) IS NOT NULL THEN
+            RETURN 'chunks_ivf_' || c.id;
+        END IF;
+        PERFORM set_config('maintenance_work_mem', p_maintenance_work_mem, true);
+        PERFORM set_config('max_parallel_maintenance_workers', p_parallel_workers::text, true);
+        idx := 'chunks_hnswh_' || c.id;
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON bunko.chunks USING hnsw '
+                       '((embedding::halfvec(%s)) halfvec_cosine_ops) WITH (m = %s, ef_construction = %s) '
+                       'WHERE collection_id = %s', idx, c.dimension, c.hnsw_m, c.hnsw_ef_construction, c.id);
+        EXECUTE format('DROP INDEX IF EXISTS bunko.%I', 'chunks_hnsw_' || c.id);
+        -- Fresh statistics, or the planner keeps estimating an empty table and never uses the index.
+        ANALYZE bunko.chunks;
+        ANALYZE bunko.documents;
+        RETURN idx;
+    END
+    $fn$""",
+    f"""CREATE OR REPLACE FUNCTION bunko.drop_hnsw_index(p_collection_id bigint) RETURNS void
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM bunko.collections WHERE id = p_collection_id AND tenant_id = {_TENANT}) THEN
+            EXECUTE format('DROP INDEX IF EXISTS bunko.%I', 'chunks_hnsw_' || p_collection_id);
+            EXECUTE format('DROP INDEX IF EXISTS bunko.%I', 'chunks_hnswh_' || p_collection_id);
+            EXECUTE format('DROP INDEX IF EXISTS bunko.%I', 'chunks_ivf_' || p_collection_id);
+        END IF;
+    END
+    $fn$""",
+]
+
+
 MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -674,6 +720,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m020_tenant_quotas", M020_TENANT_QUOTAS),
     ("m021_operator_keys", M021_OPERATOR_KEYS),
     ("m022_user_rls", M022_USER_RLS),
+    ("m023_halfvec_hnsw", _M023_HALFVEC_HNSW),
 ]
 
 BOOTSTRAP = [

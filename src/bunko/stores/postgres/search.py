@@ -30,8 +30,8 @@ def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
     """``hnsw.ef_search`` for an unfiltered search of a collection of ``rows`` chunks.
 
     An HNSW graph of more vectors needs a wider search for the same recall (at 100,000 chunks of
-    ``benchmarks/bench_search.py``: recall@10 0.983 / 0.992 / 0.995 at 400 / 500 / 600, all under the
-    time of an exact scan; docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
+    ``benchmarks/bench_search.py``, HNSW over halfvec: recall@10 0.973 / 0.987 / 0.998 at 500 / 632 / 800;
+    docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
     ``settings.ef_search_rows`` chunks, then growing with the square root of the size, to pgvector's
     limit of 1,000; never less than k.
     """
@@ -42,8 +42,16 @@ def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
 
 
 def vector_type(dim: int) -> str:
-    """The type a collection's vectors are indexed and compared as: ``vector(d)``, ``halfvec(d)`` above 2,000."""
+    """The type of a collection's former HNSW index (``chunks_hnsw_<pk>``): ``vector(d)``, ``halfvec(d)`` above
+    2,000 dimensions. Indexes built now are over ``halfvec(d)`` at every dimension (``chunks_hnswh_<pk>``)."""
     return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
+
+
+# An HNSW search over halfvec asks the index for this many candidates (at least k) and re-ranks them by
+# their full-precision vectors, so scores and order are exact among the candidates. At 100,000 chunks of
+# benchmarks/bench_search.py re-ranking 20 or 40 found the same (0.998 at ef_search 800): the graph's misses
+# are not a matter of precision (docs/ARCHITECTURE.md, "Which index, and how wide a search").
+RERANK_CANDIDATES = 20
 
 
 @dataclass(slots=True)
@@ -64,6 +72,14 @@ class Plan:
     # exact scan then reads those rows by primary key instead of testing every row of the collection.
     ids: np.ndarray | None = None
     lists: int = 0  # of the collection's IVFFlat index (0: HNSW or none)
+    # The type the collection's HNSW index is over (``halfvec(d)``, or ``vector(d)`` for a former index);
+    # over halfvec, candidates are re-ranked by the full vectors.
+    cast: str = ""
+
+    @property
+    def rerank(self) -> bool:
+        """Whether index candidates are re-ranked by the full vectors (an index over halfvec)."""
+        return self.cast.startswith("halfvec")
 
     def run(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         """(chunk id, score) of the top-k, best first, by this plan's strategy; never short when k match."""
@@ -112,22 +128,34 @@ class Plan:
         return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
 
     def index_sql(self) -> str:
-        """The statement of an HNSW index scan of this plan (parameters: vector, tenant, restriction, vector,
-        limit)."""
-        cast = vector_type(self.dim)
+        """The statement of an HNSW index scan of this plan (parameters: :meth:`index_params`).
+
+        Over halfvec: the index's nearest ``RERANK_CANDIDATES`` (at least k), then re-ranked by the full
+        vectors. Over vector (a former index): the index's top k, scored from the row.
+        """
+        cast = self.cast or vector_type(self.dim)
         join, restrict, _ = self._restriction()
         # collection_id is inlined as an integer literal so the partial index's predicate matches.
-        return (
-            f"SELECT c.id, 1 - ((c.embedding::{cast}) <=> %s::{cast}) AS score FROM bunko.chunks c{join} "
-            f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)}" + restrict +
-            f" ORDER BY (c.embedding::{cast}) <=> %s::{cast} LIMIT %s"
-        )
+        scan = (f"FROM bunko.chunks c{join} WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)}"
+                f"{restrict} ORDER BY (c.embedding::{cast}) <=> %s::{cast} LIMIT %s")
+        if self.rerank:
+            return (f"WITH candidates AS MATERIALIZED (SELECT c.id, c.embedding {scan}) SELECT id, "
+                    "1 - (embedding <=> %s::vector) AS score FROM candidates ORDER BY score DESC, id LIMIT %s")
+        return f"SELECT c.id, 1 - ((c.embedding::{cast}) <=> %s::{cast}) AS score {scan}"
+
+    def index_params(self, q: Any, limit: int) -> list[Any]:
+        """The parameters of :meth:`index_sql` for query vector ``q`` and ``limit`` hits."""
+        _, _, params = self._restriction()
+        if self.rerank:
+            return [self.tenant_pk, *params, q, max(limit, RERANK_CANDIDATES), q, limit]
+        return [q, self.tenant_pk, *params, q, limit]
 
     def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
+        if self.rerank:  # the index must reach at least the candidates
+            ef_search = max(ef_search, RERANK_CANDIDATES)
         if ef_search != self.settings.ef_search:  # the session default is settings.ef_search (see _configure)
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
-        _, _, params = self._restriction()
-        rows = conn.execute(self.index_sql(), [q, self.tenant_pk, *params, q, limit]).fetchall()
+        rows = conn.execute(self.index_sql(), self.index_params(q, limit)).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
@@ -178,17 +206,19 @@ class Plan:
         if fetch > 1000:  # ef_search tops out at 1000: the index cannot reach this deep
             self.strategy = "hnsw-overfetch+exact"
             return self._exact(conn, q)
-        cast = vector_type(self.dim)
+        cast = self.cast or vector_type(self.dim)
         join, restrict, params = self._restriction()
+        # Over halfvec, the passing candidates are scored (and ranked) by their full vectors.
+        score = "1 - (c.embedding <=> %s::vector)" if self.rerank else "candidates.score"
         while True:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
             rows = conn.execute(
-                f"SELECT c.id, candidates.score FROM (SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
+                f"SELECT c.id, {score} AS score FROM (SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
                 f"FROM bunko.chunks WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)} "
                 f"ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s) candidates "
                 f"JOIN bunko.chunks c ON c.id = candidates.id{join} WHERE c.tenant_id = %s{restrict} "
-                "ORDER BY candidates.score DESC, c.id LIMIT %s",
-                [q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k],
+                "ORDER BY score DESC, c.id LIMIT %s",
+                [*([q] if self.rerank else []), q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k],
             ).fetchall()
             if len(rows) >= min(self.top_k, self.matching) or fetch >= min(self.total, 1000):
                 return [(int(r[0]), float(r[1])) for r in rows]
@@ -201,32 +231,42 @@ class PostgresReader(SQLReader):
     _backend: PostgresBackend
 
     def _index_kind(self) -> tuple[str, int] | None:
-        """The collection's valid vector index: ("hnsw", 0), ("ivfflat", its lists), or None.
+        """The collection's valid vector index: ("halfvec", 0) for HNSW over halfvec (``chunks_hnswh_<pk>``),
+        ("hnsw", 0) for a former HNSW index (``chunks_hnsw_<pk>``, see :func:`vector_type`), ("ivfflat", its
+        lists), or None.
 
         Cached per process once found: an index goes away only with its collection (and the collection
-        lookup before this fails first), or when a collection that grew past ``ivfflat_min_rows`` trades
-        its HNSW index for an IVFFlat one, so a cached HNSW of a collection that big is looked up again.
-        One round trip less per search. An index still being built concurrently exists but is not
-        valid: searches scan exactly meanwhile.
+        lookup before this fails first), when a collection that grew past ``ivfflat_min_rows`` trades
+        its HNSW index for an IVFFlat one (so a cached HNSW of a collection that big is looked up again),
+        or when a write replaces a former HNSW index by one over halfvec (so a cached former index is
+        looked up again once the collection's ``write_seq`` moved). One round trip less per search. An
+        index still being built concurrently exists but is not valid: searches scan exactly meanwhile.
         """
         backend, key = self._backend, self._row.key
         settings = backend.settings
         cached = backend.index_kinds.get(key) if key in backend.indexed else None
-        if cached is not None and not (cached[0] == "hnsw" and settings.ivfflat_min_rows
-                                       and self._row.chunk_count >= settings.ivfflat_min_rows):
+        # A former HNSW index (over vector) is looked up again after a write to the collection: the write
+        # that replaces it with one over halfvec drops it.
+        current = cached is not None and (cached[0] != "hnsw" or backend.index_seqs.get(key) == self._row.write_seq)
+        outgrown = cached is not None and cached[0] != "ivfflat" and bool(settings.ivfflat_min_rows) and (
+            self._row.chunk_count >= settings.ivfflat_min_rows)
+        if cached is not None and current and not outgrown:
             return cached
         found = {name: options for name, options in self._conn.execute(
             "SELECT c.relname, c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE i.indexrelid IN (to_regclass(%s), to_regclass(%s)) AND i.indisvalid",
-            (f"bunko.chunks_ivf_{key}", f"bunko.chunks_hnsw_{key}"))}
+            "WHERE i.indexrelid IN (to_regclass(%s), to_regclass(%s), to_regclass(%s)) AND i.indisvalid",
+            tuple(f"bunko.chunks_{kind}_{key}" for kind in ("ivf", "hnswh", "hnsw")))}
         kind: tuple[str, int] | None = None
         if f"chunks_ivf_{key}" in found:
             lists = [int(o.split("=", 1)[1]) for o in found[f"chunks_ivf_{key}"] or [] if o.startswith("lists=")]
             kind = ("ivfflat", lists[0] if lists else 100)
+        elif f"chunks_hnswh_{key}" in found:
+            kind = ("halfvec", 0)
         elif f"chunks_hnsw_{key}" in found:
             kind = ("hnsw", 0)
         if kind is not None:
             backend.index_kinds[key] = kind
+            backend.index_seqs[key] = self._row.write_seq
             backend.indexed.add(key)
         return kind
 
@@ -301,8 +341,10 @@ class PostgresReader(SQLReader):
             strategy = "hnsw-iterative"
         else:
             strategy = "hnsw-overfetch"
+        cast = "" if index is None or index[0] == "ivfflat" else (
+            f"halfvec({int(row.dimension)})" if index[0] == "halfvec" else vector_type(row.dimension))
         return Plan(strategy, tenant_pk, row.key, row.dimension, top_k, doc_pks, matching, total, settings, where,
-                    passing if strategy == "exact" else None, index[1] if index is not None else 0)
+                    passing if strategy == "exact" else None, index[1] if index is not None else 0, cast)
 
     def nearest(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
                 threshold: float | None = None) -> Ranked:
