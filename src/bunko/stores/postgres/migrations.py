@@ -650,6 +650,16 @@ def fill_postings_format_2(conn: Any) -> None:
 
 _M015_POSTINGS_FORMAT_2: list[Statement] = [fill_postings_format_2]
 
+# Keyword search reads the postings (m014) since issue 19; the GIN indexes over ``fts`` and ``fts_pairs``
+# served only bunko.keyword_match, which the SQL test oracle calls. Each chunk written updated both
+# (about a hundred lexemes and a hundred pairs each): most of the server's CPU on a bulk write. The
+# columns stay (a delete reads ``fts`` to take a chunk's terms off keyword_df; m015 reads both);
+# keyword_match still answers, by a scan of the collection's rows.
+_M023_NO_KEYWORD_GIN: list[Statement] = [
+    "DROP INDEX IF EXISTS bunko.chunks_fts",
+    "DROP INDEX IF EXISTS bunko.chunks_fts_pairs",
+]
+
 
 MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
@@ -674,6 +684,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m020_tenant_quotas", M020_TENANT_QUOTAS),
     ("m021_operator_keys", M021_OPERATOR_KEYS),
     ("m022_user_rls", M022_USER_RLS),
+    ("m023_no_keyword_gin_indexes", _M023_NO_KEYWORD_GIN),
 ]
 
 BOOTSTRAP = [
