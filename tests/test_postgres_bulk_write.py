@@ -11,7 +11,8 @@ from bunko.testing.store_suite import INFO, make_document, unit_vectors
 
 from .pg import psycopg
 
-QUERIES = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water", "emergency storage 地震"]
+QUERIES = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water",
+           "emergency storage 地震"]
 
 
 def _keyword_indexes(conn) -> list[str]:
@@ -72,7 +73,7 @@ def test_upgrading_drops_the_keyword_gin_indexes_and_keeps_keyword_search(pg_url
         before = results(backend)
         assert all(before.values())
         # The tenants' collections hold different texts: their results differ, each from its own chunks.
-        for tenant, other in (("acme", "globex"), ("globex", "acme")):
+        for tenant in ("acme", "globex"):
             store = backend.for_tenant(tenant)
             own = {c.id for d in docs[tenant] for c in d.chunks}
             for q in QUERIES:
