@@ -1,6 +1,6 @@
-"""PostgreSQL bulk writes without the keyword GIN indexes (migration m023): keyword search reads the postings,
-so an upgraded database keeps its rankings, its deletes and its test oracle, and writes maintain no
-text-search index."""
+"""PostgreSQL bulk writes without the indexes no query reads (migration m023: the GIN indexes over the chunks'
+tsvectors and metadata): keyword search reads the postings, so an upgraded database keeps its rankings, its
+deletes and its test oracle, and writes keep up no text-search or metadata index."""
 
 from __future__ import annotations
 
@@ -15,19 +15,20 @@ QUERIES = ["東京の備蓄はですか", "災害のときは避難所に行き�
            "emergency storage 地震"]
 
 
-def _keyword_indexes(conn) -> list[str]:
-    """The indexes on bunko.chunks over a tsvector column."""
+def _gin_indexes(conn) -> list[str]:
+    """The GIN indexes on bunko.chunks, and keyword_df's storage options."""
     return sorted(r[0] for r in conn.execute(
-        "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'bunko.chunks'::regclass "
-        "AND a.atttypid = 'tsvector'::regtype").fetchall())
+        "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_am am ON am.oid = c.relam WHERE i.indrelid = 'bunko.chunks'::regclass AND am.amname = 'gin' "
+        "UNION ALL SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'bunko.keyword_df'::regclass "
+        "AND reloptions IS NOT NULL").fetchall())
 
 
-def test_upgrading_drops_the_keyword_gin_indexes_and_keeps_keyword_search(pg_url: str) -> None:
-    """A database at m022 with chunks in two tenants (its GIN indexes on ``fts`` and ``fts_pairs``): m023 drops
-    the indexes; each tenant's keyword results are the same before and after, and equal the SQL oracle's; a
-    delete after the upgrade still takes its chunks' terms off the statistics, and neither tenant's search
-    sees the other's chunks."""
+def test_upgrading_drops_the_unread_indexes_and_keeps_keyword_search(pg_url: str) -> None:
+    """A database at m022 with chunks in two tenants (its GIN indexes on ``fts``, ``fts_pairs`` and
+    ``metadata``): m023 drops the indexes and leaves room on keyword_df's pages; each tenant's keyword results
+    are the same before and after, and equal the SQL oracle's; a delete after the upgrade still takes its
+    chunks' terms off the statistics, and neither tenant's search sees the other's chunks."""
     from bunko.stores.postgres import PostgresBackend, migrate_database
     from bunko.stores.postgres.migrations import MIGRATIONS
     from bunko.testing.oracles import keyword_oracle
@@ -57,17 +58,19 @@ def test_upgrading_drops_the_keyword_gin_indexes_and_keeps_keyword_search(pg_url
             store.write_documents("c", docs[tenant])
     finally:
         backend.close()
-    # The database as m022 left it: the two GIN indexes, and m023 not applied.
+    # The database as m022 left it: the three GIN indexes, keyword_df packed, and m023 not applied.
     names = [name for name, _ in MIGRATIONS]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert _keyword_indexes(conn) == []
+        assert _gin_indexes(conn) == ["fillfactor=50"]
         conn.execute("CREATE INDEX chunks_fts ON bunko.chunks USING gin (fts)")
         conn.execute("CREATE INDEX chunks_fts_pairs ON bunko.chunks USING gin (fts_pairs)")
-        conn.execute("DELETE FROM bunko.schema_migrations WHERE name = 'm023_no_keyword_gin_indexes'")
-        assert _keyword_indexes(conn) == ["bunko.chunks_fts", "bunko.chunks_fts_pairs"]
-    assert migrate_database(pg_url) == names[names.index("m023_no_keyword_gin_indexes"):]
+        conn.execute("CREATE INDEX chunks_metadata ON bunko.chunks USING gin (metadata jsonb_path_ops)")
+        conn.execute("ALTER TABLE bunko.keyword_df RESET (fillfactor)")
+        conn.execute("DELETE FROM bunko.schema_migrations WHERE name = 'm023_no_unread_chunk_indexes'")
+        assert _gin_indexes(conn) == ["bunko.chunks_fts", "bunko.chunks_fts_pairs", "bunko.chunks_metadata"]
+    assert migrate_database(pg_url) == names[names.index("m023_no_unread_chunk_indexes"):]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert _keyword_indexes(conn) == []
+        assert _gin_indexes(conn) == ["fillfactor=50"]
     backend = PostgresBackend(pg_url)
     try:
         before = results(backend)
