@@ -78,7 +78,8 @@ def _fts5(conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str
 
 
 # Each phrase's term frequency in each chunk that holds it, from the tsvectors:
-# * ``candidates``: chunks matching any phrase, through the GIN index (bunko.keyword_match);
+# * ``candidates``: chunks matching any phrase (bunko.keyword_match: a scan of the collection's rows as the
+#   schema owner, within the session's tenant; its GIN indexes are gone since m024);
 # * ``lexemes``: each query token's positions in each candidate, cut out of the tsvector in C;
 # * ``tf``: per (phrase, chunk), how often the phrase occurs: the token's positions, or for a two-token
 #   phrase the positions p of the first with p + 1 among the second's.

@@ -650,6 +650,25 @@ def fill_postings_format_2(conn: Any) -> None:
 
 _M015_POSTINGS_FORMAT_2: list[Statement] = [fill_postings_format_2]
 
+# Indexes no query reads, kept up by every chunk written (issue 25, bulk writes):
+# * the GIN indexes over ``fts`` and ``fts_pairs``: keyword search reads the postings (m014); they served
+#   only bunko.keyword_match, which the SQL test oracle calls, and which now scans the collection's rows.
+#   Each chunk written added about a hundred lexemes and a hundred pairs to them: at 20,000 chunks of
+#   benchmarks/bench_search.py the INSERT into chunks wrote 352 MB of WAL with them, 142 MB without.
+#   The columns stay: a delete reads ``fts`` to take a chunk's terms off keyword_df, m015 reads both;
+# * the GIN index over chunks.metadata (jsonb_path_ops): it serves ``@>`` on the whole document only,
+#   filters compile to ``metadata #> path`` (and under row-level security no jsonb operator may use an
+#   index for the application role: docs/FILTERS.md).
+# And room on keyword_df's pages: a write adds to the df of most of its terms, and with half of each
+# page free the new row version stays on its page (a HOT update) instead of adding an index entry:
+# half the WAL of that statement.
+_M024_WRITE_INDEXES: list[Statement] = [
+    "DROP INDEX IF EXISTS bunko.chunks_fts",
+    "DROP INDEX IF EXISTS bunko.chunks_fts_pairs",
+    "DROP INDEX IF EXISTS bunko.chunks_metadata",
+    "ALTER TABLE bunko.keyword_df SET (fillfactor = 50)",
+]
+
 
 # HNSW over halfvec (issue 24): the definer functions a login that does not own the schema builds and drops
 # vector indexes through build ``chunks_hnswh_<pk>`` over halfvec(d) (searched with its candidates re-ranked by
@@ -721,6 +740,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m021_operator_keys", M021_OPERATOR_KEYS),
     ("m022_user_rls", M022_USER_RLS),
     ("m023_halfvec_hnsw", _M023_HALFVEC_HNSW),
+    ("m024_no_unread_chunk_indexes", _M024_WRITE_INDEXES),
 ]
 
 BOOTSTRAP = [

