@@ -319,11 +319,12 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
     scores) best first, ties by key.
 
     MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
-    whose postings add up to the budget, are scored for every chunk that holds one; their k-th best
-    share is a floor for the final k-th score, and a chunk's final score is at most its share plus
-    the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become
-    essential. Then only the chunks whose share plus ``rest`` reaches the floor are scored on every
-    phrase, exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
+    whose postings add up to the budget, are scored for every chunk that holds one (their "share");
+    the k chunks with the best shares are scored exactly, and the lowest of those scores is a floor
+    for the final k-th score, while a chunk's final score is at most its share plus the other
+    phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become essential.
+    Then only the chunks whose share plus ``rest`` reaches the floor are scored on every phrase,
+    exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
     """
     known = [j for j in range(len(columns)) if len(columns[j][0])]
     if not known:
@@ -336,47 +337,77 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         f = tf.astype(np.float64)
         return idf[j] * ((f * (k1 + 1.0)) / (f + norm))
 
+    # The essential phrases' shares, added one phrase at a time into arrays over the chunk keys (a chunk
+    # appears once in a phrase's postings), so widening adds phrases instead of starting over. The arrays
+    # span the keys from the lowest to the highest; keys spread thinly (a small collection among large
+    # ones) are numbered by their rank among the keys the phrases hold instead.
+    low = min(int(columns[j][0][0]) for j in known)
+    span = max(int(columns[j][0][-1]) for j in known) - low + 1
+    keys: np.ndarray | None = None
+    if span > 4 * sum(counts) + 65_536:
+        keys = np.unique(np.concatenate([columns[j][0] for j in known]))
+        span = len(keys)
+    share = np.zeros(span, dtype=np.float64)
+    norms = np.zeros(span, dtype=np.float64)
+
+    def take(j: int) -> None:
+        found, tf, lengths = columns[j]
+        at = found - low if keys is None else np.searchsorted(keys, found)
+        norm = k1 * (1 - b + b * lengths.astype(np.float64) / average)
+        norms[at] = norm
+        share[at] += contribution(j, tf, norm)
+
+    def exact(at: np.ndarray) -> np.ndarray:
+        """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
+        query order. A phrase is looked up by binary search for each chunk, or its postings are run
+        through once when they are few beside the chunks."""
+        rows = at + low if keys is None else keys[at]
+        score = np.zeros(len(at), dtype=np.float64)
+        norm = norms[at]
+        picked: np.ndarray | None = None
+        for j in known:
+            found, tf, _ = columns[j]
+            if len(found) > 8 * len(at):
+                place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
+                hit = np.flatnonzero(found[place] == rows)
+                score[hit] += contribution(j, tf[place[hit]], norm[hit])
+                continue
+            if picked is None:
+                picked = np.zeros(span, dtype=bool)
+                picked[at] = True
+            spot = found - low if keys is None else np.searchsorted(keys, found)
+            held = picked[spot]
+            hit = np.searchsorted(at, spot[held])
+            score[hit] += contribution(j, tf[held], norm[hit])
+        return score
+
     split, total = 0, 0
-    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
-        total += counts[order[split]]
-        split += 1
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order
     while True:
-        rest = sum(bound[split:])
-        essential = order[:split]
-        ids = np.concatenate([columns[j][0] for j in essential])
-        rows, where = np.unique(ids, return_inverse=True)
-        sizes = np.empty(len(rows), dtype=np.int64)
-        sizes[where] = np.concatenate([columns[j][2] for j in essential])
-        norm = k1 * (1 - b + b * sizes.astype(np.float64) / average)
-        share = np.zeros(len(rows), dtype=np.float64)
-        at = 0
-        for j in essential:
-            found, tf, _ = columns[j]
-            place = where[at:at + len(found)]
-            share[place] += contribution(j, tf, norm[place])
-            at += len(found)
-        if split == len(order):
-            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
-            break
-        if len(rows) >= top_k:
-            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
-            if rest * slack < floor:
-                keep = (share + rest) * slack >= floor
-                break
-        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
-        split += 1
-        total = sum(counts[j] for j in order[:split])
-        while split < len(order) and total + counts[order[split]] <= budget:
+        while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+            take(order[split])
             total += counts[order[split]]
             split += 1
-    rows, norm = rows[keep], norm[keep]
-    score = np.zeros(len(rows), dtype=np.float64)
-    for j in known:  # query order, as bm25() adds them
-        found, tf, _ = columns[j]
-        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
-        hit = found[place] == rows
-        score[hit] += contribution(j, tf[place[hit]], norm[hit])
+        touched = np.flatnonzero(share)
+        if len(touched) >= top_k:
+            # The floor: the k-th best final score is at least the lowest exact score of the k chunks with
+            # the best shares (each scores at least its share).
+            shares = share[touched]
+            cut = len(touched) - top_k
+            floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
+            rest = sum(bound[split:])
+            if rest * slack < floor:
+                at = touched[(shares + rest) * slack >= floor]
+                break
+        elif split == len(order):
+            at = touched  # fewer chunks than k hold any phrase: all of them
+            break
+        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
+        take(order[split])
+        total += counts[order[split]]
+        split += 1
+    rows = at + low if keys is None else keys[at]
+    score = exact(at)
     best = np.lexsort((rows, -score))[:top_k]
     return rows[best], score[best]
 
