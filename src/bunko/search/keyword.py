@@ -225,13 +225,28 @@ def query_pairs(tokens: Sequence[str], idf: Mapping[str, float]) -> list[Pair]:
     return [(a, b, w) for (a, b), w in out.items()]
 
 
-def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) -> tuple[float, float]:
+def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int,
+                     runs: Sequence[str | None] | None = None) -> tuple[float, float]:
     """The weighed shares of ``pairs`` a chunk's token sequence holds in order and next to each other
-    (its first term right before its second), and within ``window`` positions otherwise."""
-    where = _positions(tokens, {t for a, b, _ in pairs for t in (a, b)})
+    (its first term right before its second), and within ``window`` positions otherwise. ``runs``: the
+    pairs' ``adjacent_run`` (worked out once for many chunks)."""
     total = sum(w for _, _, w in pairs)
+    if total <= 0:
+        return 0.0, 0.0
+    joined = _SEP + _SEP.join(tokens) + _SEP
+    plain = window <= 0 and joined.count(_SEP) == len(tokens) + 1  # no token holds the separator
+    where: dict[str, list[int]] | None = None
     ordered = near = 0.0
-    for a, b, w in pairs:
+    if runs is None:
+        runs = [adjacent_run(a, b) for a, b, _ in pairs]
+    for (a, b, w), run in zip(pairs, runs, strict=True):
+        if plain:
+            if run is not None:  # the pair's tokens in a row, found as text: exactly where the units are
+                if run and run in joined:
+                    ordered += w
+                continue
+        if where is None:
+            where = _positions(tokens, {t for x, y, _ in pairs for t in (x, y)})
         first, second = where.get(a), where.get(b)
         if not first or not second:
             continue
@@ -241,7 +256,23 @@ def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) 
             continue
         if window > 0 and _within(first, second, window):
             near += w
-    return (ordered / total, near / total) if total > 0 else (0.0, 0.0)
+    return ordered / total, near / total
+
+
+_SEP = "\x1f"  # joins a chunk's tokens for the pair search (a token holding it takes the slow way)
+
+
+def adjacent_run(a: str, b: str) -> str | None:
+    """The tokens, joined as ``proximity_shares`` joins a chunk's, that hold unit ``a`` right before unit
+    ``b`` (a unit: a word, or a CJK bigram ``"x y"``), wherever they stand: "" when no sequence can (a
+    bigram's second token is the next unit's first); None when a unit is one lone one-character token,
+    whose place depends on its neighbours (then the positions decide)."""
+    first, second = a.split(" "), b.split(" ")
+    if any(len(u) == 1 and len(u[0]) == 1 for u in (first, second)):
+        return None
+    if len(first) == 2 and first[1] != second[0]:
+        return ""
+    return _SEP + _SEP.join([first[0], *second]) + _SEP
 
 
 def _positions(tokens: Sequence[str], wanted: set[str]) -> dict[str, list[int]]:
@@ -284,8 +315,9 @@ def rescore(candidates: Candidates, query: Query, how: Proximity) -> np.ndarray:
     + ``title`` x their document's title share."""
     boost = np.ones(len(candidates.scores), dtype=np.float64)
     if query.pairs and (how.phrase or how.near):
+        runs = [adjacent_run(a, b) for a, b, _ in query.pairs]
         for i, sequence in enumerate(candidates.tokens):
-            ordered, near = proximity_shares(sequence, query.pairs, how.window if how.near else 0)
+            ordered, near = proximity_shares(sequence, query.pairs, how.window if how.near else 0, runs)
             boost[i] += how.phrase * ordered + how.near * near
     if how.title:
         boost += how.title * candidates.titles
@@ -413,5 +445,5 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
 
 __all__ = ["DEFAULT", "K1", "KEYWORD_CANDIDATES", "PROXIMITY", "B", "Candidates", "KeywordRanking", "Pair", "Proximity",
-           "Query", "UseDefault", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
+           "Query", "UseDefault", "adjacent_run", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
            "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]
