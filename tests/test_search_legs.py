@@ -14,6 +14,7 @@ import pytest
 from bunko import Bunko
 from bunko.errors import BunkoError, RetrievalError
 from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, Retriever
+from bunko.search.keyword import keyword_leg
 from bunko.search.session import Legs, collect_legs
 from bunko.stores.base import Restriction
 from bunko.testing.hooks import counting
@@ -179,3 +180,37 @@ def test_a_failing_vector_leg_fails_the_hybrid_search_typed_and_leaks_nothing(
             # The keyword leg alone still answers, on the connections the failed searches gave back.
             for _ in range(12):
                 assert asyncio.run(retriever.run("水の備蓄", top_k=3, mode="keyword")).hits
+
+
+def _fields(hits: list) -> list[tuple]:
+    return [(h.chunk_id, h.document_id, h.source, h.content, h.score, h.chunk_index, h.metadata) for h in hits]
+
+
+def test_the_keyword_candidates_are_read_once_and_hydrate_the_hits_as_a_read_would(engine: Bunko) -> None:
+    """The chunks the keyword leg reads for its re-ranking are read whole and kept: the hits among them come
+    from those rows, the same as read afresh, in the reader that read them and in another one (the other leg
+    of a hybrid search, ``read``); on SQLite no statement reads them again."""
+    _fill(engine, "acme", TEXTS, "a")
+    _fill(engine, "other", TEXTS, "o")  # another tenant's copy of the same chunks: never among the rows
+    store = engine.tenant("acme").store
+    row = store.read_collection("default")
+    for query in QUERIES:
+        with store.reader(row) as plain:
+            ranked = keyword_leg(plain, query, 5, proximity=None)  # BM25 alone: no text read
+            assert not plain.rows_read()
+            expected = _fields(plain.hits(ranked))
+        assert expected and {h[6]["tag"] for h in expected} == {"a"}
+        with store.reader(row) as reader:
+            keyword_leg(reader, query, 5)  # re-ranked: reads its candidates whole
+            rows = reader.rows_read()
+            assert set(ranked.keys.tolist()) <= set(rows), query
+            statements: list[str] = []
+            if engine.backend.scheme == "sqlite":
+                reader._conn.set_trace_callback(statements.append)
+            assert _fields(reader.hits(ranked)) == expected, query
+            assert not [s for s in statements if "FROM chunks" in s], statements
+            with_vectors: dict = {}  # the rows hold no vectors: asked for, the hits are read
+            assert _fields(reader.hits(ranked, vectors=with_vectors)) == expected
+            assert set(with_vectors) == {h[0] for h in expected}
+        with store.reader(row) as other:
+            assert _fields(other.hits(ranked, read=rows)) == expected, query

@@ -8,10 +8,11 @@ the same time) and one read of the collection's row:
 2. after the question is embedded (outside any transaction), one read transaction
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
-   once -- fuses them, and reads the text and metadata of the chunks it returns, once. On a store
-   whose ``concurrent_legs`` is true (PostgreSQL) a hybrid search runs each leg in a transaction of
-   its own, at the same time, and the leg that finishes second fuses and reads the hits in its own
-   (:func:`collect_legs`).
+   once -- fuses them, and reads the text and metadata of the chunks it returns, once: the chunks the
+   keyword leg read whole for its re-ranking are not read again. On a store whose ``concurrent_legs``
+   is true (PostgreSQL) a hybrid search runs each leg in a transaction of its own, at the same time,
+   and the leg that finishes second fuses and reads the hits in its own, taking the keyword leg's rows
+   from it (:func:`collect_legs`).
 
 :func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
 :func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by
