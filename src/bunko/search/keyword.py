@@ -445,5 +445,5 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
 
 __all__ = ["DEFAULT", "K1", "KEYWORD_CANDIDATES", "PROXIMITY", "B", "Candidates", "KeywordRanking", "Pair", "Proximity",
-           "Query", "UseDefault", "adjacent_run", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
-           "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]
+           "Query", "UseDefault", "adjacent_run", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs",
+           "proximity_shares", "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]
