@@ -179,6 +179,12 @@ class PostingsCache:
                 _, gone = self._held.popitem(last=False)
                 self._bytes -= sum(part.nbytes for part in gone)
 
+    @property
+    def held_frequencies(self) -> int:
+        """The document frequencies held now."""
+        with self._lock:
+            return len(self._df)
+
     def frequencies(self, version: Hashable, terms: Sequence[str]) -> dict[str, int]:
         """The cached document frequencies of ``terms`` at ``version`` (0: no chunk holds the term)."""
         out: dict[str, int] = {}
