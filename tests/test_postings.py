@@ -124,3 +124,14 @@ def test_counts_past_a_byte_are_kept_whole_and_too_many_tokens_are_refused(tmp_p
     assert POSTINGS.read(conn, (1, 1), ["水"])["水"][1].tolist() == [300]
     with pytest.raises(VectorStoreError, match="65,535"):
         POSTINGS.add(conn, (1, 1), [(4, Counter({"水": 1}), 65_536)])
+
+
+def test_deleted_chunks_leave_the_postings_as_a_set_difference_would() -> None:
+    """A read leaves out the deleted chunks (``_live``, by binary search) exactly as a set difference does:
+    none deleted, some, all, repeated keys, deleted keys beyond either end."""
+    rng = np.random.default_rng(24)
+    for _ in range(3000):
+        ids = np.sort(rng.choice(200, int(rng.integers(0, 60)), replace=bool(rng.integers(2)))).astype(np.int64)
+        dead = np.unique(rng.choice(220, int(rng.integers(1, 30)))).astype(np.int64)
+        live = postings._live(ids, dead)
+        assert np.array_equal(np.ones(len(ids), dtype=bool) if live is None else live, ~np.isin(ids, dead))

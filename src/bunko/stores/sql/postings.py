@@ -223,6 +223,20 @@ class PostingsCache:
             self._df.clear()
 
 
+def _live(ids: np.ndarray, dead: np.ndarray) -> np.ndarray | None:
+    """Which of ``ids`` (ascending) are not in ``dead`` (ascending), or None when all are: found by binary
+    search, so a few deleted chunks cost a few look-ups, not a pass over the postings for each (``np.isin``
+    compares every entry with each of up to a few dozen values)."""
+    low, high = np.searchsorted(ids, dead, "left"), np.searchsorted(ids, dead, "right")
+    held = high > low
+    if not held.any():
+        return None
+    edges = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.add.at(edges, low[held], 1)
+    np.add.at(edges, high[held], -1)
+    return np.cumsum(edges[:-1]) == 0
+
+
 class PostingsTable:
     """The ``keyword_postings`` table of one database, through its dialect. Every call takes the
     transaction's connection and the collection's ``scope`` (tenant row id, collection row id);
@@ -438,7 +452,8 @@ class PostingsTable:
                 order = np.argsort(ids, kind="stable")
                 ids, tf, sizes = ids[order], tf[order], sizes[order]
             if len(dead):
-                live = ~np.isin(ids, dead)
-                ids, tf, sizes = ids[live], tf[live], sizes[live]
+                live = _live(ids, dead)
+                if live is not None:
+                    ids, tf, sizes = ids[live], tf[live], sizes[live]
             out[term] = ids, tf, sizes
         return out
