@@ -353,7 +353,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
     MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
     whose postings add up to the budget, are scored for every chunk that holds one (their "share");
     the k chunks with the best shares are scored exactly, and the lowest of those scores is a floor
-    for the final k-th score, while a chunk's final score is at most its share plus the other
+    for the final k-th score (the k-th best share when every phrase is essential), while a chunk's final score is at most its share plus the other
     phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become essential.
     Then only the chunks whose share plus ``rest`` reaches the floor are scored on every phrase,
     exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
@@ -426,8 +426,11 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             # the best shares (each scores at least its share).
             shares = share[touched]
             cut = len(touched) - top_k
-            floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
             rest = sum(bound[split:])
+            if split == len(order):  # every phrase is in the shares: they are the scores, but for rounding
+                floor = float(np.partition(shares, cut)[cut])
+            else:
+                floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
             if rest * slack < floor:
                 at = touched[(shares + rest) * slack >= floor]
                 break
