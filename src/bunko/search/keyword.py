@@ -355,8 +355,9 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
     the k chunks with the best shares are scored exactly, and the lowest of those scores is a floor
     for the final k-th score (the k-th best share when every phrase is essential), while a chunk's
     final score is at most its share plus the other phrases' bounds (``rest``). While ``rest``
-    reaches the floor, more phrases become essential. Then only the chunks whose share plus ``rest`` reaches the floor are scored on every phrase,
-    exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
+    reaches the floor, more phrases become essential. Then only the chunks whose share plus ``rest``
+    reaches the floor are scored on every phrase, exactly as ``bm25()`` does: the same float
+    operations, the phrases added in query order.
     """
     known = [j for j in range(len(columns)) if len(columns[j][0])]
     if not known:
