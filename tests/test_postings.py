@@ -89,7 +89,7 @@ def test_chunks_without_terms_are_listed_and_deleted(tmp_path: Path) -> None:
 
 def test_bm25_top_is_the_brute_force_ranking() -> None:
     """The MaxScore top-k over postings (from one essential phrase to all) equals scoring every row on
-    every phrase in query order, ties by rowid."""
+    every phrase in query order, ties by rowid, whatever the keys' range."""
     rng = np.random.default_rng(7)
     rows = 500
     sizes = rng.integers(5, 60, size=rows)
@@ -107,12 +107,15 @@ def test_bm25_top_is_the_brute_force_ranking() -> None:
         f = tf.astype(np.float64)
         brute[ids] += idf[j] * ((f * (keyword.K1 + 1.0)) / (f + norm[ids]))
     held = np.flatnonzero(brute > 0)
-    for top_k in (1, 5, 40, 1000):
-        want = held[np.lexsort((held, -brute[held]))][:top_k]
-        for budget in (1, 10, 100, 10_000):
-            got = keyword.bm25_top(columns, idf, average, top_k, budget)
-            assert got[0].tolist() == want.tolist(), (top_k, budget)
-            assert got[1].tolist() == brute[want].tolist()
+    # Keys from 0, keys far from 0, keys spread thinly (numbered by rank inside the ranker).
+    for key_of in (lambda i: i, lambda i: i + 1_000_000, lambda i: i * 100_000 + 3):
+        keyed = [(key_of(ids), tf, size) for ids, tf, size in columns]
+        for top_k in (1, 5, 40, 1000):
+            want = held[np.lexsort((held, -brute[held]))][:top_k]
+            for budget in (1, 10, 100, 10_000):
+                got = keyword.bm25_top(keyed, idf, average, top_k, budget)
+                assert got[0].tolist() == key_of(want).tolist(), (top_k, budget)
+                assert got[1].tolist() == brute[want].tolist()
 
 
 def test_counts_past_a_byte_are_kept_whole_and_too_many_tokens_are_refused(tmp_path: Path) -> None:
