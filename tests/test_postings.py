@@ -89,7 +89,7 @@ def test_chunks_without_terms_are_listed_and_deleted(tmp_path: Path) -> None:
 
 def test_bm25_top_is_the_brute_force_ranking() -> None:
     """The MaxScore top-k over postings (from one essential phrase to all) equals scoring every row on
-    every phrase in query order, ties by rowid."""
+    every phrase in query order, ties by rowid, whatever the keys' range."""
     rng = np.random.default_rng(7)
     rows = 500
     sizes = rng.integers(5, 60, size=rows)
@@ -107,12 +107,15 @@ def test_bm25_top_is_the_brute_force_ranking() -> None:
         f = tf.astype(np.float64)
         brute[ids] += idf[j] * ((f * (keyword.K1 + 1.0)) / (f + norm[ids]))
     held = np.flatnonzero(brute > 0)
-    for top_k in (1, 5, 40, 1000):
-        want = held[np.lexsort((held, -brute[held]))][:top_k]
-        for budget in (1, 10, 100, 10_000):
-            got = keyword.bm25_top(columns, idf, average, top_k, budget)
-            assert got[0].tolist() == want.tolist(), (top_k, budget)
-            assert got[1].tolist() == brute[want].tolist()
+    # Keys from 0, keys far from 0, keys spread thinly (numbered by rank inside the ranker).
+    for key_of in (lambda i: i, lambda i: i + 1_000_000, lambda i: i * 100_000 + 3):
+        keyed = [(key_of(ids), tf, size) for ids, tf, size in columns]
+        for top_k in (1, 5, 40, 1000):
+            want = held[np.lexsort((held, -brute[held]))][:top_k]
+            for budget in (1, 10, 100, 10_000):
+                got = keyword.bm25_top(keyed, idf, average, top_k, budget)
+                assert got[0].tolist() == key_of(want).tolist(), (top_k, budget)
+                assert got[1].tolist() == brute[want].tolist()
 
 
 def test_counts_past_a_byte_are_kept_whole_and_too_many_tokens_are_refused(tmp_path: Path) -> None:
@@ -124,3 +127,14 @@ def test_counts_past_a_byte_are_kept_whole_and_too_many_tokens_are_refused(tmp_p
     assert POSTINGS.read(conn, (1, 1), ["水"])["水"][1].tolist() == [300]
     with pytest.raises(VectorStoreError, match="65,535"):
         POSTINGS.add(conn, (1, 1), [(4, Counter({"水": 1}), 65_536)])
+
+
+def test_deleted_chunks_leave_the_postings_as_a_set_difference_would() -> None:
+    """A read leaves out the deleted chunks (``_live``, by binary search) exactly as a set difference does:
+    none deleted, some, all, repeated keys, deleted keys beyond either end."""
+    rng = np.random.default_rng(24)
+    for _ in range(3000):
+        ids = np.sort(rng.choice(200, int(rng.integers(0, 60)), replace=bool(rng.integers(2)))).astype(np.int64)
+        dead = np.unique(rng.choice(220, int(rng.integers(1, 30)))).astype(np.int64)
+        live = postings._live(ids, dead)
+        assert np.array_equal(np.ones(len(ids), dtype=bool) if live is None else live, ~np.isin(ids, dead))

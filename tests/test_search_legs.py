@@ -14,6 +14,7 @@ import pytest
 from bunko import Bunko
 from bunko.errors import BunkoError, RetrievalError
 from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, Retriever
+from bunko.search.keyword import keyword_leg
 from bunko.search.session import Legs, collect_legs
 from bunko.stores.base import Restriction
 from bunko.testing.hooks import counting
@@ -121,3 +122,95 @@ def test_a_failing_leg_fails_the_hybrid_search_typed_and_keeps_the_store_usable(
             # The vector leg alone still answers, on the connections the failed searches gave back.
             for _ in range(12):
                 assert asyncio.run(retriever.run("水の備蓄", top_k=3, mode="vector")).hits
+
+
+def _break_vector_leg(url: str) -> None:
+    """Take the chunks' vectors away from the application and nothing else: the keyword leg and the
+    hydration of hits still read every other column of the chunks."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("ALTER TABLE chunks RENAME COLUMN embedding TO embedding_gone")
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:  # the owner login, not the application role
+            columns = [r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'bunko' "
+                "AND table_name = 'chunks' AND column_name <> 'embedding'")]
+            conn.execute("REVOKE SELECT ON bunko.chunks FROM bunko_app")
+            conn.execute(f"GRANT SELECT ({', '.join(columns)}) ON bunko.chunks TO bunko_app")
+
+
+def _open_transactions(url: str) -> int:
+    """Sessions of the application role inside a transaction now (PostgreSQL; 0 for SQLite)."""
+    if url.startswith("sqlite"):
+        return 0
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = 'bunko_app' "
+                                "AND state LIKE 'idle in transaction%'").fetchone()[0])
+
+
+def test_a_failing_vector_leg_fails_the_hybrid_search_typed_and_leaks_nothing(
+        request: pytest.FixtureRequest, tmp_path: Path, embedder: object) -> None:
+    """The vector leg fails (its vectors unreadable) while the keyword leg succeeds: the search fails typed,
+    each time, whether the keyword leg finished first or second; every connection is back and none is left
+    in a transaction, and the keyword leg alone still answers."""
+    for kind in ("sqlite", "postgresql"):
+        url = request.getfixturevalue("pg_url") if kind == "postgresql" else f"sqlite:///{tmp_path / 'v.db'}"
+        with Bunko(url, embedder=embedder) as engine:
+            _fill(engine, "acme", TEXTS, "a")
+            assert engine.tenant("acme").search("水の備蓄", mode="hybrid").results
+        _break_vector_leg(url)
+        with Bunko(url, embedder=embedder) as engine:  # a new process: no vectors held in memory yet
+            acme = engine.tenant("acme")
+            retriever = Retriever(engine.embedder, acme.store, "default")
+            for _ in range(12):  # more than the pool's connections: none is kept by a failed search
+                with pytest.raises(RetrievalError) as caught:
+                    asyncio.run(retriever.run("水の備蓄 water", top_k=3, mode="hybrid"))
+                assert isinstance(caught.value.__cause__, BunkoError), kind
+                assert "embedding" in caught.value.message or "permission" in caught.value.message, kind
+            legs = _legs(engine, acme.store, "水の備蓄 water")
+            for concurrent in (True, False):  # the leg's own error, whichever way the legs run
+                with pytest.raises(BunkoError) as raised:
+                    collect_legs(acme.store, acme.store.read_collection("default"), legs, concurrent=concurrent)
+                assert not isinstance(raised.value, RetrievalError), kind
+            assert _open_transactions(url) == 0, kind
+            # The keyword leg alone still answers, on the connections the failed searches gave back.
+            for _ in range(12):
+                assert asyncio.run(retriever.run("水の備蓄", top_k=3, mode="keyword")).hits
+
+
+def _fields(hits: list) -> list[tuple]:
+    return [(h.chunk_id, h.document_id, h.source, h.content, h.score, h.chunk_index, h.metadata) for h in hits]
+
+
+def test_the_keyword_candidates_are_read_once_and_hydrate_the_hits_as_a_read_would(engine: Bunko) -> None:
+    """The chunks the keyword leg reads for its re-ranking are read whole and kept: the hits among them come
+    from those rows, the same as read afresh, in the reader that read them and in another one (the other leg
+    of a hybrid search, ``read``); on SQLite no statement reads them again."""
+    _fill(engine, "acme", TEXTS, "a")
+    _fill(engine, "other", TEXTS, "o")  # another tenant's copy of the same chunks: never among the rows
+    store = engine.tenant("acme").store
+    row = store.read_collection("default")
+    for query in QUERIES:
+        with store.reader(row) as plain:
+            ranked = keyword_leg(plain, query, 5, proximity=None)  # BM25 alone: no text read
+            assert not plain.rows_read()
+            expected = _fields(plain.hits(ranked))
+        assert expected and {h[6]["tag"] for h in expected} == {"a"}
+        with store.reader(row) as reader:
+            keyword_leg(reader, query, 5)  # re-ranked: reads its candidates whole
+            rows = reader.rows_read()
+            assert set(ranked.keys.tolist()) <= set(rows), query
+            statements: list[str] = []
+            if engine.backend.scheme == "sqlite":
+                reader._conn.set_trace_callback(statements.append)
+            assert _fields(reader.hits(ranked)) == expected, query
+            assert not [s for s in statements if "FROM chunks" in s], statements
+            with_vectors: dict = {}  # the rows hold no vectors: asked for, the hits are read
+            assert _fields(reader.hits(ranked, vectors=with_vectors)) == expected
+            assert set(with_vectors) == {h[0] for h in expected}
+        with store.reader(row) as other:
+            assert _fields(other.hits(ranked, read=rows)) == expected, query

@@ -202,3 +202,21 @@ def test_a_json_record_gets_no_title_but_its_own() -> None:
 
     assert document_title({"json_index": 2, "id": "q-17"}, "Check the batteries.") == ""
     assert document_title({"json_index": 0, "title": "Water"}, "Store water.") == "Water"
+
+
+def test_pairs_found_in_the_joined_tokens_are_the_pairs_the_positions_find() -> None:
+    """The in-order share without ``near`` finds pairs of words and CJK bigrams as runs of the joined tokens;
+    it agrees with the positions (what the near share reads) on every sequence: lone one-character units,
+    runs of one-character tokens of every length, words, and a token that holds the separator."""
+    rng = np.random.default_rng(24)
+    vocabulary = ["東", "京", "都", "の", "7", "trace", "type", "x", "東京", "a\x1fb"]
+    for _ in range(3000):
+        tokens = [str(t) for t in rng.choice(vocabulary, size=int(rng.integers(1, 14)))]
+        query = [str(t) for t in rng.choice(vocabulary[:9], size=int(rng.integers(2, 6)))]
+        units = {u for _, u in sequence_units(query)} | {u for _, u in sequence_units(tokens)}
+        pairs = query_pairs(query, dict.fromkeys(units, 1.0))
+        if not pairs:
+            continue
+        fast, _ = proximity_shares(tokens, pairs, 0)
+        by_positions, _ = proximity_shares(tokens, pairs, 1)  # a window: every pair through the positions
+        assert fast == by_positions, (tokens, query, pairs)

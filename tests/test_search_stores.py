@@ -519,3 +519,33 @@ def test_cached_postings_follow_writes_deletes_and_tenants(store_backend: StoreB
     a.write_documents("docs", [make_document("a3.txt", ["water storage three"], unit_vectors(1, seed=4))])
     assert found(a) == ["water storage three"]
     assert found(b) == ["備蓄 water storage bee"] * 3
+
+
+def test_cached_document_frequencies_follow_writes_and_tenants(store_backend: StoreBackend) -> None:
+    """The terms' document frequencies are cached with the postings (by tenant, collection and version): a
+    search answered from the cache scores as one that reads them afresh, after every write and delete, and
+    tenant B's counts of the same terms in a collection of the same name never score tenant A's chunks."""
+    a, b = store_backend.for_tenant("tenant-a"), store_backend.for_tenant("tenant-b")
+    for store in (a, b):
+        store.ensure_collection("docs", INFO)
+    a.write_documents("docs", [make_document("a1.txt", ["water storage one", "dry food"], unit_vectors(2, seed=1))])
+    b.write_documents("docs", [make_document("b1.txt", ["water storage bee"] * 5 + ["dry"], unit_vectors(6, seed=2))])
+    cache = store_backend.postings.cache  # type: ignore[attr-defined]
+
+    def scored(store: object) -> list[tuple[str, float]]:
+        return [(h.content, h.score) for h in keyword_query(store, "docs", "water storage food", 10, proximity=None)]
+
+    def check() -> None:
+        scored(a), scored(b)  # fill the cache
+        from_cache = scored(a), scored(b)
+        assert cache.held_frequencies > 0  # the second searches took their counts from here
+        cache.clear()
+        assert from_cache == (scored(a), scored(b))
+
+    check()
+    a.write_documents("docs", [make_document("a2.txt", ["water storage two"], unit_vectors(1, seed=3))])
+    check()
+    a.delete_documents([a.find_by_source("docs", "a1.txt").id], "docs")
+    check()
+    b.delete_documents([b.find_by_source("docs", "b1.txt").id], "docs")
+    check()

@@ -225,13 +225,28 @@ def query_pairs(tokens: Sequence[str], idf: Mapping[str, float]) -> list[Pair]:
     return [(a, b, w) for (a, b), w in out.items()]
 
 
-def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) -> tuple[float, float]:
+def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int,
+                     runs: Sequence[str | None] | None = None) -> tuple[float, float]:
     """The weighed shares of ``pairs`` a chunk's token sequence holds in order and next to each other
-    (its first term right before its second), and within ``window`` positions otherwise."""
-    where = _positions(tokens, {t for a, b, _ in pairs for t in (a, b)})
+    (its first term right before its second), and within ``window`` positions otherwise. ``runs``: the
+    pairs' ``adjacent_run`` (worked out once for many chunks)."""
     total = sum(w for _, _, w in pairs)
+    if total <= 0:
+        return 0.0, 0.0
+    joined = _SEP + _SEP.join(tokens) + _SEP
+    plain = window <= 0 and joined.count(_SEP) == len(tokens) + 1  # no token holds the separator
+    where: dict[str, list[int]] | None = None
     ordered = near = 0.0
-    for a, b, w in pairs:
+    if runs is None:
+        runs = [adjacent_run(a, b) for a, b, _ in pairs]
+    for (a, b, w), run in zip(pairs, runs, strict=True):
+        if plain:
+            if run is not None:  # the pair's tokens in a row, found as text: exactly where the units are
+                if run and run in joined:
+                    ordered += w
+                continue
+        if where is None:
+            where = _positions(tokens, {t for x, y, _ in pairs for t in (x, y)})
         first, second = where.get(a), where.get(b)
         if not first or not second:
             continue
@@ -241,7 +256,23 @@ def proximity_shares(tokens: Sequence[str], pairs: Sequence[Pair], window: int) 
             continue
         if window > 0 and _within(first, second, window):
             near += w
-    return (ordered / total, near / total) if total > 0 else (0.0, 0.0)
+    return ordered / total, near / total
+
+
+_SEP = "\x1f"  # joins a chunk's tokens for the pair search (a token holding it takes the slow way)
+
+
+def adjacent_run(a: str, b: str) -> str | None:
+    """The tokens, joined as ``proximity_shares`` joins a chunk's, that hold unit ``a`` right before unit
+    ``b`` (a unit: a word, or a CJK bigram ``"x y"``), wherever they stand: "" when no sequence can (a
+    bigram's second token is the next unit's first); None when a unit is one lone one-character token,
+    whose place depends on its neighbours (then the positions decide)."""
+    first, second = a.split(" "), b.split(" ")
+    if any(len(u) == 1 and len(u[0]) == 1 for u in (first, second)):
+        return None
+    if len(first) == 2 and first[1] != second[0]:
+        return ""
+    return _SEP + _SEP.join([first[0], *second]) + _SEP
 
 
 def _positions(tokens: Sequence[str], wanted: set[str]) -> dict[str, list[int]]:
@@ -284,8 +315,9 @@ def rescore(candidates: Candidates, query: Query, how: Proximity) -> np.ndarray:
     + ``title`` x their document's title share."""
     boost = np.ones(len(candidates.scores), dtype=np.float64)
     if query.pairs and (how.phrase or how.near):
+        runs = [adjacent_run(a, b) for a, b, _ in query.pairs]
         for i, sequence in enumerate(candidates.tokens):
-            ordered, near = proximity_shares(sequence, query.pairs, how.window if how.near else 0)
+            ordered, near = proximity_shares(sequence, query.pairs, how.window if how.near else 0, runs)
             boost[i] += how.phrase * ordered + how.near * near
     if how.title:
         boost += how.title * candidates.titles
@@ -319,11 +351,13 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
     scores) best first, ties by key.
 
     MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
-    whose postings add up to the budget, are scored for every chunk that holds one; their k-th best
-    share is a floor for the final k-th score, and a chunk's final score is at most its share plus
-    the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become
-    essential. Then only the chunks whose share plus ``rest`` reaches the floor are scored on every
-    phrase, exactly as ``bm25()`` does: the same float operations, the phrases added in query order.
+    whose postings add up to the budget, are scored for every chunk that holds one (their "share");
+    the k chunks with the best shares are scored exactly, and the lowest of those scores is a floor
+    for the final k-th score (the k-th best share when every phrase is essential), while a chunk's
+    final score is at most its share plus the other phrases' bounds (``rest``). While ``rest``
+    reaches the floor, more phrases become essential. Then only the chunks whose share plus ``rest``
+    reaches the floor are scored on every phrase, exactly as ``bm25()`` does: the same float
+    operations, the phrases added in query order.
     """
     known = [j for j in range(len(columns)) if len(columns[j][0])]
     if not known:
@@ -336,51 +370,84 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         f = tf.astype(np.float64)
         return idf[j] * ((f * (k1 + 1.0)) / (f + norm))
 
+    # The essential phrases' shares, added one phrase at a time into arrays over the chunk keys (a chunk
+    # appears once in a phrase's postings), so widening adds phrases instead of starting over. The arrays
+    # span the keys from the lowest to the highest; keys spread thinly (a small collection among large
+    # ones) are numbered by their rank among the keys the phrases hold instead.
+    low = min(int(columns[j][0][0]) for j in known)
+    span = max(int(columns[j][0][-1]) for j in known) - low + 1
+    keys: np.ndarray | None = None
+    if span > 4 * sum(counts) + 65_536:
+        keys = np.unique(np.concatenate([columns[j][0] for j in known]))
+        span = len(keys)
+    share = np.zeros(span, dtype=np.float64)
+    norms = np.zeros(span, dtype=np.float64)
+
+    def take(j: int) -> None:
+        found, tf, lengths = columns[j]
+        at = found - low if keys is None else np.searchsorted(keys, found)
+        norm = k1 * (1 - b + b * lengths.astype(np.float64) / average)
+        norms[at] = norm
+        share[at] += contribution(j, tf, norm)
+
+    def exact(at: np.ndarray) -> np.ndarray:
+        """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
+        query order. A phrase is looked up by binary search for each chunk, or its postings are run
+        through once when they are few beside the chunks."""
+        rows = at + low if keys is None else keys[at]
+        score = np.zeros(len(at), dtype=np.float64)
+        norm = norms[at]
+        picked: np.ndarray | None = None
+        for j in known:
+            found, tf, _ = columns[j]
+            if len(found) > 8 * len(at):
+                place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
+                hit = np.flatnonzero(found[place] == rows)
+                score[hit] += contribution(j, tf[place[hit]], norm[hit])
+                continue
+            if picked is None:
+                picked = np.zeros(span, dtype=bool)
+                picked[at] = True
+            spot = found - low if keys is None else np.searchsorted(keys, found)
+            held = picked[spot]
+            hit = np.searchsorted(at, spot[held])
+            score[hit] += contribution(j, tf[held], norm[hit])
+        return score
+
     split, total = 0, 0
-    while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
-        total += counts[order[split]]
-        split += 1
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order
     while True:
-        rest = sum(bound[split:])
-        essential = order[:split]
-        ids = np.concatenate([columns[j][0] for j in essential])
-        rows, where = np.unique(ids, return_inverse=True)
-        sizes = np.empty(len(rows), dtype=np.int64)
-        sizes[where] = np.concatenate([columns[j][2] for j in essential])
-        norm = k1 * (1 - b + b * sizes.astype(np.float64) / average)
-        share = np.zeros(len(rows), dtype=np.float64)
-        at = 0
-        for j in essential:
-            found, tf, _ = columns[j]
-            place = where[at:at + len(found)]
-            share[place] += contribution(j, tf, norm[place])
-            at += len(found)
-        if split == len(order):
-            keep = np.ones(len(rows), dtype=bool)  # every phrase is scored: no floor needed
-            break
-        if len(rows) >= top_k:
-            floor = np.partition(share, len(rows) - top_k)[len(rows) - top_k]
-            if rest * slack < floor:
-                keep = (share + rest) * slack >= floor
-                break
-        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
-        split += 1
-        total = sum(counts[j] for j in order[:split])
-        while split < len(order) and total + counts[order[split]] <= budget:
+        while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
+            take(order[split])
             total += counts[order[split]]
             split += 1
-    rows, norm = rows[keep], norm[keep]
-    score = np.zeros(len(rows), dtype=np.float64)
-    for j in known:  # query order, as bm25() adds them
-        found, tf, _ = columns[j]
-        place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
-        hit = found[place] == rows
-        score[hit] += contribution(j, tf[place[hit]], norm[hit])
+        touched = np.flatnonzero(share)
+        if len(touched) >= top_k:
+            # The floor: the k-th best final score is at least the lowest exact score of the k chunks with
+            # the best shares (each scores at least its share).
+            shares = share[touched]
+            cut = len(touched) - top_k
+            rest = sum(bound[split:])
+            if split == len(order):  # every phrase is in the shares: they are the scores, but for rounding
+                floor = float(np.partition(shares, cut)[cut])
+            else:
+                floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
+            if rest * slack < floor:
+                at = touched[(shares + rest) * slack >= floor]
+                break
+        elif split == len(order):
+            at = touched  # fewer chunks than k hold any phrase: all of them
+            break
+        budget *= 4  # widen: at least one more phrase, then as many as the larger budget takes
+        take(order[split])
+        total += counts[order[split]]
+        split += 1
+    rows = at + low if keys is None else keys[at]
+    score = exact(at)
     best = np.lexsort((rows, -score))[:top_k]
     return rows[best], score[best]
 
 
 __all__ = ["DEFAULT", "K1", "KEYWORD_CANDIDATES", "PROXIMITY", "B", "Candidates", "KeywordRanking", "Pair", "Proximity",
-           "Query", "UseDefault", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs", "proximity_shares",
-           "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]
+           "Query", "UseDefault", "adjacent_run", "bm25_idf", "bm25_top", "keyword_leg", "keyword_legs",
+           "proximity_shares", "query_pairs", "query_terms", "rank_texts", "rescore", "title_share"]

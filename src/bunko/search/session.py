@@ -8,10 +8,11 @@ the same time) and one read of the collection's row:
 2. after the question is embedded (outside any transaction), one read transaction
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
-   once -- fuses them, and reads the text and metadata of the chunks it returns, once. On a store
-   whose ``concurrent_legs`` is true (PostgreSQL) a hybrid search runs each leg in a transaction of
-   its own, at the same time, and the leg that finishes second fuses and reads the hits in its own
-   (:func:`collect_legs`).
+   once -- fuses them, and reads the text and metadata of the chunks it returns, once: the chunks the
+   keyword leg read whole for its re-ranking are not read again. On a store whose ``concurrent_legs``
+   is true (PostgreSQL) a hybrid search runs each leg in a transaction of its own, at the same time,
+   and the leg that finishes second fuses and reads the hits in its own, taking the keyword leg's rows
+   from it (:func:`collect_legs`).
 
 :func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
 :func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by
@@ -104,19 +105,21 @@ def keyword_part(reader: CollectionReader, legs: Legs) -> tuple[list[tuple[str, 
 
 
 def fuse_and_read(reader: CollectionReader, legs: Legs, ranked: list[tuple[str, Ranked]], title_weight: float,
-                  vectors: dict[str, np.ndarray] | None = None) -> Collected:
-    """Fuse the legs' rankings (one leg alone: its order) and read the ``legs.top_k`` best whole, once."""
+                  vectors: dict[str, np.ndarray] | None = None, read: Mapping[int, Any] | None = None) -> Collected:
+    """Fuse the legs' rankings (one leg alone: its order) and read the ``legs.top_k`` best whole, once: the
+    chunks the keyword leg read for its re-ranking (in this reader, or in another: ``read``) are not read
+    again."""
     plans = {name: leg.plan for name, leg in ranked}
     if legs.fusion is None:
         leg = ranked[0][1] if ranked else Ranked.empty()
         order = Ranked(leg.keys[:legs.top_k], leg.scores[:legs.top_k])
-        return Collected(reader.hits(order, vectors=vectors), plans, len(order))
+        return Collected(reader.hits(order, vectors=vectors, read=read), plans, len(order))
     weights = {"vector": legs.fusion.vector_weight, "keyword": legs.fusion.keyword_weight, "title": title_weight}
     fused = fuse_keys([(name, weights[name], leg.keys.tolist(), leg.scores.tolist()) for name, leg in ranked],
                       legs.top_k, legs.fusion)
     order = Ranked(np.asarray([k for k, _, _ in fused], dtype=np.int64),
                    np.asarray([s for _, s, _ in fused], dtype=np.float64))
-    hits = reader.hits(order, vectors=vectors, extra={int(k): {"legs": found} for k, _, found in fused})
+    hits = reader.hits(order, vectors=vectors, extra={int(k): {"legs": found} for k, _, found in fused}, read=read)
     return Collected(hits, plans, len(order))
 
 
@@ -152,6 +155,7 @@ class _Meeting:
         self._lock = threading.Lock()
         self.vector: Ranked | None = None
         self.keyword: tuple[list[tuple[str, Ranked]], float] | None = None
+        self.read: Mapping[int, Any] = {}  # the chunks the keyword leg read whole (its reader's rows_read)
         self._failed = False
 
     def arrive_vector(self, ranked: Ranked) -> bool:
@@ -160,10 +164,12 @@ class _Meeting:
             self.vector = ranked
             return not self._failed and self.keyword is not None
 
-    def arrive_keyword(self, found: tuple[list[tuple[str, Ranked]], float]) -> bool:
-        """Leave the keyword leg's ranking; True when the vector leg is already here (then fuse now)."""
+    def arrive_keyword(self, found: tuple[list[tuple[str, Ranked]], float], read: Mapping[int, Any]) -> bool:
+        """Leave the keyword leg's ranking and the chunks it read whole; True when the vector leg is already
+        here (then fuse now)."""
         with self._lock:
             self.keyword = found
+            self.read = read
             return not self._failed and self.vector is not None
 
     def fail(self) -> None:
@@ -179,7 +185,8 @@ def _vector_side(store: SearchPort, row: CollectionRow, legs: Legs, meeting: _Me
             if meeting.arrive_vector(ranked):
                 assert meeting.keyword is not None
                 found, title_weight = meeting.keyword
-                return fuse_and_read(reader, legs, [("vector", ranked), *found], title_weight, vectors)
+                return fuse_and_read(reader, legs, [("vector", ranked), *found], title_weight, vectors,
+                                     meeting.read)
             return None
     except BaseException:
         meeting.fail()
@@ -210,7 +217,7 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     try:
         with store.reader(row) as reader:
             found, title_weight = keyword_part(reader, legs)
-            if meeting.arrive_keyword((found, title_weight)):
+            if meeting.arrive_keyword((found, title_weight), reader.rows_read()):
                 assert meeting.vector is not None
                 return fuse_and_read(reader, legs, [("vector", meeting.vector), *found], title_weight, vectors)
     except BaseException:

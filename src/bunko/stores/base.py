@@ -254,14 +254,21 @@ class CollectionReader(Protocol):
 
     def texts(self, keys: np.ndarray) -> dict[int, tuple[str, int, str]]:
         """The text of these chunks of the collection, by key, with their document's key and title (""
-        without one); keys of chunks gone are left out."""
+        without one); keys of chunks gone are left out. The reader keeps the chunks it read for
+        :meth:`hits` (``rows_read``)."""
+        ...
+
+    def rows_read(self) -> Mapping[int, Any]:
+        """The chunks :meth:`texts` read, by key, as :meth:`hits` takes them (``read``)."""
         ...
 
     def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,
-             extra: Mapping[int, Mapping[str, Any]] | None = None) -> list[SearchHit]:
+             extra: Mapping[int, Mapping[str, Any]] | None = None,
+             read: Mapping[int, Any] | None = None) -> list[SearchHit]:
         """Hits with content and metadata for ranked chunks, in order, in one query; chunks deleted
         meanwhile are left out. ``vectors``, if a dict, receives their stored vectors by chunk id;
-        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks)."""
+        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks); chunks already read
+        by this reader's or another reader's (``read``) :meth:`texts` are not read again."""
         ...
 
 

@@ -124,6 +124,8 @@ def _level(chunks: int) -> int:
 
 # The most bytes of decoded postings one backend keeps between searches (see PostingsCache).
 CACHE_BYTES = 96 * 1024 * 1024
+# The most document frequencies (term and collection version) one backend keeps (about 150 bytes each).
+FREQUENCIES_HELD = 200_000
 
 
 class PostingsCache:
@@ -135,13 +137,15 @@ class PostingsCache:
     counter and every removal the removal counter, so a version's postings never change, and a search of
     a collection written since reads them again. The postings cached under a version were read in a
     transaction that saw that version or a later one: what a search racing that write could read from the
-    table itself. A term no chunk holds is not kept."""
+    table itself. A term no chunk holds is not kept. The terms' document frequencies are kept the same
+    way (``frequencies``), a term no chunk holds as 0."""
 
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit = limit
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[Hashable, str], Column] = OrderedDict()
         self._bytes = 0
+        self._df: OrderedDict[tuple[Hashable, str], int] = OrderedDict()  # document frequencies, by version
 
     @property
     def held_bytes(self) -> int:
@@ -175,17 +179,62 @@ class PostingsCache:
                 _, gone = self._held.popitem(last=False)
                 self._bytes -= sum(part.nbytes for part in gone)
 
+    @property
+    def held_frequencies(self) -> int:
+        """The document frequencies held now."""
+        with self._lock:
+            return len(self._df)
+
+    def frequencies(self, version: Hashable, terms: Sequence[str]) -> dict[str, int]:
+        """The cached document frequencies of ``terms`` at ``version`` (0: no chunk holds the term)."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for term in terms:
+                n = self._df.get((version, term))
+                if n is not None:
+                    self._df.move_to_end((version, term))
+                    out[term] = n
+        return out
+
+    def put_frequencies(self, version: Hashable, counts: Mapping[str, int]) -> None:
+        """Keep these document frequencies at ``version``, dropping the least recently used past
+        ``FREQUENCIES_HELD`` terms."""
+        if self.limit <= 0:
+            return
+        with self._lock:
+            for term, n in counts.items():
+                self._df[(version, term)] = n
+            while len(self._df) > FREQUENCIES_HELD:
+                self._df.popitem(last=False)
+
     def forget(self, collection_pk: int) -> None:
         """Drop the postings of a deleted collection (keys ``((tenant, collection), version)``)."""
         with self._lock:
             for key in [k for k in self._held if k[0][0][1] == collection_pk]:  # type: ignore[index]
                 self._bytes -= sum(part.nbytes for part in self._held.pop(key))
+            for key in [k for k in self._df if k[0][0][1] == collection_pk]:  # type: ignore[index]
+                del self._df[key]
 
     def clear(self) -> None:
         """Drop every cached posting."""
         with self._lock:
             self._held.clear()
             self._bytes = 0
+            self._df.clear()
+
+
+def _live(ids: np.ndarray, dead: np.ndarray) -> np.ndarray | None:
+    """Which of ``ids`` (ascending) are not in ``dead`` (ascending), or None when all are: found by binary
+    search, so a few deleted chunks cost a few look-ups, not a pass over the postings for each (``np.isin``
+    compares every entry with each of up to a few dozen values)."""
+    low, high = np.searchsorted(ids, dead, "left"), np.searchsorted(ids, dead, "right")
+    held = high > low
+    if not held.any():
+        return None
+    edges = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.add.at(edges, low[held], 1)
+    np.add.at(edges, high[held], -1)
+    return np.cumsum(edges[:-1]) == 0
 
 
 class PostingsTable:
@@ -403,7 +452,8 @@ class PostingsTable:
                 order = np.argsort(ids, kind="stable")
                 ids, tf, sizes = ids[order], tf[order], sizes[order]
             if len(dead):
-                live = ~np.isin(ids, dead)
-                ids, tf, sizes = ids[live], tf[live], sizes[live]
+                live = _live(ids, dead)
+                if live is not None:
+                    ids, tf, sizes = ids[live], tf[live], sizes[live]
             out[term] = ids, tf, sizes
         return out

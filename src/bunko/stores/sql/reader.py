@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 # Metadata filters read the chunk as c and its document as d.
 DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
+# A chunk read whole, in make_hit's column order, then its document's key (a hit's vector comes after).
+_HIT_COLUMNS = ("c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
+                "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count, c.document_id")
 
 
 class CompiledRestriction:
@@ -60,6 +63,7 @@ class SQLReader:
         self._row = row
         self._d = store.dialect
         self._compiled: dict[int, CompiledRestriction] = {}
+        self._read: dict[int, Any] = {}  # chunks read whole by texts(), by key
 
     @property
     def row(self) -> CollectionRow:
@@ -106,13 +110,27 @@ class SQLReader:
 
     # -- keyword statistics and postings -------------------------------------------------------------
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
-        """How many of the collection's chunks hold each term (terms none hold are left out)."""
+        """How many of the collection's chunks hold each term (terms none hold are left out): those of terms
+        searched since the collection's last write from the backend's postings cache, the others in SQL."""
         if not terms:
             return {}
-        listed, values = self._d.any("term", sorted(set(terms)))
-        return {t: int(n) for t, n in self.run(
-            f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND {listed}",
-            (*self.scope, *values)) if int(n) > 0}
+        cache, version = self._backend.postings.cache, self._version()
+        found = cache.frequencies(version, terms)
+        missing = sorted(set(terms) - found.keys())
+        if missing:
+            listed, values = self._d.any("term", missing)
+            read = {t: int(n) for t, n in self.run(
+                f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND {listed}",
+                (*self.scope, *values))}
+            counts = {t: max(read.get(t, 0), 0) for t in missing}
+            cache.put_frequencies(version, counts)
+            found.update(counts)
+        return {t: n for t, n in found.items() if n > 0}
+
+    def _version(self) -> tuple[Any, ...]:
+        """The collection's state as the postings cache names it (see ``PostingsCache``)."""
+        row = self._row
+        return self.scope, (row.created_at, row.write_seq, row.mutation_seq, row.chunk_count, row.high_water)
 
     def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
         """The collection's chunk count and mean token count, with the document frequencies of ``terms``."""
@@ -122,52 +140,60 @@ class SQLReader:
     def postings(self, terms: Sequence[str]) -> dict[str, Postings]:
         """The postings of ``terms`` in the collection, without deleted chunks: those of terms searched
         since the collection's last write from the backend's cache, the others in one statement."""
-        row = self._row
-        return self._backend.postings.read_cached(
-            self._conn, self.scope, (row.created_at, row.write_seq, row.mutation_seq, row.chunk_count, row.high_water),
-            terms)
+        return self._backend.postings.read_cached(self._conn, self.scope, self._version()[1], terms)
 
     def texts(self, keys: np.ndarray) -> dict[int, tuple[str, int, str]]:
         """The text of these chunks of the collection, by key, with their document's key and title (its
-        ``title`` metadata, "" without one), in one query; chunks gone are left out."""
+        ``title`` metadata, "" without one), in one query; chunks gone are left out. The chunks are read
+        whole, as :meth:`hits` reads them, and kept: a hit among them is not read again (``rows_read``)."""
         if not len(keys):
             return {}
         d = self._d
         listed, params = d.any("c.id", [int(k) for k in keys.tolist()])
         titles: dict[int, str] = {}
         out: dict[int, tuple[str, int, str]] = {}
-        for key, content, document, metadata in self.run(
-                f"SELECT c.id, c.content, c.document_id, d.metadata FROM chunks c{DOCUMENT_JOIN} "
-                f"WHERE c.tenant_id = ? AND c.collection_id = ? AND {listed}", (*self.scope, *params)):
-            document = -int(key) if document is None else int(document)  # a loose record: its own document
+        for row in self.run(f"SELECT {_HIT_COLUMNS} FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? "
+                            f"AND c.collection_id = ? AND {listed}", (*self.scope, *params)):
+            key, content, document, metadata = int(row[0]), row[4], row[12], row[7]
+            self._read[key] = row
+            document = -key if document is None else int(document)  # a loose record: its own document
             if document not in titles:
                 found = d.json_out(metadata) if metadata is not None else None
                 title = found.get("title") if isinstance(found, dict) else None
                 titles[document] = title if isinstance(title, str) else ""
-            out[int(key)] = (str(content), document, titles[document])
+            out[key] = (str(content), document, titles[document])
         return out
+
+    def rows_read(self) -> Mapping[int, Any]:
+        """The chunks :meth:`texts` read whole, by key: what another reader's :meth:`hits` may take instead
+        of reading them again (``read``)."""
+        return self._read
 
     # -- hits --------------------------------------------------------------------------------------
     def hits(self, ranked: Ranked, *, include_content: bool = True, vectors: dict[str, np.ndarray] | None = None,
-             extra: Mapping[int, Mapping[str, Any]] | None = None) -> list[SearchHit]:
+             extra: Mapping[int, Mapping[str, Any]] | None = None,
+             read: Mapping[int, Any] | None = None) -> list[SearchHit]:
         """Hits with content and metadata for ranked chunks, in order, in one query; chunks deleted
         meanwhile are left out. ``vectors``, if a dict, receives their stored vectors by chunk id;
-        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks)."""
+        ``extra`` adds metadata to the hits of some keys (a search's per-leg ranks). Chunks this reader's
+        :meth:`texts` read, or another reader's of the same search (``read``), are not read again
+        (unless their vectors are asked for)."""
         if not len(ranked):
             return []
         d = self._d
-        listed, params = d.any("c.id", ranked.keys.tolist())
-        scope, scope_params = "c.tenant_id = ?", [self._tenant_pk]
-        if self.hydrate_by_collection:
-            scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", list(self.scope)
-        rows = self.run(
-            "SELECT c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
-            "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count"
-            f"{', c.embedding' if vectors is not None else ''} "
-            f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}",
-            (*scope_params, *params),
-        ).fetchall()
-        by_key = {int(r[0]): r for r in rows}
+        by_key: dict[int, Any] = {}
+        if vectors is None:
+            for known in (read or {}), self._read:
+                by_key.update((k, known[k]) for k in ranked.keys.tolist() if k in known)
+        missing = [k for k in ranked.keys.tolist() if k not in by_key]
+        if missing:
+            listed, params = d.any("c.id", missing)
+            scope, scope_params = "c.tenant_id = ?", [self._tenant_pk]
+            if self.hydrate_by_collection:
+                scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", list(self.scope)
+            by_key.update((int(r[0]), r) for r in self.run(
+                f"SELECT {_HIT_COLUMNS}{', c.embedding' if vectors is not None else ''} "
+                f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}", (*scope_params, *params)).fetchall())
         out = []
         for key, score in ranked.pairs():
             r = by_key.get(key)
@@ -179,7 +205,7 @@ class SQLReader:
                 hit.metadata.update(extra[key])
             out.append(hit)
             if vectors is not None:
-                vectors[r[1]] = d.vector_out(r[12])
+                vectors[r[1]] = d.vector_out(r[13])
         return out
 
     def keys_of(self, chunk_ids: Sequence[str]) -> dict[str, int]:
