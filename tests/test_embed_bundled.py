@@ -18,7 +18,8 @@ def test_a_counted_text_is_embedded_from_its_kept_ids_to_the_same_vector(
         embedder: UniversalSentenceEncoderEmbedder) -> None:
     tokens = _use_model()._tokenizer
     fresh = asyncio.run(embedder.embed_array(TEXTS))  # never counted: tokenized when embedded
-    counts = [embedder.count_tokens(text) for text in TEXTS]
+    assert [embedder.count_tokens(text) for text in TEXTS[:5]] and not any(text in tokens._ids for text in TEXTS)
+    counts = [embedder.count_chunk_tokens(text) for text in TEXTS]  # a chunk's count keeps its ids
     assert all(text in tokens._ids for text in TEXTS)
     assert counts == [len(tokens.tokenizer.encode(text, add_bos=False, add_eos=False)) for text in TEXTS]
     assert [tokens.encode(text) for text in TEXTS[:3]] == [tokens.tokenizer.encode(text) for text in TEXTS[:3]]

@@ -235,8 +235,8 @@ class TokenIds:
     ``count`` tokenizes a text and keeps its ids; the model's own call (``encode`` of one text with its
     begin and end ids, what the package's backend asks for) takes them back instead of tokenizing
     again. The ids are the tokenizer's, so the vectors are identical. The oldest ids are dropped first
-    when more than ``limit`` are kept (texts counted and never embedded: reused chunks, token-splitter
-    pieces, generation context).
+    when more than ``limit`` are kept (chunks counted and never embedded: those that take the vector of
+    the version they replace).
     """
 
     def __init__(self, tokenizer: Any, limit: int = TOKEN_CACHE_IDS) -> None:
@@ -247,9 +247,12 @@ class TokenIds:
         self._lock = threading.Lock()
         self.bos, self.eos = int(tokenizer._bos_id), int(tokenizer._eos_id)
 
-    def count(self, text: str) -> int:
-        """How many tokens ``text`` has (without begin and end ids); its ids are kept for its embedding."""
+    def count(self, text: str, *, keep: bool = True) -> int:
+        """How many tokens ``text`` has (without begin and end ids); with ``keep`` its ids are kept for its
+        embedding."""
         ids = array("i", self.tokenizer.encode(text, add_bos=False, add_eos=False))
+        if not keep:
+            return len(ids)
         with self._lock:
             earlier = self._ids.pop(text, None)
             self._held -= 0 if earlier is None else len(earlier)
@@ -358,6 +361,11 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the model's own SentencePiece vocabulary."""
+        return int(_use_model()._tokenizer.count(text, keep=False))
+
+    def count_chunk_tokens(self, text: str) -> int:
+        """``count_tokens`` of a chunk about to be embedded: its ids are kept for its embedding, which then
+        does not tokenize it again (``TokenIds``)."""
         return int(_use_model()._tokenizer.count(text))
 
     def _encode(self, texts: list[str]) -> np.ndarray:
