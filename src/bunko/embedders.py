@@ -16,6 +16,7 @@ import asyncio
 import os
 import threading
 import time
+from array import array
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -222,6 +223,61 @@ class BaseEmbedder:
 _USE_MODEL: Any = None
 _USE_LOCK = threading.Lock()
 
+# Token ids kept between a chunk's count (``count_tokens``, when it is split) and its embedding, at most
+# this many ids in all (4 bytes each): the package tokenizes in pure Python, about a twelfth of the
+# bundled model's CPU time per chunk, and it would otherwise tokenize every chunk twice.
+TOKEN_CACHE_IDS = 1_000_000
+
+
+class TokenIds:
+    """The bundled model's tokenizer, remembering the ids of the texts it counted until they are embedded.
+
+    ``count`` tokenizes a text and keeps its ids; the model's own call (``encode`` of one text with its
+    begin and end ids, what the package's backend asks for) takes them back instead of tokenizing
+    again. The ids are the tokenizer's, so the vectors are identical. The oldest ids are dropped first
+    when more than ``limit`` are kept (chunks counted and never embedded: those that take the vector of
+    the version they replace).
+    """
+
+    def __init__(self, tokenizer: Any, limit: int = TOKEN_CACHE_IDS) -> None:
+        self.tokenizer = tokenizer
+        self.limit = limit
+        self._ids: dict[str, array[int]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+        self.bos, self.eos = int(tokenizer._bos_id), int(tokenizer._eos_id)
+
+    def count(self, text: str, *, keep: bool = True) -> int:
+        """How many tokens ``text`` has (without begin and end ids); with ``keep`` its ids are kept for its
+        embedding."""
+        ids = array("i", self.tokenizer.encode(text, add_bos=False, add_eos=False))
+        if not keep:
+            return len(ids)
+        with self._lock:
+            earlier = self._ids.pop(text, None)
+            self._held -= 0 if earlier is None else len(earlier)
+            self._ids[text] = ids
+            self._held += len(ids)
+            while self._held > self.limit and self._ids:
+                self._held -= len(self._ids.pop(next(iter(self._ids))))
+        return len(ids)
+
+    def encode(self, texts: Any, out_type: Any = int, add_bos: bool = True, add_eos: bool = True) -> Any:
+        """The tokenizer's ``encode``; one text with begin and end ids takes the ids ``count`` kept."""
+        if isinstance(texts, str) and out_type is int and add_bos and add_eos:
+            with self._lock:
+                ids = self._ids.pop(texts, None)
+                self._held -= 0 if ids is None else len(ids)
+            if ids is not None:
+                return [self.bos, *ids, self.eos]
+        return self.tokenizer.encode(texts, out_type=out_type, add_bos=add_bos, add_eos=add_eos)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the tokenizer (vocabulary, ids)
+        return getattr(self.tokenizer, name)
+
 
 def _use_model() -> Any:
     global _USE_MODEL
@@ -235,7 +291,11 @@ def _use_model() -> Any:
                     "reinstall bunko"
                 ) from exc
             # One BLAS thread per call, always: large inputs run as calls side by side (``embedding_calls``).
-            _USE_MODEL = USE(threads=1)
+            model = USE(threads=1)
+            # The backend (built on first use) tokenizes through this one, so counted chunks are not
+            # tokenized again when they are embedded.
+            model._sp = TokenIds(model._tokenizer)
+            _USE_MODEL = model
         return _USE_MODEL
 
 
@@ -301,7 +361,12 @@ class UniversalSentenceEncoderEmbedder(BaseEmbedder):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the model's own SentencePiece vocabulary."""
-        return len(_use_model()._tokenizer.encode([text], add_bos=False, add_eos=False)[0])
+        return int(_use_model()._tokenizer.count(text, keep=False))
+
+    def count_chunk_tokens(self, text: str) -> int:
+        """``count_tokens`` of a chunk about to be embedded: its ids are kept for its embedding, which then
+        does not tokenize it again (``TokenIds``)."""
+        return int(_use_model()._tokenizer.count(text))
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         model = _use_model()  # one BLAS thread per call (set when it is loaded), applied through threadpoolctl

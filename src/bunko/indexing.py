@@ -206,7 +206,8 @@ class IndexManager:
         pieces = self._pieces(normalized, spans)
         if not pieces:  # normalize() refuses empty text, so this means a splitter bug
             raise EmbeddingError(f"{source}: the splitter produced no chunks")
-        counter = getattr(self.embedder, "count_tokens", None)
+        # The bundled embedder keeps the ids a chunk's count makes for the chunk's embedding.
+        counter = getattr(self.embedder, "count_chunk_tokens", None) or getattr(self.embedder, "count_tokens", None)
         return [
             ChunkWrite(
                 id=new_id(),

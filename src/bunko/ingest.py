@@ -276,12 +276,19 @@ class _Runner:
             await asyncio.wait(set(self.embedding), return_when=asyncio.FIRST_COMPLETED)
 
     async def write(self, *, force: bool) -> None:
-        """Write the embedded documents once a batch is full (or all of them, with ``force``): the batch is
+        """Write the embedded documents in batches once a batch is full (and all of them, with ``force``): a batch is
         started (its keyword analysis goes to the worker processes), the batch before it is written meanwhile,
         and this one is written in the background while the run goes on (with ``force``, before returning)."""
-        waiting = sum(len(w.chunks) for _, w in self.pending)
-        if self.pending and (force or waiting >= INGEST_BATCH_CHUNKS or len(self.pending) >= INGEST_BATCH_DOCUMENTS):
-            batch, self.pending = self.pending, []
+        while self.pending:
+            # A batch ends at INGEST_BATCH_DOCUMENTS documents or once it holds INGEST_BATCH_CHUNKS chunks, however
+            # many documents their embedding finished at once; the rest waits for the next batch.
+            size, chunks = 0, 0
+            while size < min(len(self.pending), INGEST_BATCH_DOCUMENTS) and chunks < INGEST_BATCH_CHUNKS:
+                chunks += len(self.pending[size][1].chunks)
+                size += 1
+            if not force and size < INGEST_BATCH_DOCUMENTS and chunks < INGEST_BATCH_CHUNKS:
+                break
+            batch, self.pending = self.pending[:size], self.pending[size:]
             try:
                 started = await self.manager.begin_write([write for _, write in batch])
             except BunkoError as exc:
