@@ -268,3 +268,27 @@ def test_the_probed_lists_are_scored_by_their_codes_and_only_the_best_rows_hande
         best_every = set(every[top_indices(vectors[every] @ q, 10)].tolist())
         same += best_mine == best_every
     assert same >= 98
+
+
+def test_rows_far_from_every_centre_are_in_the_spill_list_that_every_search_scores(tmp_path: Path) -> None:
+    vectors = clustered(6000, 43)
+    n = len(vectors)
+    snap = Snapshot(np.arange(1, n + 1, dtype=np.int64), np.zeros(n, dtype=np.int64), vectors, (0, n))
+    lists = Lists(Identity(1, 1, "c", "now", DIM), compact=False)
+    lists.add(snap, 0, n)
+    spill = lists.keys[lists.starts[-2]:lists.starts[-1]]  # the last list, after one per centre
+    nearest_score = (vectors @ lists.centres.T).max(axis=1)
+    assert set(spill.tolist()) == set((np.flatnonzero(nearest_score < lists.spill_below) + 1).tolist())
+    assert 0.005 * n < len(spill) < 0.05 * n
+    for q in clustered(20, 44):  # one list probed, and the spill list
+        found, _ = lists.candidates(snap, q, 10, 1.0, AnnConfig(probe_share=0.001))
+        assert set(spill.tolist()) <= set(snap.rowids[found].tolist())
+        assert len(found) < n / 10
+    # Saved and read back with its spill list; lists saved before there was one are built again.
+    lists.write(tmp_path / "l.ivf")
+    again = Lists(lists.identity, compact=False)
+    assert again.read(tmp_path / "l.ivf", {}) and again.spill_below == lists.spill_below
+    assert np.array_equal(again.starts, lists.starts)
+    with (tmp_path / "old.ivf").open("wb") as f:
+        np.savez(f, centres=lists.centres, keys=lists.keys, starts=lists.starts[:-1])
+    assert not Lists(lists.identity).read(tmp_path / "old.ivf", {})
