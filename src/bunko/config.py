@@ -443,10 +443,11 @@ class SQLiteSettings(Section):
     # of chunk ids over the in-memory matrix; a search scores the nearest ann_probe_share of the lists by
     # their rows' int8 codes (with the ann extra; exactly from the matrix without it) and ranks the best
     # ann_candidates exactly. The graph's recall@10 on bench_search.py's vectors: 0.99 at 200,000 chunks,
-    # 0.98 at 300,000, 0.865 at a million; the lists at 8%: 1.0 at 200,000 and 300,000, 0.996 at a million
-    # (4%: 0.981 over its 100 questions). docs/ARCHITECTURE.md ("IVF lists").
+    # 0.98 at 300,000, 0.865 at a million; the lists with their spill list at 4 / 6 / 8%: 0.995 / 0.995 /
+    # 0.996 at 300,000, 0.992 / 0.995 / 0.998 at a million (1.7 / 2.2-2.4 / 2.7-2.9 ms of CPU).
+    # docs/ARCHITECTURE.md ("Int8 codes in list order, a spill list").
     ann_lists_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS"), Field(ge=1)] = 250_000
-    ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.08
+    ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
 
     @classmethod
     def from_env(cls) -> SQLiteSettings:

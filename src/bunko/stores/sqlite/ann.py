@@ -73,7 +73,7 @@ class AnnConfig:
     ef_search_rows: int = 100_000  # past this many chunks the breadth grows with the square root of the size
     candidates: int = 100  # candidates re-ranked by the exact vectors (at least top_k)
     lists_min_rows: int = 250_000  # a collection this large gets IVF lists instead of a graph
-    probe_share: float = 0.08  # the share of the lists a search scores (by their codes, with numkong)
+    probe_share: float = 0.04  # the share of the lists a search scores (by their codes, with numkong)
 
     def kind(self, rows: int) -> str | None:
         """Which index a collection of ``rows`` chunks gets: ``"lists"``, ``"graph"`` (with usearch) or None."""
