@@ -15,8 +15,8 @@ from bunko.search import vector_query
 from bunko.stores import open_backend
 from bunko.stores.base import Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
-from bunko.stores.sqlite.ann import Lists, save
-from bunko.stores.sqlite.matrix import score_rows
+from bunko.stores.sqlite.ann import HAVE_CODES, AnnConfig, Identity, Lists, quantise, save
+from bunko.stores.sqlite.matrix import Snapshot, score_rows, top_indices
 from bunko.testing.store_data import make_document
 
 from .ann_data import DIM, clustered, fill, nearest
@@ -42,6 +42,10 @@ def in_step(backend: SQLiteBackend, store: SQLiteVectorStore, lists: Lists) -> N
     assert sorted(lists.keys.tolist()) == snap.rowids.tolist()
     assert np.array_equal(snap.rowids[lists.positions], lists.keys)
     assert lists.starts[0] == 0 and lists.starts[-1] == len(lists.keys) and np.all(np.diff(lists.starts) >= 0)
+    if HAVE_CODES:  # each listed row's int8 codes, in list order, are its matrix row's
+        assert lists.compact and len(lists.codes) == len(lists.keys)
+        codes, scales = quantise(snap.vectors[lists.positions])
+        assert np.array_equal(lists.codes, codes) and np.array_equal(lists.scales, scales)
 
 
 def test_a_large_collection_is_searched_through_its_lists_with_the_exact_scores(tmp_path: Path) -> None:
@@ -231,3 +235,60 @@ def test_scattered_rows_are_scored_block_by_block_as_one_product() -> None:
         positions = np.sort(rng.choice(5000, count, replace=False))
         q = clustered(1, 32)[0].astype(np.float64)
         assert np.allclose(score_rows(vectors, positions, q), vectors[positions] @ q, atol=1e-6)
+
+
+def test_int8_codes_keep_each_row_to_half_a_step() -> None:
+    rows = np.vstack([clustered(300, 40), np.zeros((1, DIM), dtype=np.float32)])
+    codes, scales = quantise(rows)
+    assert codes.dtype == np.int8 and np.abs(codes).max() == 127
+    assert np.all(np.abs(codes * scales[:, None] - rows) <= scales[:, None] / 2 + 1e-7)
+    assert not codes[-1].any()  # a zero row stays zero
+
+
+@pytest.mark.skipif(not HAVE_CODES, reason="needs numkong (the ann extra)")
+def test_the_probed_lists_are_scored_by_their_codes_and_only_the_best_rows_handed_on() -> None:
+    vectors = clustered(20_000, 41)
+    n = len(vectors)
+    snap = Snapshot(np.arange(1, n + 1, dtype=np.int64), np.zeros(n, dtype=np.int64), vectors, (0, n))
+    identity = Identity(1, 1, "c", "now", DIM)
+    compact, plain = Lists(identity), Lists(identity, compact=False)
+    for lists in (compact, plain):
+        for start in range(0, n, 7000):
+            lists.add(snap, start, min(n, start + 7000))
+    assert compact.compact and not plain.compact and not len(plain.codes)
+    assert np.array_equal(compact.keys, plain.keys)  # the same lists, with and without codes
+    config = AnnConfig(probe_share=0.1)
+    same = 0
+    for q in clustered(100, 42):
+        mine, _ = compact.candidates(snap, q, 50, 1.0, config)
+        every, _ = plain.candidates(snap, q, 50, 1.0, config)
+        # The codes pick 50 of the probed rows; ranked by the exact vectors they give the exact top 10.
+        assert len(mine) == 50 < len(every) and set(mine.tolist()) <= set(every.tolist())
+        best_mine = set(mine[top_indices(vectors[mine] @ q, 10)].tolist())
+        best_every = set(every[top_indices(vectors[every] @ q, 10)].tolist())
+        same += best_mine == best_every
+    assert same >= 98
+
+
+def test_rows_far_from_every_centre_are_in_the_spill_list_that_every_search_scores(tmp_path: Path) -> None:
+    vectors = clustered(6000, 43)
+    n = len(vectors)
+    snap = Snapshot(np.arange(1, n + 1, dtype=np.int64), np.zeros(n, dtype=np.int64), vectors, (0, n))
+    lists = Lists(Identity(1, 1, "c", "now", DIM), compact=False)
+    lists.add(snap, 0, n)
+    spill = lists.keys[lists.starts[-2]:lists.starts[-1]]  # the last list, after one per centre
+    nearest_score = (vectors @ lists.centres.T).max(axis=1)
+    assert set(spill.tolist()) == set((np.flatnonzero(nearest_score < lists.spill_below) + 1).tolist())
+    assert 0.005 * n < len(spill) < 0.05 * n
+    for q in clustered(20, 44):  # one list probed, and the spill list
+        found, _ = lists.candidates(snap, q, 10, 1.0, AnnConfig(probe_share=0.001))
+        assert set(spill.tolist()) <= set(snap.rowids[found].tolist())
+        assert len(found) < n / 10
+    # Saved and read back with its spill list; lists saved before there was one are built again.
+    lists.write(tmp_path / "l.ivf")
+    again = Lists(lists.identity, compact=False)
+    assert again.read(tmp_path / "l.ivf", {}) and again.spill_below == lists.spill_below
+    assert np.array_equal(again.starts, lists.starts)
+    with (tmp_path / "old.ivf").open("wb") as f:
+        np.savez(f, centres=lists.centres, keys=lists.keys, starts=lists.starts[:-1])
+    assert not Lists(lists.identity).read(tmp_path / "old.ivf", {})

@@ -423,9 +423,10 @@ class SQLiteSettings(Section):
 
     A collection of at least ``ann_min_rows`` chunks gets an HNSW graph (usearch) that unfiltered vector
     searches ask for ``ann_candidates`` candidates at breadth ``ann_ef_search``, re-ranked by the exact
-    vectors; from ``ann_lists_min_rows`` chunks, IVF lists whose nearest ``ann_probe_share`` are scored
-    exactly instead (numpy alone); smaller collections, filtered searches and installs without usearch
-    below ``ann_lists_min_rows`` scan exactly. Figures in docs/ARCHITECTURE.md ("Approximate vector search").
+    vectors; from ``ann_lists_min_rows`` chunks, IVF lists whose nearest ``ann_probe_share`` are scored by
+    int8 codes (exactly from the matrix without the extra), the best re-ranked exactly; smaller
+    collections, filtered searches and installs without usearch below ``ann_lists_min_rows`` scan exactly.
+    Figures in docs/ARCHITECTURE.md ("Approximate vector search").
     """
 
     ann: Annotated[bool, Env("BUNKO_SQLITE_ANN")] = True
@@ -440,10 +441,12 @@ class SQLiteSettings(Section):
     ann_ef_search_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_EF_SEARCH_ROWS"), Field(ge=0)] = 100_000
     ann_candidates: Annotated[int, Env("BUNKO_SQLITE_ANN_CANDIDATES"), Field(ge=1, le=4096)] = 100
     # From this many chunks a collection gets IVF lists instead of a graph: about sqrt(chunks) k-means lists
-    # of chunk ids over the in-memory matrix; a search scores the nearest ann_probe_share of the lists
-    # exactly. The graph's recall@10 on bench_search.py's vectors: 0.99 at 200,000 chunks, 0.98 at
-    # 300,000, 0.865 at a million; the lists at 4%: 1.0 at 200,000 and 300,000, 0.99+ at a million.
-    # docs/ARCHITECTURE.md ("IVF lists").
+    # of chunk ids over the in-memory matrix; a search scores the nearest ann_probe_share of the lists by
+    # their rows' int8 codes (with the ann extra; exactly from the matrix without it) and ranks the best
+    # ann_candidates exactly. The graph's recall@10 on bench_search.py's vectors: 0.99 at 200,000 chunks,
+    # 0.98 at 300,000, 0.865 at a million; the lists with their spill list at 4 / 6 / 8%: 0.995 / 0.995 /
+    # 0.996 at 300,000, 0.992 / 0.995 / 0.998 at a million (1.7 / 2.2-2.4 / 2.7-2.9 ms of CPU).
+    # docs/ARCHITECTURE.md ("Int8 codes in list order, a spill list").
     ann_lists_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS"), Field(ge=1)] = 250_000
     ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
 
