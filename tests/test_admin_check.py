@@ -57,8 +57,16 @@ def test_admin_check_passes_a_whole_store_and_names_what_disagrees(store_url: st
     assert failed["collection_counts"]["found"] == 1
     assert failed["collection_counts"]["problems"][0].startswith("globex/bousai: counters say"), failed
 
+    # A keyword token total off (what BM25 divides by): only the keyword index is named.
+    _execute(store_url, "UPDATE collections SET chunk_count = chunk_count - 1, keyword_tokens = keyword_tokens + 5 "
+                        "WHERE tenant_id = (SELECT id FROM tenants WHERE name = 'globex')")
+    code, report = _check(store_url)
+    failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
+    assert code == 1 and set(failed) == {"keyword_rows"}, report
+    assert failed["keyword_rows"]["found"] == 1 and failed["keyword_rows"]["problems"][0].startswith("globex/bousai")
+
     # A document whose chunks went missing: the document, the counters and the keyword rows disagree.
-    _execute(store_url, "UPDATE collections SET chunk_count = chunk_count - 1 WHERE tenant_id = "
+    _execute(store_url, "UPDATE collections SET keyword_tokens = keyword_tokens - 5 WHERE tenant_id = "
                         "(SELECT id FROM tenants WHERE name = 'globex')")
     assert _check(store_url)[0] == 0
     _execute(store_url, "DELETE FROM chunks WHERE id = (SELECT min(k.id) FROM chunks k JOIN tenants t "
@@ -66,6 +74,8 @@ def test_admin_check_passes_a_whole_store_and_names_what_disagrees(store_url: st
     code, report = _check(store_url)
     failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
     assert code == 1 and {"collection_counts", "documents_whole"} <= set(failed), report
+    if store_url.startswith("sqlite"):  # the postings still list the chunk
+        assert "the postings list" in " ".join(failed["keyword_rows"]["problems"]), failed
     assert failed["documents_whole"]["problems"][0].startswith("acme/bousai/"), failed
 
     # Text output: one line per check, and the exit code.

@@ -304,14 +304,19 @@ def test_postgres_concurrent_loads_and_deletes_in_one_collection_never_deadlock(
 def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's keyword_df, kept by every write and delete, equals FTS5's own count of each term and
-    bigram phrase (what bm25() counts), and keyword_postings a recount of each chunk's terms, in
-    each tenant's collection apart; a database from before them (schema 8 or 9) gets them filled
-    on upgrade; dropping a collection or erasing a tenant leaves none."""
+    bigram phrase (what bm25() counts) over the chunks' analyzed text, and keyword_postings a recount of
+    each chunk's terms, in each tenant's collection apart; a database from before them (schema 8 or 9)
+    gets them filled on upgrade, and one from before migration 17 (FTS5 tables) its chunks' text and
+    token totals; dropping a collection or erasing a tenant leaves none."""
     import sqlite3
 
     from bunko.analysis import fts5_query
     from bunko.stores.sql import postings
     from bunko.stores.sqlite import MIGRATIONS, SQLiteBackend, apply_migrations, fts_table
+    from bunko.stores.sqlite.migrations import _m017_keyword_text_in_chunks
+    from bunko.stores.sqlite.schema import create_fts
+
+    m017 = MIGRATIONS.index(_m017_keyword_text_in_chunks)  # the migration that moved the text into the chunks
 
     monkeypatch.setattr(postings, "SEGMENT_ROWS", 4)  # many segments, some merged: deletes cross them
 
@@ -332,19 +337,38 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
     finally:
         backend.close()
 
+    def restore_fts(conn: sqlite3.Connection) -> None:
+        """Each collection's FTS5 table, filled from its chunks' text, as a database before migration 17 held it."""
+        for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+            create_fts(conn, collection_pk)
+            conn.execute(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) SELECT id, terms FROM chunks "
+                         "WHERE collection_id = ?", (collection_pk,))
+
     def check(conn: sqlite3.Connection) -> int:
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name GLOB 'chunks_fts*'").fetchall()
+        for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():  # FTS5 over the chunks' text
+            conn.execute(f"DROP TABLE IF EXISTS temp.f{collection_pk}")
+            conn.execute(f"CREATE VIRTUAL TABLE temp.f{collection_pk} USING fts5 "
+                         "(terms, tokenize = 'unicode61 remove_diacritics 0')")
+            conn.execute(f"INSERT INTO temp.f{collection_pk} (rowid, terms) SELECT id, terms FROM chunks "
+                         "WHERE collection_id = ?", (collection_pk,))
+            # The collection's token total is its chunks' tokens, as FTS5 counts them.
+            conn.execute(f"DROP TABLE IF EXISTS temp.s{collection_pk}")
+            conn.execute(f"CREATE VIRTUAL TABLE temp.s{collection_pk} USING fts5vocab(temp, f{collection_pk}, row)")
+            assert conn.execute("SELECT keyword_tokens FROM collections WHERE id = ?", (collection_pk,)).fetchone() == \
+                conn.execute(f"SELECT coalesce(sum(cnt), 0) FROM temp.s{collection_pk}").fetchone()
         rows = conn.execute("SELECT tenant_id, collection_id, term, df FROM keyword_df WHERE df <> 0").fetchall()
         for tenant_pk, collection_pk, term, df in rows:
             assert conn.execute("SELECT tenant_id FROM collections WHERE id = ?", (collection_pk,)).fetchone() == (
                 tenant_pk,)
-            fts = fts_table(collection_pk)
-            counted = conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?",
+            fts = f"temp.f{collection_pk}"
+            counted = conn.execute(f"SELECT count(*) FROM {fts} WHERE f{collection_pk} MATCH ?",
                                    (fts5_query([tuple(term.split(" "))]),)).fetchone()[0]
             assert df == counted, (term, df, counted)
         # And every token FTS5 holds is in the table (fts5vocab: one row per term with its row count).
         for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
             conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.v{collection_pk} "
-                         f"USING fts5vocab(main, {fts_table(collection_pk)}, row)")
+                         f"USING fts5vocab(temp, f{collection_pk}, row)")
             vocab = dict(conn.execute(f"SELECT term, doc FROM temp.v{collection_pk}").fetchall())
             kept = dict(conn.execute("SELECT term, df FROM keyword_df WHERE collection_id = ? AND df <> 0 "
                                      "AND instr(term, ' ') = 0", (collection_pk,)).fetchall())
@@ -357,7 +381,8 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             for term, key, blob in conn.execute("SELECT term, segment, entries FROM keyword_postings "
                                                 "WHERE collection_id = ? ORDER BY term, segment", (collection_pk,)):
                 stored.setdefault(term, []).extend(zip(*(a.tolist() for a in postings.unpack(key, blob)), strict=True))
-            content = conn.execute(f"SELECT id, c0 FROM {fts_table(collection_pk)}_content ORDER BY id").fetchall()
+            content = conn.execute("SELECT id, terms FROM chunks WHERE collection_id = ? ORDER BY id",
+                                   (collection_pk,)).fetchall()
             # Deleted chunks stay in their segments, listed under " ", until the segment is rewritten.
             dead = {rowid for rowid, _, _ in stored.pop(" ", [])}
             stored = {t: kept for t, v in stored.items() if (kept := [e for e in v if e[0] not in dead])}
@@ -371,26 +396,49 @@ def test_sqlite_keyword_statistics_stay_exact_and_per_tenant(tmp_path: Path,
             assert stored == {t: list(zip(*p, strict=True)) for t, p in counted.items()} and stored
         return len(rows)
 
+    def drop_fts(conn: sqlite3.Connection) -> None:
+        for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+            conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
+
     with sqlite3.connect(path) as conn:
         kept = check(conn)
         assert kept > 20
-        # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts. (Migrations 9 to 11 only:
-        # the later ones, which these do not undo, stay as they are.)
+        terms = conn.execute("SELECT id, terms FROM chunks ORDER BY id").fetchall()
+        totals = conn.execute("SELECT id, keyword_tokens FROM collections ORDER BY id").fetchall()
+        assert all(t for _, t in terms) and all(n for _, n in totals)
+        # Back to schema 16 (FTS5 tables, no chunks.terms nor keyword_tokens): migration 17 moves the text
+        # into the chunks, counts the totals and drops the tables.
+        restore_fts(conn)
+        conn.execute("ALTER TABLE chunks DROP COLUMN terms")
+        conn.execute("ALTER TABLE collections DROP COLUMN keyword_tokens")
+        conn.execute(f"PRAGMA user_version = {m017}")
+        apply_migrations(conn, MIGRATIONS[:m017 + 1])
+        assert conn.execute("SELECT id, terms FROM chunks ORDER BY id").fetchall() == terms
+        assert conn.execute("SELECT id, keyword_tokens FROM collections ORDER BY id").fetchall() == totals
+        assert check(conn) == kept
+        # Back to schema 8 (no keyword_df): the upgrade fills it with the same counts. (Migrations 9 to 11 only,
+        # from FTS5 tables as those databases had: the later ones, which these do not undo, stay as they are.)
+        restore_fts(conn)
         conn.execute("DROP TABLE keyword_df")
         conn.execute("DROP TABLE keyword_postings")
         conn.execute("PRAGMA user_version = 8")
         apply_migrations(conn, MIGRATIONS[:11])
+        drop_fts(conn)
         assert check(conn) == kept
         # Back to schema 9 (no keyword_postings): the upgrade fills it alone.
         conn.execute("DROP TABLE keyword_postings")
+        restore_fts(conn)
         conn.execute("PRAGMA user_version = 9")
         apply_migrations(conn, MIGRATIONS[:11])
+        drop_fts(conn)
         assert check(conn) == kept
         # Back to schema 10 (postings of format 1, here a stale row): migration 11 rebuilds them in format 2.
         conn.execute("INSERT INTO keyword_postings SELECT tenant_id, id, 999999, 'stale', x'00' "
                      "FROM collections LIMIT 1")
+        restore_fts(conn)
         conn.execute("PRAGMA user_version = 10")
         apply_migrations(conn, MIGRATIONS[:11])
+        drop_fts(conn)
         assert check(conn) == kept
         conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
     backend = SQLiteBackend(path)

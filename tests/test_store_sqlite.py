@@ -234,3 +234,53 @@ def test_keyword_counts_past_a_byte_are_exact_and_a_chunk_past_the_token_limit_i
         backend.close()
 
 
+
+
+def test_keyword_text_and_token_totals_stay_in_their_tenant(tmp_path: Path) -> None:
+    """Each chunk's analyzed text (``chunks.terms``) and each collection's keyword token total
+    (``collections.keyword_tokens``, what BM25 divides by) belong to one tenant: writes, replacements and
+    deletes in one tenant's collection change its totals only, never the other tenant's same-named
+    collection nor its rankings; each total stays the sum of its own chunks' tokens."""
+    from bunko.stores.sql.check import check_store
+    from bunko.types import VectorRecord
+
+    path = tmp_path / "t.db"
+    backend = SQLiteBackend(path)
+    try:
+        stores = {t: backend.for_tenant(t) for t in ("acme", "globex")}
+        marks = {"acme": "甲", "globex": "乙"}
+        for tenant, store in stores.items():
+            store.ensure_collection("c", INFO, analyzer="combined_en")
+            texts = [[f"水の備蓄 {marks[tenant]}社 第{i}節 water {j}" for j in range(5)] for i in range(3)]
+            store.write_documents("c", [make_document(f"d{i}.txt", texts[i], unit_vectors(5, i)) for i in range(3)])
+        b_before = [(h.chunk_id, h.score) for h in keyword_query(stores["globex"], "c", "水の備蓄 water", 10)]
+
+        def totals() -> dict[str, tuple[int, int]]:
+            with sqlite3.connect(path) as conn:
+                return {t: (kept, summed) for t, kept, summed in conn.execute(
+                    "SELECT t.name, c.keyword_tokens, (SELECT coalesce(sum(length(k.terms) - "
+                    "length(replace(k.terms, ' ', '')) + 1), 0) FROM chunks k WHERE k.tenant_id = c.tenant_id "
+                    "AND k.collection_id = c.id AND k.terms <> '') FROM collections c JOIN tenants t "
+                    "ON t.id = c.tenant_id")}
+
+        start = totals()
+        assert all(kept == summed > 0 for kept, summed in start.values())
+        a = stores["acme"]
+        a.write_document("c", make_document("d0.txt", ["地震と津波に備える 水 水 水"], unit_vectors(1, 9)))  # replaces
+        a.upsert("c", [VectorRecord("水 running waters", {}, "r1", unit_vectors(1, 4)[0].tolist())])
+        a.delete_documents([a.list_documents("c")[1].id])
+        after = totals()
+        assert after["globex"] == start["globex"]
+        assert after["acme"][0] == after["acme"][1] != start["acme"][0]
+        assert [(h.chunk_id, h.score) for h in keyword_query(stores["globex"], "c", "水の備蓄 water", 10)] == b_before
+        for tenant, store in stores.items():
+            assert [(h.chunk_id, round(h.score, 9)) for h in keyword_query(store, "c", "水 water", 10)] == [
+                (i, round(s, 9)) for i, s in keyword_oracle(store, "c", "水 water", 10)], tenant
+        with sqlite3.connect(path) as conn:  # no chunk's text names another tenant
+            held = dict(conn.execute("SELECT t.name, group_concat(k.terms, ' ') FROM chunks k JOIN tenants t "
+                                     "ON t.id = k.tenant_id GROUP BY t.name").fetchall())
+            assert "甲" in held["acme"].split() and "乙" not in held["acme"].split()
+            assert "乙" in held["globex"].split() and "甲" not in held["globex"].split()
+        assert check_store(backend).ok
+    finally:
+        backend.close()

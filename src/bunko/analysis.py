@@ -7,8 +7,8 @@ An :class:`Analyzer` turns text into *tokens* and a query into *phrases*:
   that must occur at consecutive positions.
 
 Both stores render exactly this analysis and nothing else, so a collection ranks the same
-on either backend: SQLite stores the space-joined tokens in FTS5 and asks for the quoted
-phrases ORed; PostgreSQL stores a ``tsvector`` built from the tokens and their positions
+on either backend: SQLite stores the space-joined tokens with each chunk (its test oracle
+asks FTS5 for the quoted phrases ORed); PostgreSQL stores a ``tsvector`` built from the tokens and their positions
 and asks ``'a' <-> 'b' | 'c'``. Neither ever parses user text as FTS5 or tsquery syntax.
 Tokens are runs of letters and digits (plus CJK marks such as ``ー`` and ``々``), lower-cased
 after NFKC, so FTS5's ``unicode61`` tokenizer keeps each one whole.

@@ -37,7 +37,7 @@ from .stores.base import DocumentWrite, RecordStore
 from .types import Document, IngestFailure, IngestResult
 
 # Documents are written in transactions of about this many chunks (or documents): one commit
-# per document would spend most of bulk ingest in commits (FTS5 segments, index pages).
+# per document would spend most of bulk ingest in commits (postings segments, index pages).
 INGEST_BATCH_CHUNKS = 2000
 INGEST_BATCH_DOCUMENTS = 64
 # Files read and parsed ahead of the embedder, in threads.

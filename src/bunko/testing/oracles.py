@@ -4,7 +4,9 @@ bunko ranks keywords in one place, from the postings (:mod:`bunko.search.keyword
 compute the same BM25 another way, from what the stores keep beside the postings, so a test can ask
 for the same chunks, the same scores to the bit and the same order of ties:
 
-* SQLite: FTS5's own ``bm25()`` over the collection's FTS5 table (the analyzer's tokens of every chunk);
+* SQLite: FTS5's own ``bm25()`` over an FTS5 table in memory, filled with the analyzer's tokens of the
+  text of every chunk of the collection, analyzed again here (the store keeps no FTS5 table: not its
+  stored terms, its postings nor its counters);
 * PostgreSQL: BM25 in SQL over the chunks' tsvectors (``fts``), with the phrases' term and document
   frequencies counted there, and N and the average length from the collection's counters.
 
@@ -14,10 +16,11 @@ they are for tests, not for searches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Hashable, Sequence
 from typing import Any
 
-from ..analysis import fts5_query, get_analyzer, tsquery_literal
+from ..analysis import fts5_document, fts5_query, get_analyzer, tsquery_literal
 from ..filters import FilterLike, as_filter
 from ..search.keyword import K1, B, bm25_idf
 
@@ -29,7 +32,8 @@ def keyword_oracle(store: Any, collection: str, query: str, top_k: int, *,
     flt = as_filter(filter)
     with store.session() as (conn, tenant_pk):
         found = conn.execute(store.dialect.sql(
-            "SELECT id, analyzer, chunk_count FROM collections WHERE tenant_id = ? AND name = ?"),
+            "SELECT id, analyzer, chunk_count, write_seq, mutation_seq, created_at FROM collections "
+            "WHERE tenant_id = ? AND name = ?"),
             (tenant_pk, collection)).fetchone()
         if found is None:
             return []
@@ -37,7 +41,10 @@ def keyword_oracle(store: Any, collection: str, query: str, top_k: int, *,
         phrases = get_analyzer(analyzer).query_phrases(query)
         restriction = _restriction(store.dialect, tenant_pk, document_ids, flt)
         if store.kind == "sqlite":
-            ranked = _fts5(conn, tenant_pk, collection_pk, phrases, top_k, restriction)
+            # The database file, the collection and its counters name what the chunks are.
+            version = (conn.execute("PRAGMA database_list").fetchone()[2], store.database, tenant_pk,
+                       collection_pk, *found[2:])
+            ranked = _fts5(conn, tenant_pk, collection_pk, analyzer, version, phrases, top_k, restriction)
         else:
             ranked = _postgres(conn, tenant_pk, collection_pk, chunks, phrases, top_k, restriction)
         uids = dict(conn.execute(store.dialect.sql("SELECT id, uid FROM chunks WHERE tenant_id = ? "
@@ -62,19 +69,45 @@ def _restriction(dialect: Any, tenant_pk: int, document_ids: Sequence[str] | Non
     return join, restrict, params
 
 
-def _fts5(conn: Any, tenant_pk: int, collection_pk: int, phrases: list[tuple[str, ...]], top_k: int,
+# The in-memory FTS5 table of the collection version asked last (tests ask one collection many questions).
+_FTS5: dict[Hashable, sqlite3.Connection] = {}
+
+
+def _fts5_table(conn: Any, tenant_pk: int, collection_pk: int, analyzer: str, version: Hashable) -> sqlite3.Connection:
+    """An FTS5 table ``f`` in memory holding every chunk of the collection at ``version``: its rowid the
+    chunk's, its text the collection's analyzer's tokens of the chunk's content."""
+    held = _FTS5.get(version)
+    if held is not None:
+        return held
+    for old in _FTS5.values():
+        old.close()
+    _FTS5.clear()
+    tokens = get_analyzer(analyzer).index_tokens
+    memory = sqlite3.connect(":memory:")
+    memory.execute("CREATE VIRTUAL TABLE f USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 0')")
+    memory.executemany("INSERT INTO f (rowid, terms) VALUES (?, ?)", (
+        (int(key), fts5_document(tokens(text))) for key, text in conn.execute(
+            "SELECT id, content FROM chunks WHERE tenant_id = ? AND collection_id = ? ORDER BY id",
+            (tenant_pk, collection_pk))))
+    _FTS5[version] = memory
+    return memory
+
+
+def _fts5(conn: Any, tenant_pk: int, collection_pk: int, analyzer: str, version: Hashable,
+          phrases: list[tuple[str, ...]], top_k: int,
           restriction: tuple[str, str, list[Any]]) -> list[tuple[int, float]]:
-    """FTS5's ``bm25()`` of the whole query over the collection's FTS5 table."""
+    """FTS5's ``bm25()`` of the whole query over the collection's chunks (in memory), kept to the chunks
+    that pass the restriction."""
     match = fts5_query(phrases)
-    fts = f"chunks_fts_{collection_pk}"
-    if match is None or conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (fts,)).fetchone() is None:
+    if match is None:
         return []
     join, restrict, params = restriction
-    rows = conn.execute(
-        f"SELECT c.id, -bm25({fts}) AS score FROM {fts} CROSS JOIN chunks c INDEXED BY chunks_scan "
-        f"ON c.tenant_id = ? AND c.collection_id = ? AND c.id = {fts}.rowid{join} WHERE {fts} MATCH ?{restrict} "
-        "ORDER BY score DESC, c.id LIMIT ?", [tenant_pk, collection_pk, match, *params, top_k]).fetchall()
-    return [(int(r[0]), float(r[1])) for r in rows]
+    allowed = {int(r[0]) for r in conn.execute(
+        f"SELECT c.id FROM chunks c{join} WHERE c.tenant_id = ? AND c.collection_id = ?{restrict}",
+        [tenant_pk, collection_pk, *params])}
+    scored = _fts5_table(conn, tenant_pk, collection_pk, analyzer, version).execute(
+        "SELECT rowid, -bm25(f) AS score FROM f WHERE f MATCH ? ORDER BY score DESC, rowid", (match,)).fetchall()
+    return [(int(key), float(score)) for key, score in scored if int(key) in allowed][:top_k]
 
 
 # Each phrase's term frequency in each chunk that holds it, from the tsvectors:

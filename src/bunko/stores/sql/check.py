@@ -7,8 +7,8 @@ one of those in production:
 - ``collection_counts``: each collection's document and chunk counters equal its rows;
 - ``documents_whole``: each document's chunk count is its current version's chunks;
 - ``orphan_chunks``: no chunk names a document that does not exist;
-- ``keyword_rows``: SQLite: each collection's FTS rows equal its chunks; PostgreSQL: each collection's keyword
-  token total equals its chunks' lengths (what BM25 divides by).
+- ``keyword_rows``: each collection's keyword token total equals its chunks' lengths (what BM25 divides by);
+  SQLite: and its postings list each of its chunks once (the segments' lists of their chunks, less the deleted).
 
 Each check answers its problems (at most :data:`MAX_PROBLEMS` named, with the count of all), never raises for one.
 On PostgreSQL the checks read as the owner login (row-level security shows the application role one tenant).
@@ -130,7 +130,7 @@ def check_store(backend: SQLBackend) -> CheckReport:
         report.checks.append(orphans)
 
         keywords = Check("keyword_rows", "the keyword index matches the chunks"
-                         + (" (token totals)" if postgres else " (FTS rows)"))
+                         + (" (token totals)" if postgres else " (token totals, chunks in the postings)"))
         if postgres:
             for tenant, name, recorded, actual in rows(
                     "SELECT t.name, c.name, c.keyword_tokens, (SELECT coalesce(sum(k.fts_length), 0) FROM chunks k "
@@ -139,13 +139,20 @@ def check_store(backend: SQLBackend) -> CheckReport:
                 if int(recorded) != int(actual):
                     keywords.add(f"{tenant}/{name}: {recorded} keyword tokens recorded, the chunks hold {actual}")
         else:
+            # A chunk's tokens are joined by single spaces in chunks.terms; none holds a space.
+            tokens = dict(rows("SELECT c.id, c.keyword_tokens - (SELECT coalesce(sum(CASE WHEN k.terms = '' THEN 0 "
+                               "ELSE length(k.terms) - length(replace(k.terms, ' ', '')) + 1 END), 0) FROM chunks k "
+                               "WHERE k.collection_id = c.id) FROM collections c"))
+            # Each segment lists its chunks under the term '' and its deleted ones under ' ' (8 bytes each).
+            posted = dict(rows("SELECT collection_id, sum(CASE term WHEN '' THEN length(entries) "
+                               "ELSE -length(entries) END) / 8 FROM keyword_postings WHERE term IN ('', ' ') "
+                               "GROUP BY collection_id"))
             for pk, tenant, name, _, _, _, chunk_rows in collections:
-                table = f"chunks_fts_{int(pk)}"
-                if not rows("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
-                    continue
-                fts = int(rows(f"SELECT count(*) FROM {table}")[0][0])
-                if fts != int(chunk_rows):
-                    keywords.add(f"{tenant}/{name}: {fts} keyword rows for {chunk_rows} chunks")
+                if tokens.get(pk):
+                    keywords.add(f"{tenant}/{name}: the keyword token total is off by {tokens[pk]}")
+                listed = int(posted.get(pk) or 0)
+                if listed != int(chunk_rows):
+                    keywords.add(f"{tenant}/{name}: the postings list {listed} chunks; there are {chunk_rows}")
         report.checks.append(keywords)
     return report
 

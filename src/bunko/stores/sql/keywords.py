@@ -5,7 +5,7 @@ tokens, and ``"a b"`` for adjacent one-character tokens: see :func:`bunko.stores
 are counted into a :class:`KeywordBatch`: numpy columns (chunk, term, count) over the batch's own
 vocabulary, from which the postings build a segment and the statistics their document frequencies
 without a Python step per entry. Beside the columns each chunk carries what its backend stores of it
-(SQLite: the space-joined tokens for FTS5; PostgreSQL: its tsvector literals).
+(SQLite: the space-joined tokens, ``chunks.terms``; PostgreSQL: its tsvector literals).
 
 Large writes are analyzed in the worker processes (:mod:`bunko.workers`), in parts side by side, and
 :meth:`SQLStore.write_batches <bunko.stores.sql.store.SQLStore.write_batches>` analyzes the next batch

@@ -77,6 +77,26 @@ def _m011_postings_format_2(conn: sqlite3.Connection) -> None:
             postings.add(conn, (tenant_pk, collection_pk), counted(rows))
 
 
+
+def _m017_keyword_text_in_chunks(conn: sqlite3.Connection) -> None:
+    """Each chunk's analyzed text moves from its collection's FTS5 table into ``chunks.terms``, each
+    collection's keyword token total into ``collections.keyword_tokens`` (what BM25 divides by, counted
+    from that text), and the FTS5 tables go: keyword search ranks from the postings, and a write no
+    longer builds an FTS5 index nothing reads."""
+    conn.execute("ALTER TABLE chunks ADD COLUMN terms TEXT NOT NULL DEFAULT ''")
+    conn.execute("ALTER TABLE collections ADD COLUMN keyword_tokens INTEGER NOT NULL DEFAULT 0")
+    for (collection_pk,) in conn.execute("SELECT id FROM collections").fetchall():
+        if has_fts(conn, collection_pk):
+            conn.execute(f"UPDATE chunks SET terms = coalesce(f.c0, '') FROM {fts_table(collection_pk)}_content f "
+                         "WHERE f.id = chunks.id AND chunks.collection_id = ?", (collection_pk,))
+    # The tokens are joined by single spaces, and none holds a space.
+    conn.execute("UPDATE collections SET keyword_tokens = (SELECT coalesce(sum(CASE WHEN k.terms = '' THEN 0 "
+                 "ELSE length(k.terms) - length(replace(k.terms, ' ', '')) + 1 END), 0) FROM chunks k "
+                 "WHERE k.tenant_id = collections.tenant_id AND k.collection_id = collections.id)")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                "AND name GLOB 'chunks_fts_[0-9]*' AND sql LIKE 'CREATE VIRTUAL TABLE%'").fetchall():
+        conn.execute(f'DROP TABLE "{name}"')
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 # Ordered migrations: index i upgrades a database from version i to i + 1; a migration is a SQL
@@ -339,6 +359,8 @@ MIGRATIONS: list[Migration] = [
         revoked_at TEXT
     );
     """,
+    # 17: no FTS5 tables: each chunk's analyzed text in chunks.terms, each collection's token total in a counter.
+    _m017_keyword_text_in_chunks,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

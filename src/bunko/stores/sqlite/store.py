@@ -1,17 +1,18 @@
 """The embedded store bound to one tenant, and its search port.
 
 Layout: ``tenants`` → ``collections`` → ``documents`` → ``chunks`` (content, metadata, float32
-vector blob), plus per collection an FTS5 table ``chunks_fts_<collection rowid>`` holding each
-chunk's analyzed text, ``keyword_df`` (how many chunks hold each statistics term) and
-``keyword_postings`` (:mod:`bunko.stores.sql.postings`). Every row below ``tenants`` carries
-``tenant_id`` and every statement filters by it.
+vector blob, and ``terms``: the chunk's analyzed text, its tokens joined by spaces, from which a delete
+learns what to take out of the keyword index), plus ``keyword_df`` (how many chunks hold each
+statistics term) and ``keyword_postings`` (:mod:`bunko.stores.sql.postings`). Every row below
+``tenants`` carries ``tenant_id`` and every statement filters by it.
 
 Vector search is exact, over the collection's normalised matrix held in memory (see
 :mod:`bunko.stores.sqlite.matrix`); a restriction masks the matrix before ranking, from in-memory
 metadata columns, or from SQL when those do not line up (a concurrent write). An unfiltered search
 over a large collection asks its HNSW graph for candidates and ranks them by the same exact vectors
 (:mod:`bunko.stores.sqlite.ann`). Keyword search ranks
-from the postings above the store (:mod:`bunko.search.keyword`); FTS5's totals are its statistics.
+from the postings above the store (:mod:`bunko.search.keyword`), with the collection's chunk and
+token counters as its totals (``collections.chunk_count``, ``collections.keyword_tokens``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...analysis import fts5_document
-from ..base import KeywordTotals, Ranked, Restriction
+from ..base import Ranked, Restriction
 from ..sql import ChunkRow, SQLReader, SQLStore
 from ..sql.columns import Column, Misaligned, filter_mask
 from ..sql.keywords import KeywordBatch
@@ -33,7 +34,6 @@ from ..sql.postings import term_counts
 from ..sql.records import TenantRecords
 from .ann import Identity, remove_files
 from .matrix import CollectionCache, Matrix, Snapshot, score_rows, top_indices
-from .schema import create_fts, fts5_totals, fts_table, has_fts
 
 if TYPE_CHECKING:
     from .backend import SQLiteBackend
@@ -206,38 +206,36 @@ class SQLiteReader(SQLReader):
             order = order[scores[order] >= threshold]
         return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), index.plan)
 
-    def keyword_totals(self, terms: Sequence[str]) -> KeywordTotals:
-        """FTS5's totals of the collection (the rows and tokens ``bm25()`` reads), with the terms' counts."""
-        rows, tokens = fts5_totals(self._conn, self._row.key)
-        return KeywordTotals(rows, tokens / rows if rows else 1.0, self.document_frequencies(terms))
-
 
 class SQLiteVectorStore(SQLStore, TenantRecords):
     """The embedded store bound to one tenant. Build it with ``SQLiteBackend.for_tenant``.
 
     The SQL core does collections, documents, records and hydration; this class adds the keyword
-    index of its writes (FTS5 text, statistics, postings) and its search port.
+    index of its writes (analyzed text, statistics, postings) and its search port.
     """
 
     _backend: SQLiteBackend
     # Upserted records may join a document, so a document's chunks are counted, not read from its row.
     _document_chunks = ("(SELECT count(*) FROM chunks c WHERE c.tenant_id = d.tenant_id "
                         "AND c.document_id = d.id)")
-    # The collection's highest chunk key, read with its row (the matrix cache checks itself against it).
-    _collection_extra = (", NULL, (SELECT coalesce(max(k.id), 0) FROM chunks k WHERE k.tenant_id = "
+    # The collection's keyword token total, and its highest chunk key, read with its row (the matrix cache
+    # checks itself against it).
+    _collection_extra = (", keyword_tokens, (SELECT coalesce(max(k.id), 0) FROM chunks k WHERE k.tenant_id = "
                          "collections.tenant_id AND k.collection_id = collections.id)")
     _reader = SQLiteReader
 
     # -- what the core asks of a backend -------------------------------------------------
-    _render = staticmethod(fts5_document)  # FTS5 keeps each chunk's tokens joined by spaces
+    _render = staticmethod(fts5_document)  # ``chunks.terms``: each chunk's tokens joined by spaces
 
     @staticmethod
-    def _count(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, chunks: int, *, mutated: bool) -> None:
-        """Keep the chunk counter exact; ``mutated`` marks that rows were removed (for the matrix cache)."""
+    def _count(conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, chunks: int, tokens: int, *,
+               mutated: bool) -> None:
+        """Keep the chunk and keyword token counters exact; ``mutated`` marks that rows were removed (for the
+        matrix cache)."""
         conn.execute(
-            "UPDATE collections SET chunk_count = chunk_count + ?, mutation_seq = mutation_seq + ? "
-            "WHERE tenant_id = ? AND id = ?",
-            (chunks, 1 if mutated else 0, tenant_pk, collection_pk),
+            "UPDATE collections SET chunk_count = chunk_count + ?, keyword_tokens = keyword_tokens + ?, "
+            "mutation_seq = mutation_seq + ? WHERE tenant_id = ? AND id = ?",
+            (chunks, tokens, 1 if mutated else 0, tenant_pk, collection_pk),
         )
 
     def _insert_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, rows: list[ChunkRow],
@@ -246,13 +244,14 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
         dumps = json.dumps
         params = [
             (uid, tenant_pk, collection_pk, doc_pk, index, start, end, tokens, content,
-             dumps(meta, ensure_ascii=False, default=str) if meta else "{}", vectors[i].tobytes())
-            for i, (uid, doc_pk, _version, index, start, end, tokens, content, meta) in enumerate(rows)
+             dumps(meta, ensure_ascii=False, default=str) if meta else "{}", vectors[i].tobytes(), terms)
+            for i, ((uid, doc_pk, _version, index, start, end, tokens, content, meta), terms)
+            in enumerate(zip(rows, keywords.rendered, strict=True))
         ]
         first = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
         conn.executemany(
             "INSERT INTO chunks (uid, tenant_id, collection_id, document_id, chunk_index, start_offset, "
-            "end_offset, token_count, content, metadata, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "end_offset, token_count, content, metadata, embedding, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             params,
         )
         # AUTOINCREMENT under the write lock: the new rows are exactly the ids after ``first``, in order.
@@ -260,14 +259,11 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
             "SELECT id FROM chunks WHERE tenant_id = ? AND collection_id = ? AND id > ? ORDER BY id",
             (tenant_pk, collection_pk, first),
         )]
-        create_fts(conn, collection_pk)
-        conn.executemany(f"INSERT INTO {fts_table(collection_pk)} (rowid, terms) VALUES (?, ?)",
-                         zip(new_ids, keywords.rendered, strict=True))
         found = self._backend.postings.add_columns(
             conn, (tenant_pk, collection_pk), np.asarray(new_ids, dtype=np.int64), keywords.sizes, keywords.terms,
             keywords.owner, keywords.term, keywords.tf)
         _upsert_df(conn, (tenant_pk, collection_pk), found)
-        self._count(conn, tenant_pk, collection_pk, len(rows), mutated=False)
+        self._count(conn, tenant_pk, collection_pk, len(rows), keywords.tokens, mutated=False)
 
     def _delete_chunks(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int, *,
                        document_pks: Sequence[int] | None = None, uids: Sequence[str] | None = None) -> int:
@@ -278,31 +274,30 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
         else:
             listed, values = d.any("uid", uids or [])
             where, params = f"tenant_id = ? AND collection_id = ? AND {listed}", (tenant_pk, collection_pk, *values)
-        if has_fts(conn, collection_pk):
-            fts = fts_table(collection_pk)
-            gone = conn.execute(f"SELECT id, c0 FROM {fts}_content WHERE id IN (SELECT id FROM chunks WHERE {where})",
-                                params).fetchall()
-            self._forget_keywords(conn, (tenant_pk, collection_pk), gone)
-            conn.execute(f"DELETE FROM {fts} WHERE rowid IN (SELECT id FROM chunks WHERE {where})", params)
+        gone = conn.execute(f"SELECT id, terms FROM chunks WHERE {where}", params).fetchall()
+        if not gone:
+            return 0
+        tokens = self._forget_keywords(conn, (tenant_pk, collection_pk), gone)
         removed = conn.execute(f"DELETE FROM chunks WHERE {where}", params).rowcount
-        if removed:
-            self._count(conn, tenant_pk, collection_pk, -removed, mutated=True)
+        self._count(conn, tenant_pk, collection_pk, -removed, -tokens, mutated=True)
         return removed
 
     def _forget_keywords(self, conn: sqlite3.Connection, scope: tuple[int, int],
-                         gone: Sequence[tuple[int, str]]) -> None:
-        """Take chunks, given as (rowid, analyzed text), out of ``keyword_df`` and the postings."""
-        if not gone:
-            return
+                         gone: Sequence[tuple[int, str]]) -> int:
+        """Take chunks, given as (rowid, analyzed text), out of ``keyword_df`` and the postings; returns
+        their keyword tokens."""
         counts: Counter[str] = Counter()
+        tokens = 0
         for _, text in gone:
-            counts.update(term_counts(text.split(" ") if text else []).keys())
+            split = text.split(" ") if text else []
+            tokens += len(split)
+            counts.update(term_counts(split).keys())
         _upsert_df(conn, scope, {term: -n for term, n in counts.items()})
         self._backend.postings.remove(conn, scope, (rowid for rowid, _ in gone))
+        return tokens
 
     def _drop_collection(self, conn: sqlite3.Connection, tenant_pk: int, collection_pk: int) -> None:
         scope = (tenant_pk, collection_pk)
-        conn.execute(f"DROP TABLE IF EXISTS {fts_table(collection_pk)}")
         conn.execute("DELETE FROM keyword_df WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM keyword_postings WHERE tenant_id = ? AND collection_id = ?", scope)
         conn.execute("DELETE FROM chunks WHERE tenant_id = ? AND collection_id = ?", scope)
