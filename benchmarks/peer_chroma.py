@@ -5,7 +5,7 @@ numpy (``python -m venv /tmp/chroma && /tmp/chroma/bin/pip install chromadb``), 
 ``bench_ann.py --dump`` wrote (the same N x 512 chunk vectors and embedded questions, same seed)::
 
     python benchmarks/bench_ann.py --chunks 100000 --libraries --dump /tmp/v100k.npz
-    /tmp/chroma/bin/python benchmarks/peer_chroma.py /tmp/v100k.npz [--ef 100 400] [--json]
+    /tmp/chroma/bin/python benchmarks/peer_chroma.py /tmp/v100k.npz [--ef 100 400] [--keep DIR] [--json]
 
 The collection uses inner product (the vectors are unit length), M = 16 and ef_construction = 100
 (Chroma's defaults; ef_search defaults to 100); a graph is built for each ``--ef`` (search breadth)
@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("vectors", help=".npz from bench_ann.py --dump")
     parser.add_argument("--ef", type=int, nargs="+", default=[100])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep the collections in DIR and reuse them on the next run (build once, e.g. on a "
+                             "busy machine, then time the questions alone on a quiet one)")
     args = parser.parse_args(argv)
     import chromadb
 
@@ -44,18 +47,21 @@ def main(argv: list[str] | None = None) -> int:
         part = np.argpartition(-scores, TOP_K)[:TOP_K]
         truths.append(set(part.tolist()))
     out: dict[str, object] = {"peer": "chroma", "version": chromadb.__version__, "chunks": len(matrix), "by_ef": {}}
-    with tempfile.TemporaryDirectory() as folder:
-        client = chromadb.PersistentClient(path=folder)
+    with tempfile.TemporaryDirectory() as temporary:
+        client = chromadb.PersistentClient(path=args.keep or temporary)
         for ef in args.ef:  # a graph per breadth: changing ef_search of a built collection did not take effect
-            collection = client.create_collection(
+            collection = client.get_or_create_collection(
                 f"bench{ef}", metadata={"hnsw:space": "ip", "hnsw:M": 16, "hnsw:construction_ef": 100,
                                         "hnsw:search_ef": ef})
             started = time.perf_counter()
             step = 5000
-            for i in range(0, len(matrix), step):
+            kept = collection.count()
+            if kept not in (0, len(matrix)):
+                raise SystemExit(f"{args.keep} holds {kept:,} of {len(matrix):,} vectors in bench{ef}: delete it")
+            for i in range(0, len(matrix) if not kept else 0, step):
                 collection.add(ids=[str(j) for j in range(i, min(i + step, len(matrix)))],
                                embeddings=matrix[i:i + step])
-            build_s = time.perf_counter() - started
+            build_s = time.perf_counter() - started if not kept else None
             times, cpu, recalls = [], [], []
             for i, q in enumerate(queries):
                 t, c = time.perf_counter(), time.process_time()
@@ -66,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                     cpu.append(used)
                     recalls.append(len(truths[i] & {int(x) for x in found["ids"][0]}) / TOP_K)
             p50 = float(np.percentile(np.asarray(times) * 1000, 50))
-            result = {"build_s": round(build_s, 1), "p50_ms": round(p50, 2),
+            result = {"build_s": None if build_s is None else round(build_s, 1), "p50_ms": round(p50, 2),
                       "cpu_p50_ms": round(float(np.percentile(np.asarray(cpu) * 1000, 50)), 2),
                       "recall_at_10": round(float(np.mean(recalls)), 4),
                       "load_average": [round(x, 2) for x in os.getloadavg()]}
             out["by_ef"][ef] = result  # type: ignore[index]
             print(json.dumps({ef: result}), file=sys.stderr, flush=True)
-            client.delete_collection(f"bench{ef}")
+            if not args.keep:
+                client.delete_collection(f"bench{ef}")
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))
     return 0
 
