@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bunko.stores.base import Ranked
-from bunko.stores.sqlite import SQLiteVectorStore
+from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
+from bunko.stores.sqlite.ann import HAVE_CODES, Lists, quantise
 from bunko.testing.store_data import make_document
 from bunko.types import EmbedderInfo
 
@@ -36,3 +37,16 @@ def nearest(store: SQLiteVectorStore, q: np.ndarray, k: int = 10) -> Ranked:
     row = store.read_collection("c")
     with store.reader(row) as reader:
         return reader.nearest(q, k)
+
+
+def lists_in_step(backend: SQLiteBackend, store: SQLiteVectorStore, lists: Lists) -> None:
+    """The lists hold exactly the live rows, each at its position in the matrix (and its int8 codes)."""
+    snap = backend.matrices.snapshot(store.read_collection("c").key)
+    assert snap is not None
+    assert sorted(lists.keys.tolist()) == snap.rowids.tolist()
+    assert np.array_equal(snap.rowids[lists.positions], lists.keys)
+    assert lists.starts[0] == 0 and lists.starts[-1] == len(lists.keys) and np.all(np.diff(lists.starts) >= 0)
+    if HAVE_CODES:
+        assert lists.compact and len(lists.codes) == len(lists.keys)
+        codes, scales = quantise(snap.vectors[lists.positions])
+        assert np.array_equal(lists.codes, codes) and np.array_equal(lists.scales, scales)

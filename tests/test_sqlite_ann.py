@@ -14,13 +14,11 @@ import pytest
 
 from bunko.config import Settings, SQLiteSettings
 from bunko.filters import as_filter
-from bunko.search import vector_query
 from bunko.stores import open_backend
 from bunko.stores.base import Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
 from bunko.stores.sqlite.ann import AnnConfig
 from bunko.testing.postgres import avx512_outside_dispatch
-from bunko.testing.store_data import make_document
 
 from .ann_data import DIM, clustered, fill, nearest
 
@@ -76,34 +74,6 @@ def test_below_the_threshold_or_switched_off_the_search_stays_exact(tmp_path: Pa
         backend.close()
 
 
-def test_writes_and_deletes_are_seen_by_the_next_search(tmp_path: Path) -> None:
-    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
-    store = backend.for_tenant("acme")
-    fill(store, clustered(2000, 4))
-    built(backend, store)
-    assert backend.ann is not None
-    backend.ann.close()  # the graph stays as it is now: new rows reach searches only as the unindexed tail
-    graph = backend.matrices.graphs[store.read_collection("c").key]
-    high_water = graph.high_water
-
-    new = clustered(30, 5)
-    store.write_document("c", make_document("new", [f"new {j}" for j in range(30)], new))
-    found = vector_query(store, "c", new[7], 1)
-    assert found[0].content == "new 7" and found[0].score == pytest.approx(1.0, abs=1e-5)
-    assert nearest(store, new[7]).plan == "hnsw"
-    assert graph.high_water == high_water  # found through the tail, not the graph
-
-    # A document the graph holds is gone from the very next search.
-    victim = store.list_documents("c")[3]
-    hits = vector_query(store, "c", clustered(2000, 4)[300], 10)
-    assert any(h.document_id == victim.id for h in hits)
-    store.delete_documents([victim.id], "c")
-    for q in clustered(2000, 4)[300:400]:
-        assert all(h.document_id != victim.id for h in vector_query(store, "c", q, 10))
-        assert nearest(store, q).plan == "hnsw"
-    backend.close()
-
-
 def test_the_maintainer_catches_the_graph_up_with_writes_and_deletes(tmp_path: Path) -> None:
     backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
     store = backend.for_tenant("acme")
@@ -130,42 +100,6 @@ def test_the_maintainer_catches_the_graph_up_with_writes_and_deletes(tmp_path: P
     q = clustered(1, 14)[0]
     found = nearest(store, q)
     assert found.plan == "hnsw" and int(found.keys.min()) > 600
-    backend.close()
-
-
-def test_the_graph_is_saved_beside_the_file_and_loaded_not_rebuilt(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    backend = SQLiteBackend(path, settings=SMALL)
-    store = backend.for_tenant("acme")
-    vectors = clustered(2000, 8)
-    fill(store, vectors)
-    built(backend, store)
-    backend.close()
-    saved = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
-    assert saved == ["t1-c1.json", "t1-c1.usearch"]
-
-    # Another process changes the collection while no graph is kept up to date.
-    other = SQLiteBackend(path, settings=SQLiteSettings(ann=False))
-    other_store = other.for_tenant("acme")
-    gone = other_store.list_documents("c")[0]
-    other_store.delete_documents([gone.id], "c")
-    fill(other_store, clustered(100, 9), prefix="late")
-    other.close()
-
-    backend = SQLiteBackend(path, settings=SMALL)
-    store = backend.for_tenant("acme")
-    built(backend, store)
-    row = store.read_collection("c")
-    graph = backend.matrices.graphs[row.key]
-    # Loaded from the file: only the 100 new rows were added and the 100 removed ones taken out (a
-    # rebuild would have added all 2,000 and saved them).
-    assert graph.unsaved == 200
-    keys = set(np.asarray(graph.index.keys, dtype=np.int64).tolist())
-    assert len(keys) == 2000 - 100 + 100
-    assert not keys & set(range(1, 101))
-    late = clustered(100, 9)
-    assert vector_query(store, "c", late[42], 1)[0].content == "late 42"
-    assert nearest(store, late[42]).plan == "hnsw"
     backend.close()
 
 
@@ -243,42 +177,6 @@ def test_a_saved_graph_of_another_collection_is_not_used(tmp_path: Path) -> None
     found = nearest(store, q)
     assert found.plan == "hnsw"
     assert int(found.keys[0]) == int(store.read_collection("c").high_water) - 1000 + 18
-    backend.close()
-
-
-def test_each_tenants_collection_has_its_own_graph(tmp_path: Path) -> None:
-    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
-    acme, other = backend.for_tenant("acme"), backend.for_tenant("other")
-    mine, theirs = clustered(1000, 12), clustered(1000, 13)
-    fill(acme, mine, prefix="acme")
-    fill(other, theirs, prefix="other")
-    built(backend, acme)
-    built(backend, other)
-    acme_row, other_row = acme.read_collection("c"), other.read_collection("c")
-    acme_graph, other_graph = backend.matrices.graphs[acme_row.key], backend.matrices.graphs[other_row.key]
-    assert acme_graph is not other_graph
-    acme_keys = set(np.asarray(acme_graph.index.keys, dtype=np.int64).tolist())
-    other_keys = set(np.asarray(other_graph.index.keys, dtype=np.int64).tolist())
-    assert len(acme_keys) == len(other_keys) == 1000 and not acme_keys & other_keys
-    # The other tenant's nearest vectors are never an answer, even searched with their own vectors.
-    for q in theirs[:50]:
-        found = nearest(acme, q)
-        assert found.plan == "hnsw" and set(found.keys.tolist()) <= acme_keys
-        assert all(h.content.startswith("acme") for h in vector_query(acme, "c", q, 10))
-    backend.close()
-    files = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
-    assert files == [f"t{t}-c{c}.{ext}" for t, c in sorted([(1, acme_row.key), (2, other_row.key)])
-                     for ext in ("json", "usearch")]
-
-    # Erasing one tenant removes its graph and leaves the other's.
-    backend = SQLiteBackend(tmp_path / "s.db", settings=SMALL)
-    backend.for_tenant("other").delete_collection("c")
-    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == [f"t1-c{acme_row.key}.json",
-                                                                           f"t1-c{acme_row.key}.usearch"]
-    acme = backend.for_tenant("acme")
-    built(backend, acme)
-    assert nearest(acme, mine[5]).plan == "hnsw"
-    assert vector_query(acme, "c", mine[5], 1)[0].content == "acme 5"
     backend.close()
 
 

@@ -11,15 +11,14 @@ import pytest
 
 from bunko.config import Settings, SQLiteSettings
 from bunko.filters import as_filter
-from bunko.search import vector_query
 from bunko.stores import open_backend
 from bunko.stores.base import Restriction
 from bunko.stores.sqlite import SQLiteBackend, SQLiteVectorStore
 from bunko.stores.sqlite.ann import HAVE_CODES, AnnConfig, Identity, Lists, quantise, save
 from bunko.stores.sqlite.matrix import Snapshot, score_rows, top_indices
-from bunko.testing.store_data import make_document
 
 from .ann_data import DIM, clustered, fill, nearest
+from .ann_data import lists_in_step as in_step
 
 # Low thresholds so a small collection gets lists (and one a little smaller a graph, with usearch).
 LISTS = SQLiteSettings(ann_min_rows=500, ann_lists_min_rows=1000, ann_probe_share=0.2, ann_candidates=50)
@@ -32,20 +31,6 @@ def built(backend: SQLiteBackend, store: SQLiteVectorStore) -> Lists:
     index = backend.matrices.graphs[store.read_collection("c").key]
     assert isinstance(index, Lists)
     return index
-
-
-def in_step(backend: SQLiteBackend, store: SQLiteVectorStore, lists: Lists) -> None:
-    """The lists hold exactly the live rows, each at its position in the matrix."""
-    row = store.read_collection("c")
-    snap = backend.matrices.snapshot(row.key)
-    assert snap is not None
-    assert sorted(lists.keys.tolist()) == snap.rowids.tolist()
-    assert np.array_equal(snap.rowids[lists.positions], lists.keys)
-    assert lists.starts[0] == 0 and lists.starts[-1] == len(lists.keys) and np.all(np.diff(lists.starts) >= 0)
-    if HAVE_CODES:  # each listed row's int8 codes, in list order, are its matrix row's
-        assert lists.compact and len(lists.codes) == len(lists.keys)
-        codes, scales = quantise(snap.vectors[lists.positions])
-        assert np.array_equal(lists.codes, codes) and np.array_equal(lists.scales, scales)
 
 
 def test_a_large_collection_is_searched_through_its_lists_with_the_exact_scores(tmp_path: Path) -> None:
@@ -75,38 +60,6 @@ def test_a_large_collection_is_searched_through_its_lists_with_the_exact_scores(
     backend.close()
 
 
-def test_writes_and_deletes_are_seen_by_the_next_search(tmp_path: Path) -> None:
-    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
-    store = backend.for_tenant("acme")
-    old = clustered(2000, 4)
-    fill(store, old)
-    lists = built(backend, store)
-    assert backend.ann is not None
-    backend.ann.close()  # the lists stay as they are now: new rows reach searches only as the unlisted tail
-    high_water = lists.high_water
-
-    new = clustered(30, 5)
-    store.write_document("c", make_document("new", [f"new {j}" for j in range(30)], new))
-    found = vector_query(store, "c", new[7], 1)
-    assert found[0].content == "new 7" and found[0].score == pytest.approx(1.0, abs=1e-5)
-    assert nearest(store, new[7]).plan == "ivf"
-    assert lists.high_water == high_water  # found through the tail, not the lists
-
-    # A document the lists hold is gone from the very next search (the lists' positions are of the matrix
-    # before the delete: the search maps their row ids instead).
-    victim = store.list_documents("c")[3]
-    assert vector_query(store, "c", old[300], 1)[0].document_id == victim.id
-    store.delete_documents([victim.id], "c")
-    for q in old[300:400]:
-        assert all(h.document_id != victim.id for h in vector_query(store, "c", q, 10))
-        assert nearest(store, q).plan == "ivf"
-    assert vector_query(store, "c", old[1000], 1)[0].content == "d 1000"  # rows after the victim's moved
-    for q in old[395:405]:  # each live row once, whatever the lists still hold of the deleted ones
-        keys = nearest(store, q).keys.tolist()
-        assert len(keys) == len(set(keys)) == 10 and not set(keys) & set(range(301, 401))
-    backend.close()
-
-
 def test_the_maintainer_catches_the_lists_up_and_builds_them_again_when_worn(tmp_path: Path) -> None:
     backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
     store = backend.for_tenant("acme")
@@ -130,69 +83,6 @@ def test_the_maintainer_catches_the_lists_up_and_builds_them_again_when_worn(tmp
     in_step(backend, store, fresh)
     found = nearest(store, clustered(1, 14)[0])
     assert found.plan == "ivf" and int(found.keys.min()) > 800
-    backend.close()
-
-
-def test_the_lists_are_saved_beside_the_file_and_loaded_not_rebuilt(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    backend = SQLiteBackend(path, settings=LISTS)
-    store = backend.for_tenant("acme")
-    fill(store, clustered(2000, 8))
-    saved_lists = built(backend, store)
-    centres = saved_lists.centres.copy()
-    backend.close()
-    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == ["t1-c1.ivf", "t1-c1.ivf.json"]
-
-    # Another process changes the collection while no lists are kept up to date.
-    other = SQLiteBackend(path, settings=SQLiteSettings(ann=False))
-    other_store = other.for_tenant("acme")
-    other_store.delete_documents([other_store.list_documents("c")[0].id], "c")
-    fill(other_store, clustered(100, 9), prefix="late")
-    other.close()
-
-    backend = SQLiteBackend(path, settings=LISTS)
-    store = backend.for_tenant("acme")
-    lists = built(backend, store)
-    # Loaded from the file: only the 100 new rows were added and the 100 removed ones taken out.
-    assert lists.unsaved == 200 and np.array_equal(lists.centres, centres)
-    in_step(backend, store, lists)
-    assert not set(lists.keys.tolist()) & set(range(1, 101))
-    late = clustered(100, 9)
-    assert vector_query(store, "c", late[42], 1)[0].content == "late 42"
-    assert nearest(store, late[42]).plan == "ivf"
-    backend.close()
-
-
-def test_each_tenants_collection_has_its_own_lists(tmp_path: Path) -> None:
-    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
-    acme, other = backend.for_tenant("acme"), backend.for_tenant("other")
-    mine, theirs = clustered(1200, 12), clustered(1200, 13)
-    fill(acme, mine, prefix="acme")
-    fill(other, theirs, prefix="other")
-    acme_lists, other_lists = built(backend, acme), built(backend, other)
-    assert acme_lists is not other_lists
-    acme_keys, other_keys = set(acme_lists.keys.tolist()), set(other_lists.keys.tolist())
-    assert len(acme_keys) == len(other_keys) == 1200 and not acme_keys & other_keys
-    # The other tenant's nearest vectors are never an answer, even searched with their own vectors.
-    for q in theirs[:50]:
-        found = nearest(acme, q)
-        assert found.plan == "ivf" and set(found.keys.tolist()) <= acme_keys
-        assert all(h.content.startswith("acme") for h in vector_query(acme, "c", q, 10))
-    acme_pk, other_pk = acme.read_collection("c").key, other.read_collection("c").key
-    backend.close()
-    files = sorted(p.name for p in (tmp_path / "s.db-ann").iterdir())
-    assert files == [f"t{t}-c{c}.{ext}" for t, c in sorted([(1, acme_pk), (2, other_pk)])
-                     for ext in ("ivf", "ivf.json")]
-
-    # Erasing one tenant removes its lists and leaves the other's.
-    backend = SQLiteBackend(tmp_path / "s.db", settings=LISTS)
-    backend.for_tenant("other").delete_collection("c")
-    assert sorted(p.name for p in (tmp_path / "s.db-ann").iterdir()) == [f"t1-c{acme_pk}.ivf",
-                                                                           f"t1-c{acme_pk}.ivf.json"]
-    acme = backend.for_tenant("acme")
-    built(backend, acme)
-    assert nearest(acme, mine[5]).plan == "ivf"
-    assert vector_query(acme, "c", mine[5], 1)[0].content == "acme 5"
     backend.close()
 
 
