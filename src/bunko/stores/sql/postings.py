@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -228,6 +229,7 @@ class PostingsCache:
 INDEX_BYTES = 256 * 1024 * 1024
 # The most bytes of segments one search loads into the SegmentIndex (later searches load the others).
 LOAD_BYTES = 64 * 1024 * 1024  # (but at least one segment)
+IDLE_S = 60.0  # a held segment no search used for this long may make room for another collection's
 _TERM_BYTES = 120  # about what one term costs a held segment beside its entries (its dictionary entry)
 
 
@@ -291,6 +293,7 @@ class SegmentIndex:
         self._held: OrderedDict[tuple[tuple[int, int], SegmentId], HeldSegment] = OrderedDict()
         self._sizes: dict[tuple[tuple[int, int], SegmentId], int] = {}  # bytes of segments not (yet) held
         self._layouts: OrderedDict[Hashable, Layout] = OrderedDict()
+        self._used: dict[tuple[tuple[int, int], SegmentId], float] = {}  # when a held segment was last searched
         self._bytes = 0
 
     @property
@@ -305,6 +308,7 @@ class SegmentIndex:
             return [seg for (sc, seg) in self._held if sc == scope]
 
     def layout(self, scope: tuple[int, int], version: Hashable) -> Layout | None:
+        """The layout kept for this collection version, if any."""
         with self._lock:
             found = self._layouts.get((scope, version))
             if found is not None:
@@ -319,28 +323,47 @@ class SegmentIndex:
             while len(self._layouts) > 256:
                 self._layouts.popitem(last=False)
             for key in [k for k in self._held if k[0] == scope and k[1] not in current]:
-                self._bytes -= self._held.pop(key).nbytes
+                self._drop(key)
             for key in [k for k in self._sizes if k[0] == scope and k[1] not in current]:
                 del self._sizes[key]
 
     def get(self, scope: tuple[int, int], segment: SegmentId) -> HeldSegment | None:
+        """A held segment, if it is held."""
         with self._lock:
             found = self._held.get((scope, segment))
             if found is not None:
                 self._held.move_to_end((scope, segment))
+                self._used[(scope, segment)] = time.monotonic()
             return found
 
     def size(self, scope: tuple[int, int], segment: SegmentId) -> int | None:
+        """A segment's size as noted (``note_size``), if it was."""
         with self._lock:
             return self._sizes.get((scope, segment))
 
     def note_size(self, scope: tuple[int, int], segment: SegmentId, size: int) -> None:
+        """Note about the bytes a segment would take held."""
         with self._lock:
             self._sizes[(scope, segment)] = size
 
     def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit, once segments no search has used for ``IDLE_S`` are dropped
+        (the least recently used first): two collections too large to be held together do not take
+        turns loading each other out."""
         with self._lock:
+            if self._bytes + size <= self.limit:
+                return True
+            idle = time.monotonic() - IDLE_S
+            for key in list(self._held):  # the least recently used first
+                if self._bytes + size <= self.limit:
+                    break
+                if self._used.get(key, 0.0) <= idle:
+                    self._drop(key)
             return self._bytes + size <= self.limit
+
+    def _drop(self, key: tuple[tuple[int, int], SegmentId]) -> None:
+        self._bytes -= self._held.pop(key).nbytes
+        self._used.pop(key, None)
 
     def put(self, scope: tuple[int, int], segment: SegmentId, held: HeldSegment) -> bool:
         """Hold a loaded segment if it fits within the limit (another search may have loaded it meanwhile)."""
@@ -350,6 +373,7 @@ class SegmentIndex:
             if self._bytes + held.nbytes > self.limit:
                 return False
             self._held[(scope, segment)] = held
+            self._used[(scope, segment)] = time.monotonic()
             self._bytes += held.nbytes
             return True
 
@@ -357,15 +381,17 @@ class SegmentIndex:
         """Drop the segments and layouts of a deleted collection."""
         with self._lock:
             for key in [k for k in self._held if k[0][1] == collection_pk]:
-                self._bytes -= self._held.pop(key).nbytes
+                self._drop(key)
             for key in [k for k in self._sizes if k[0][1] == collection_pk]:
                 del self._sizes[key]
-            for key in [k for k in self._layouts if k[0][1] == collection_pk]:  # type: ignore[index]
-                del self._layouts[key]
+            for version in [v for v in self._layouts if v[0][1] == collection_pk]:  # type: ignore[index]
+                del self._layouts[version]
 
     def clear(self) -> None:
+        """Drop every held segment and layout."""
         with self._lock:
             self._held.clear()
+            self._used.clear()
             self._sizes.clear()
             self._layouts.clear()
             self._bytes = 0
@@ -620,8 +646,8 @@ class PostingsTable:
         if keys:
             listed, values = self._d.any("segment", keys)
             for key, term, blob in self._fetch(
-                    conn, f"SELECT segment, term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
-                    f"AND {listed} AND term IN (?, ?)", (*scope, *values, ALL, DEAD)):
+                    conn, f"SELECT segment, term, entries FROM keyword_postings WHERE tenant_id = ? "
+                    f"AND collection_id = ? AND {listed} AND term IN (?, ?)", (*scope, *values, ALL, DEAD)):
                 if term == ALL:
                     digests[int(key)] = _digest(bytes(blob))
                 else:
@@ -688,9 +714,9 @@ class PostingsTable:
         for term in dict.fromkeys(terms):
             parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
             for key, _ in layout.segments:
-                segment = held.get(key)
-                if segment is not None:
-                    part = segment.part(term)
+                whole = held.get(key)
+                if whole is not None:
+                    part = whole.part(term)
                     if part is not None:
                         parts.append(part)
                     continue
