@@ -20,7 +20,9 @@ orders them, so a segment may hold ids below a newer one's key: merges and reads
 segments overlap, and a delete finds each chunk in its segment's ``ALL`` row.
 
 A search reads the postings of its terms (``PostingsTable.read``) and ranks them above the stores
-(:mod:`bunko.search.keyword`).
+(:mod:`bunko.search.keyword`). Each backend holds whole segments in memory within a budget
+(``SegmentIndex``): a segment never changes under its key and chunk list, so a search takes its terms'
+entries from the segments held and reads only the others' from the table (``read_held``).
 
 This is format 2 of the postings. Migrations fill the table with this module (SQLite migration 11,
 PostgreSQL migration 15), so it stays as it is: a change of format is a new module beside this one
@@ -351,8 +353,8 @@ class SegmentIndex:
         (the least recently used first): two collections too large to be held together do not take
         turns loading each other out."""
         with self._lock:
-            if self._bytes + size <= self.limit:
-                return True
+            if self._bytes + size <= self.limit or size > self.limit:
+                return self._bytes + size <= self.limit
             idle = time.monotonic() - IDLE_S
             for key in list(self._held):  # the least recently used first
                 if self._bytes + size <= self.limit:
