@@ -659,6 +659,14 @@ class PostingsTable:
         self.index.put_layout(scope, version, found)
         return found
 
+    def holds_all(self, conn: Any, scope: tuple[int, int], version: Hashable) -> bool:
+        """Whether every segment of the collection at ``version`` is held in memory (then a term's document
+        frequency is the length of its postings, without a query)."""
+        if self.index.limit <= 0:
+            return False
+        layout = self.layout(conn, scope, version)
+        return all(self.index.get(scope, segment) is not None for segment in layout.segments)
+
     def _segment_size(self, conn: Any, scope: tuple[int, int], segment: SegmentId) -> int:
         """About the bytes a segment takes held (see HeldSegment), from the lengths of its rows."""
         size = self.index.size(scope, segment)
