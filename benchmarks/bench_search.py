@@ -29,8 +29,10 @@ server time is not in it).
 
 The keyword postings a search reads are kept in the backend's cache (``PostingsCache``) until the
 collection is written again; ``keyword`` and each hybrid mode have a cache of their own here, so each
-meets a question's terms for the first time in its own run; ``--no-postings-cache`` turns the cache off
-(every keyword search reads its postings from the database, as before the cache). The exact answers for
+meets a question's terms for the first time in its own run. The segments the backend holds whole in
+memory (``SegmentIndex``, loaded by the first searches, as the vector matrix is) are shared by every mode
+(``postings_held_mb``). ``--no-postings-cache`` turns both off (every keyword search reads its postings
+from the database, as before the cache). The exact answers for
 recall are computed before the timing: numpy's product leaves BLAS threads spinning that would take the
 cores from the search timed next.
 
@@ -335,6 +337,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         depth = TOP_K * HYBRID_DEPTH
         size = 0 if args.no_postings_cache else CACHE_BYTES
         caches = {mode: PostingsCache(size) for mode in ("keyword", "hybrid", "hybrid_sequential", "hybrid_concurrent")}
+        index = getattr(backend.postings, "index", None)  # the segments held in memory, shared by every mode
+        if index is not None and args.no_postings_cache:
+            index.limit = 0
         # The exact answers, before the timing: numpy's product runs on BLAS threads that spin for a while
         # after it, taking the cores from whatever search comes next.
         truths = {"vector": [set(exact_ids(matrix, q).tolist()) for q in query_vectors]}
@@ -402,6 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ann": ann,
             "queries": args.queries,
             "postings_cache": not args.no_postings_cache,
+            "postings_held_mb": None if index is None else round(index.held_bytes / 2**20, 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],
         }
         exact = report["exact_scan_p50_ms"]

@@ -108,6 +108,10 @@ def test_a_failing_leg_fails_the_hybrid_search_typed_and_keeps_the_store_usable(
             acme = engine.tenant("acme")
             assert acme.search("水の備蓄", mode="hybrid").results
             _break_keyword_leg(url)
+            # As a process that has not searched yet: nothing of the postings in memory (the segments the
+            # search above loaded would answer the keyword leg without the table).
+            engine.backend.postings.index.clear()  # type: ignore[attr-defined]
+            engine.backend.postings.cache.clear()  # type: ignore[attr-defined]
             retriever = Retriever(engine.embedder, acme.store, "default")
             for _ in range(12):  # more than the pool's connections: none is kept by a failed search
                 with pytest.raises(RetrievalError) as caught:

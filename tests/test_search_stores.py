@@ -597,3 +597,110 @@ def test_cached_document_frequencies_follow_writes_and_tenants(store_backend: St
     check()
     b.delete_documents([b.find_by_source("docs", "b1.txt").id], "docs")
     check()
+
+
+def _postings_both_ways(backend: StoreBackend, store: object, terms: list[str]) -> tuple[dict, dict]:
+    """A collection's postings of ``terms`` read from the table and through the held segments, in one reader."""
+    table = backend.postings  # type: ignore[attr-defined]
+    row = store.read_collection("docs")  # type: ignore[attr-defined]
+    with store.reader(row) as reader:  # type: ignore[attr-defined]
+        version = reader._version()[1]
+        read = table.read(reader._conn, reader.scope, terms)
+        held = table.read_held(reader._conn, reader.scope, version, terms)
+    as_lists = lambda found: {t: [a.tolist() for a in c] for t, c in found.items()}  # noqa: E731
+    return as_lists(read), as_lists(held)
+
+
+def test_held_segments_follow_writes_merges_deletes_and_tenants(store_backend: StoreBackend) -> None:
+    """Keyword postings held in memory segment by segment (``SegmentIndex``) give the table's postings after
+    every write (segments merging in tiers), delete (listed dead, then a segment rewritten without them)
+    and collection re-creation, and never another tenant's: each search's terms, read both ways, are the
+    same, and so are the searches' results with and without the held segments."""
+    table = store_backend.postings  # type: ignore[attr-defined]
+    index = table.index
+    a, b = store_backend.for_tenant("tenant-a"), store_backend.for_tenant("tenant-b")
+    for store in (a, b):
+        store.ensure_collection("docs", INFO)
+    words = ["water", "storage", "food", "備蓄", "水", "地震", "家具", "rotate", "clean", "litres"]
+    rng = np.random.default_rng(5)
+
+    def text(i: int) -> str:
+        return " ".join(rng.choice(words, size=int(rng.integers(3, 9))).tolist()) + f" w{i}"
+
+    queries = ["water storage", "備蓄 水 food", "地震 家具 clean litres rotate"]
+    terms = ["water", "storage", "food", "備蓄", "水", "地震", "家具", "rotate", "clean", "litres", "w3", "w40"]
+
+    def check() -> None:
+        for store in (a, b):
+            read, held = _postings_both_ways(store_backend, store, terms)
+            assert held == read
+            with_index = [[(h.chunk_id, h.score) for h in keyword_query(store, "docs", q, 8)] for q in queries]
+            limit, index.limit = index.limit, 0
+            table.cache.clear()
+            try:
+                without = [[(h.chunk_id, h.score) for h in keyword_query(store, "docs", q, 8)] for q in queries]
+            finally:
+                index.limit = limit
+                table.cache.clear()
+            assert with_index == without
+        for store in (a, b):
+            row = store.read_collection("docs")
+            with store.reader(row) as reader:
+                layout = table.layout(reader._conn, reader.scope, reader._version()[1])
+                held = index.held(reader.scope)
+            assert held and set(held) <= set(layout.segments)  # segments merged away are no longer held
+        assert index.held_bytes <= index.limit
+
+    b.write_documents("docs", [make_document("b1.txt", [text(i) for i in range(30)], unit_vectors(30, seed=2))])
+    n = 0
+    for step in range(12):  # small writes: segments merge in tiers
+        a.write_documents("docs", [make_document(f"a{step}.txt", [text(n + i) for i in range(7)],
+                                                 unit_vectors(7, seed=10 + step))])
+        n += 7
+        if step % 4 == 3:
+            check()
+    assert index.held_bytes > 0
+    a.delete_documents([a.find_by_source("docs", "a1.txt").id], "docs")  # listed dead
+    check()
+    for step in (0, 2, 3, 4, 5, 6, 7):  # most of the oldest segment's chunks: rewritten without them
+        a.delete_documents([a.find_by_source("docs", f"a{step}.txt").id], "docs")
+    check()
+    with a.reader(a.read_collection("docs")) as reader:
+        old = reader.scope
+    assert index.held(old)
+    a.delete_collection("docs")
+    assert index.held(old) == []  # a deleted collection's segments are let go
+    a.ensure_collection("docs", INFO)
+    a.write_documents("docs", [make_document("a-new.txt", [text(i) for i in range(5)], unit_vectors(5, seed=99))])
+    check()
+
+
+def test_held_segments_within_a_small_budget_give_the_same_postings(store_backend: StoreBackend) -> None:
+    """With room for some segments only, a search takes those from memory and reads the others from the
+    table: the postings are the same as the table's, and the held bytes stay within the limit (none held
+    with no room at all)."""
+    table = store_backend.postings  # type: ignore[attr-defined]
+    store = store_backend.for_tenant("tenant-a")
+    store.ensure_collection("docs", INFO)
+    for step in range(5):
+        store.write_documents("docs", [make_document(f"a{step}.txt", [f"water storage {step} {i} 水の備蓄" for i in
+                                                                      range(40 * (step + 1))],
+                                                     unit_vectors(40 * (step + 1), seed=step))])
+    terms = ["water", "storage", "2", "水", "備 蓄", "3"]
+    table.index.limit = 0
+    read, held = _postings_both_ways(store_backend, store, terms)
+    assert held == read and table.index.held_bytes == 0
+    with store.reader(store.read_collection("docs")) as reader:
+        scope, version = reader.scope, reader._version()[1]
+        segments = table.layout(reader._conn, scope, version).segments
+        sizes = sorted(table._segment_size(reader._conn, scope, segment) for segment in segments)
+    assert len(segments) > 1
+    counts = []
+    for limit in (sizes[0], sizes[0] + sizes[1], 10**9):
+        table.index.clear()
+        table.index.limit = limit
+        read, held = _postings_both_ways(store_backend, store, terms)
+        assert held == read
+        assert 0 < table.index.held_bytes <= limit
+        counts.append(len(table.index.held(scope)))
+    assert counts[0] < len(segments) and counts[-1] == len(segments), (counts, segments)

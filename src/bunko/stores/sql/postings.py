@@ -20,7 +20,9 @@ orders them, so a segment may hold ids below a newer one's key: merges and reads
 segments overlap, and a delete finds each chunk in its segment's ``ALL`` row.
 
 A search reads the postings of its terms (``PostingsTable.read``) and ranks them above the stores
-(:mod:`bunko.search.keyword`).
+(:mod:`bunko.search.keyword`). Each backend holds whole segments in memory within a budget
+(``SegmentIndex``): a segment never changes under its key and chunk list, so a search takes its terms'
+entries from the segments held and reads only the others' from the table (``read_held``).
 
 This is format 2 of the postings. Migrations fill the table with this module (SQLite migration 11,
 PostgreSQL migration 15), so it stays as it is: a change of format is a new module beside this one
@@ -29,7 +31,9 @@ and a migration that rebuilds the postings with it.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -223,6 +227,206 @@ class PostingsCache:
             self._df.clear()
 
 
+# The most bytes of postings one backend holds whole, segment by segment (see SegmentIndex).
+INDEX_BYTES = 256 * 1024 * 1024
+# The most bytes of segments one search loads into the SegmentIndex (later searches load the others).
+LOAD_BYTES = 64 * 1024 * 1024  # (but at least one segment)
+IDLE_S = 60.0  # a held segment no search used for this long may make room for another collection's
+_TERM_BYTES = 120  # about what one term costs a held segment beside its entries (its dictionary entry)
+
+
+class HeldSegment:
+    """One segment's postings in memory, every term's entries one after another: a term's chunk offsets
+    (from the segment key), term counts and token counts are slices of three arrays."""
+
+    __slots__ = ("key", "nbytes", "offsets", "sizes", "spans", "terms", "tf")
+
+    def __init__(self, key: int, rows: Sequence[tuple[str, bytes]]) -> None:
+        self.key = key
+        kept = [(str(term), bytes(blob)) for term, blob in rows if term not in (ALL, DEAD)]
+        entries = np.frombuffer(b"".join(blob for _, blob in kept), dtype=ENTRY)
+        self.offsets = entries["offset"].copy()
+        self.tf = entries["tf"].copy()
+        self.sizes = entries["size"].copy()
+        ends = np.cumsum([len(blob) // ENTRY.itemsize for _, blob in kept], dtype=np.int64)
+        self.spans = np.concatenate([[0], ends]).tolist()
+        self.terms = {term: i for i, (term, _) in enumerate(kept)}
+        self.nbytes = self.offsets.nbytes + self.tf.nbytes + self.sizes.nbytes + _TERM_BYTES * len(kept)
+
+    def part(self, term: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The term's entries here: (segment key, offsets, term counts, token counts), or None."""
+        i = self.terms.get(term)
+        if i is None:
+            return None
+        start, end = self.spans[i], self.spans[i + 1]
+        return self.key, self.offsets[start:end], self.tf[start:end], self.sizes[start:end]
+
+
+# A segment as a collection version holds it: (key, digest of its ALL row). A segment's term rows follow
+# from its chunks (a chunk's text never changes under its rowid), which its ALL row lists: a merge or a
+# purge that rewrites the segment under the same key changes the digest.
+SegmentId = tuple[int, bytes]
+
+
+class Layout:
+    """A collection version's segments (oldest key first) and its deleted chunks (ascending)."""
+
+    __slots__ = ("dead", "segments")
+
+    def __init__(self, segments: list[SegmentId], dead: np.ndarray) -> None:
+        self.segments = segments
+        self.dead = dead
+
+
+class SegmentIndex:
+    """Whole segments' postings held in memory, by collection and segment, within ``limit`` bytes, so that
+    a search takes a term's postings from memory instead of reading them (1-6 MB a question at 100k
+    chunks). A segment is immutable under its identity (key and the digest of its chunk list), so a
+    write leaves the held segments as they are and only adds or replaces the ones it wrote: a search
+    then loads those (at most ``per_search`` bytes each search), and reads the terms of segments not held
+    (not loaded yet, or past the limit) from the table. Segments a collection no longer has are dropped
+    when its new layout is read. Layouts are kept by collection version, as ``PostingsCache`` keeps
+    postings."""
+
+    def __init__(self, limit: int = INDEX_BYTES, per_search: int = LOAD_BYTES) -> None:
+        self.limit = limit
+        self.per_search = per_search
+        self._lock = threading.Lock()
+        self._held: OrderedDict[tuple[tuple[int, int], SegmentId], HeldSegment] = OrderedDict()
+        self._sizes: dict[tuple[tuple[int, int], SegmentId], int] = {}  # bytes of segments not (yet) held
+        self._layouts: OrderedDict[Hashable, Layout] = OrderedDict()
+        self._used: dict[tuple[tuple[int, int], SegmentId], float] = {}  # when a held segment was last searched
+        self._bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of segments held now."""
+        with self._lock:
+            return self._bytes
+
+    def held(self, scope: tuple[int, int]) -> list[SegmentId]:
+        """The segments of a collection held now."""
+        with self._lock:
+            return [seg for (sc, seg) in self._held if sc == scope]
+
+    def layout(self, scope: tuple[int, int], version: Hashable) -> Layout | None:
+        """The layout kept for this collection version, if any."""
+        with self._lock:
+            found = self._layouts.get((scope, version))
+            if found is not None:
+                self._layouts.move_to_end((scope, version))
+            return found
+
+    def put_layout(self, scope: tuple[int, int], version: Hashable, layout: Layout) -> None:
+        """Keep a version's layout; drop the segments of the collection it no longer has."""
+        current = set(layout.segments)
+        with self._lock:
+            self._layouts[(scope, version)] = layout
+            while len(self._layouts) > 256:
+                self._layouts.popitem(last=False)
+            for key in [k for k in self._held if k[0] == scope and k[1] not in current]:
+                self._drop(key)
+            for key in [k for k in self._sizes if k[0] == scope and k[1] not in current]:
+                del self._sizes[key]
+
+    def get(self, scope: tuple[int, int], segment: SegmentId) -> HeldSegment | None:
+        """A held segment, if it is held."""
+        with self._lock:
+            found = self._held.get((scope, segment))
+            if found is not None:
+                self._held.move_to_end((scope, segment))
+                self._used[(scope, segment)] = time.monotonic()
+            return found
+
+    def size(self, scope: tuple[int, int], segment: SegmentId) -> int | None:
+        """A segment's size as noted (``note_size``), if it was."""
+        with self._lock:
+            return self._sizes.get((scope, segment))
+
+    def note_size(self, scope: tuple[int, int], segment: SegmentId, size: int) -> None:
+        """Note about the bytes a segment would take held."""
+        with self._lock:
+            self._sizes[(scope, segment)] = size
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit, once segments no search has used for ``IDLE_S`` are dropped
+        (the least recently used first): two collections too large to be held together do not take
+        turns loading each other out."""
+        with self._lock:
+            if self._bytes + size <= self.limit or size > self.limit:
+                return self._bytes + size <= self.limit
+            idle = time.monotonic() - IDLE_S
+            for key in list(self._held):  # the least recently used first
+                if self._bytes + size <= self.limit:
+                    break
+                if self._used.get(key, 0.0) <= idle:
+                    self._drop(key)
+            return self._bytes + size <= self.limit
+
+    def _drop(self, key: tuple[tuple[int, int], SegmentId]) -> None:
+        self._bytes -= self._held.pop(key).nbytes
+        self._used.pop(key, None)
+
+    def put(self, scope: tuple[int, int], segment: SegmentId, held: HeldSegment) -> bool:
+        """Hold a loaded segment if it fits within the limit (another search may have loaded it meanwhile)."""
+        with self._lock:
+            if (scope, segment) in self._held:
+                return True
+            if self._bytes + held.nbytes > self.limit:
+                return False
+            self._held[(scope, segment)] = held
+            self._used[(scope, segment)] = time.monotonic()
+            self._bytes += held.nbytes
+            return True
+
+    def forget(self, collection_pk: int) -> None:
+        """Drop the segments and layouts of a deleted collection."""
+        with self._lock:
+            for key in [k for k in self._held if k[0][1] == collection_pk]:
+                self._drop(key)
+            for key in [k for k in self._sizes if k[0][1] == collection_pk]:
+                del self._sizes[key]
+            for version in [v for v in self._layouts if v[0][1] == collection_pk]:  # type: ignore[index]
+                del self._layouts[version]
+
+    def clear(self) -> None:
+        """Drop every held segment and layout."""
+        with self._lock:
+            self._held.clear()
+            self._used.clear()
+            self._sizes.clear()
+            self._layouts.clear()
+            self._bytes = 0
+
+
+def _join(parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], dead: np.ndarray) -> Column:
+    """A term's postings from its entries in each segment ((key, offsets, term counts, token counts), by
+    key), in rowid order (segments may overlap on PostgreSQL), without the ``dead`` chunks."""
+    n = sum(len(p[1]) for p in parts)
+    ids = np.empty(n, dtype=np.int64)
+    tf = np.empty(n, dtype=np.uint16)
+    sizes = np.empty(n, dtype=np.uint16)
+    at = 0
+    for key, offsets, counts, lengths in parts:
+        m = len(offsets)
+        np.add(offsets, np.int64(key), out=ids[at:at + m], casting="unsafe")
+        tf[at:at + m] = counts
+        sizes[at:at + m] = lengths
+        at += m
+    if n > 1 and len(parts) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
+        order = np.argsort(ids, kind="stable")
+        ids, tf, sizes = ids[order], tf[order], sizes[order]
+    if len(dead):
+        live = _live(ids, dead)
+        if live is not None:
+            ids, tf, sizes = ids[live], tf[live], sizes[live]
+    return ids, tf, sizes
+
+
+def _digest(blob: bytes) -> bytes:
+    return hashlib.blake2b(blob, digest_size=16).digest()
+
+
 def _live(ids: np.ndarray, dead: np.ndarray) -> np.ndarray | None:
     """Which of ``ids`` (ascending) are not in ``dead`` (ascending), or None when all are: found by binary
     search, so a few deleted chunks cost a few look-ups, not a pass over the postings for each (``np.isin``
@@ -243,9 +447,10 @@ class PostingsTable:
     writers hold the collection's write lock (SQLite's database lock, PostgreSQL's collection row).
     Searches read through a :class:`PostingsCache` (``read_cached``)."""
 
-    def __init__(self, dialect: Dialect, cache_bytes: int = CACHE_BYTES) -> None:
+    def __init__(self, dialect: Dialect, cache_bytes: int = CACHE_BYTES, index_bytes: int = INDEX_BYTES) -> None:
         self._d = dialect
         self.cache = PostingsCache(cache_bytes)
+        self.index = SegmentIndex(index_bytes)
 
     def _run(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(self._d.sql(statement), params)
@@ -426,10 +631,111 @@ class PostingsTable:
         found = self.cache.get(key, terms)
         missing = [t for t in terms if t not in found]
         if missing:
-            read = self.read(conn, scope, missing)
+            read = self.read_held(conn, scope, version, missing) if self.index.limit > 0 else self.read(
+                conn, scope, missing)
             self.cache.put(key, read)
             found.update(read)
         return found
+
+    def layout(self, conn: Any, scope: tuple[int, int], version: Hashable) -> Layout:
+        """The collection's segments and deleted chunks at ``version`` (read once per version)."""
+        found = self.index.layout(scope, version)
+        if found is not None:
+            return found
+        keys = [key for key, _ in self.segments(conn, scope)]
+        digests: dict[int, bytes] = {}
+        parts: list[np.ndarray] = []
+        if keys:
+            listed, values = self._d.any("segment", keys)
+            for key, term, blob in self._fetch(
+                    conn, f"SELECT segment, term, entries FROM keyword_postings WHERE tenant_id = ? "
+                    f"AND collection_id = ? AND {listed} AND term IN (?, ?)", (*scope, *values, ALL, DEAD)):
+                if term == ALL:
+                    digests[int(key)] = _digest(bytes(blob))
+                else:
+                    parts.append(unpack(int(key), bytes(blob))[0])
+        dead = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        found = Layout([(key, digests.get(key, b"")) for key in keys], dead)
+        self.index.put_layout(scope, version, found)
+        return found
+
+    def holds_all(self, conn: Any, scope: tuple[int, int], version: Hashable) -> bool:
+        """Whether every segment of the collection at ``version`` is held in memory (then a term's document
+        frequency is the length of its postings, without a query)."""
+        if self.index.limit <= 0:
+            return False
+        layout = self.layout(conn, scope, version)
+        return all(self.index.get(scope, segment) is not None for segment in layout.segments)
+
+    def _segment_size(self, conn: Any, scope: tuple[int, int], segment: SegmentId) -> int:
+        """About the bytes a segment takes held (see HeldSegment), from the lengths of its rows."""
+        size = self.index.size(scope, segment)
+        if size is None:
+            rows, total = self._run(conn, "SELECT count(*), sum(length(entries)) FROM keyword_postings WHERE "
+                                          "tenant_id = ? AND collection_id = ? AND segment = ?",
+                                    (*scope, segment[0])).fetchone()
+            size = int(total or 0) + _TERM_BYTES * int(rows or 0)
+            self.index.note_size(scope, segment, size)
+        return size
+
+    def _load(self, conn: Any, scope: tuple[int, int], segment: SegmentId) -> HeldSegment | None:
+        """A segment read whole, or None when its chunk list is not the one ``segment`` names."""
+        rows = [(str(term), bytes(blob)) for term, blob in self._fetch(
+            conn, "SELECT term, entries FROM keyword_postings WHERE tenant_id = ? AND collection_id = ? "
+                  "AND segment = ?", (*scope, segment[0]))]
+        listed = next((blob for term, blob in rows if term == ALL), None)
+        if listed is None or _digest(listed) != segment[1]:
+            return None
+        return HeldSegment(segment[0], rows)
+
+    def read_held(self, conn: Any, scope: tuple[int, int], version: Hashable,
+                  terms: Sequence[str]) -> dict[str, Column]:
+        """:meth:`read` through the :class:`SegmentIndex`: the terms' entries in the segments it holds from
+        memory (loading up to its ``per_search`` bytes of segments it lacks, if they fit), the others in
+        one statement; the same postings as :meth:`read`."""
+        layout = self.layout(conn, scope, version)
+        if not layout.segments or not terms:
+            return {}
+        budget = self.index.per_search
+        held: dict[int, HeldSegment] = {}
+        unheld: list[int] = []
+        for segment in layout.segments:
+            found = self.index.get(scope, segment)
+            if found is None and segment[1] and budget > 0:
+                size = self._segment_size(conn, scope, segment)
+                if (size <= budget or budget == self.index.per_search) and self.index.fits(size):
+                    budget -= size
+                    found = self._load(conn, scope, segment)
+                    if found is not None:
+                        self.index.put(scope, segment, found)
+            if found is None:
+                unheld.append(segment[0])
+            else:
+                held[segment[0]] = found
+        read: dict[tuple[str, int], np.ndarray] = {}
+        if unheld:
+            listed, values = self._d.any("segment", unheld)
+            wanted, words = self._d.any("term", sorted(set(terms)))
+            for term, key, blob in self._fetch(
+                    conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? "
+                          f"AND collection_id = ? AND {listed} AND {wanted}", (*scope, *values, *words)):
+                read[(str(term), int(key))] = np.frombuffer(bytes(blob), dtype=ENTRY)
+        out: dict[str, Column] = {}
+        for term in dict.fromkeys(terms):
+            parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+            for key, _ in layout.segments:
+                whole = held.get(key)
+                if whole is not None:
+                    part = whole.part(term)
+                    if part is not None:
+                        parts.append(part)
+                    continue
+                entries = read.get((term, key))
+                if entries is not None:
+                    parts.append((key, entries["offset"], entries["tf"], entries["size"]))
+            if parts:
+                out[term] = _join(parts, layout.dead)
+        return out
 
     def read(self, conn: Any, scope: tuple[int, int], terms: Sequence[str]) -> dict[str, Column]:
         """The postings of these terms in the collection, without deleted chunks, in one statement."""

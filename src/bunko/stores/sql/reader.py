@@ -111,13 +111,22 @@ class SQLReader:
     # -- keyword statistics and postings -------------------------------------------------------------
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
         """How many of the collection's chunks hold each term (terms none hold are left out): those of terms
-        searched since the collection's last write from the backend's postings cache, the others in SQL."""
+        searched since the collection's last write from the backend's postings cache, the others from the
+        segments held in memory when it holds them all, else in SQL."""
         if not terms:
             return {}
-        cache, version = self._backend.postings.cache, self._version()
+        table = self._backend.postings
+        cache, version = table.cache, self._version()
         found = cache.frequencies(version, terms)
         missing = sorted(set(terms) - found.keys())
-        if missing:
+        if missing and table.holds_all(self._conn, self.scope, version[1]):
+            # Every segment in memory: a term's frequency is its live postings' length (which keyword_df
+            # counts the same way), and the postings read here are the search's next step, from the cache.
+            held = self.postings(missing)
+            counts = {t: len(held[t][0]) if t in held else 0 for t in missing}
+            cache.put_frequencies(version, counts)
+            found.update(counts)
+        elif missing:
             listed, values = self._d.any("term", missing)
             read = {t: int(n) for t, n in self.run(
                 f"SELECT term, df FROM keyword_df WHERE tenant_id = ? AND collection_id = ? AND {listed}",

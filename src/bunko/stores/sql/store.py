@@ -453,6 +453,7 @@ class SQLStore:
             self.run(conn, "DELETE FROM ingest_failures WHERE tenant_id = ? AND collection = ?", (tenant_pk, name))
         self._forget_collection(collection_pk)
         self._backend.postings.cache.forget(collection_pk)
+        self._backend.postings.index.forget(collection_pk)
 
     # -- documents ------------------------------------------------------------------------------
     def write_document(self, collection: str, document: DocumentWrite) -> IngestResult:
