@@ -208,6 +208,20 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
             "candidates": ann.config.candidates, "min_rows": ann.config.min_rows}
 
 
+def _server_memory(backend: Any) -> dict[str, Any]:
+    """The PostgreSQL server's ``shared_buffers`` and the size of the benchmark collection's vector indexes:
+    a search whose index does not fit the server's buffers reads pages from the OS cache (slower; the
+    README advises sizing ``shared_buffers`` above the indexes). The throwaway server runs with
+    PostgreSQL's default, 128 MB."""
+    with backend.connection() as conn:
+        buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
+        indexes = {str(name): round(int(size) / 2**20, 1) for name, size in conn.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'bunko.chunks'::regclass "
+            "AND a.amname IN ('hnsw', 'ivfflat') ORDER BY c.relname")}
+    return {"shared_buffers": buffers, "vector_indexes_mb": indexes}
+
+
 def _rss_mb() -> dict[str, float]:
     """The process's resident set now and at its peak (MB): the benchmark's own copy of the vectors included."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
@@ -403,6 +417,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "queries": args.queries,
             "postings_cache": not args.no_postings_cache,
             "load_average": [round(x, 2) for x in os.getloadavg()],
+            "postgres_server": _server_memory(backend) if args.store == "postgres" else None,
         }
         exact = report["exact_scan_p50_ms"]
         report["ratios_to_exact_scan"] = {m: round(v["p50_ms"] / exact, 2) for m, v in report["modes"].items()}
