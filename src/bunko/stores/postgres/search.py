@@ -29,15 +29,19 @@ if TYPE_CHECKING:
 def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
     """``hnsw.ef_search`` for an unfiltered search of a collection of ``rows`` chunks.
 
-    An HNSW graph of more vectors needs a wider search for the same recall (at 100,000 chunks of
-    ``benchmarks/bench_search.py``, HNSW over halfvec: recall@10 0.973 / 0.987 / 0.998 at 500 / 632 / 800;
-    docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
-    ``settings.ef_search_rows`` chunks, then growing with the square root of the size, to pgvector's
-    limit of 1,000; never less than k.
+    An HNSW graph of more vectors needs a wider search for the same recall, and from about 100,000 chunks
+    faster than the square root of its size: on ``benchmarks/bench_search.py``'s chunks (HNSW over halfvec,
+    two question samples) recall@10 reached 0.99 at ef_search ~500 at 60,000 chunks, 560-600 at 100,000
+    (two builds) and 900 at 150,000 (docs/ARCHITECTURE.md, "Which index, and how wide a search"). So
+    ``settings.ef_search`` up to ``settings.ef_search_rows`` chunks, then growing with the square root of
+    the size, and at least in proportion to it past ``settings.ef_search_linear_rows`` chunks; at most
+    pgvector's limit of 1,000, never less than k.
     """
     breadth = settings.ef_search
     if settings.ef_search_rows and rows > settings.ef_search_rows:
         breadth = round(settings.ef_search * math.sqrt(rows / settings.ef_search_rows))
+    if settings.ef_search_linear_rows and rows > settings.ef_search_linear_rows:
+        breadth = max(breadth, round(settings.ef_search * rows / settings.ef_search_linear_rows))
     return max(min(1000, breadth), min(1000, top_k), 1)
 
 
