@@ -23,6 +23,11 @@ embedded beforehand, so the mode times exclude the embedding, reported apart as
   ``{"bucket": v}``; recall against the exact answer over the passing rows is reported too;
 * ``exact_scan_p50_ms``: ``matrix @ q`` + top-10 selection over the same N x 512 float32 matrix.
 
+With ``--store postgres``, ``postgres_server`` gives the server's ``shared_buffers`` and the sizes of the
+vector indexes on ``bunko.chunks``: the throwaway server runs with PostgreSQL's default (128 MB), less than
+a 100k collection's HNSW index over halfvec (130 MB), so its searches read pages from the OS cache; a
+server of your own should hold its indexes in ``shared_buffers`` (README).
+
 ``cpu_p50_ms`` gives the CPU time of the benchmark process (every thread) for the scan and each mode: on
 a busy machine it leaves out the waits for a core (SQLite's searches run in the process; PostgreSQL's
 server time is not in it).
