@@ -231,3 +231,34 @@ def test_an_index_search_sets_its_breadth_and_searches_in_one_round_trip(pg_url:
         assert all(part[r] == 1 for r in rows) and np.allclose(scores, exact[rows], atol=2e-6)
     finally:
         backend.close()
+
+
+def test_the_breadth_grows_in_proportion_past_the_linear_size_and_finds_the_nearest(pg_url: str) -> None:
+    """The breadth rule scaled down to a small clustered collection (3,000 chunks; the defaults' thresholds
+    over 100, ef_search 40): past ``ef_search_linear_rows`` the breadth grows in proportion to the size,
+    wider than the square root alone would give; it reaches the server, and the search finds the exact
+    top 10 at least 0.97 of the time with exact scores."""
+    from bunko.stores.postgres.search import search_breadth
+
+    settings = PostgresSettings(hnsw_min_rows=1_000, ef_search=40, ef_search_rows=380, ef_search_linear_rows=660)
+    assert search_breadth(settings, ROWS, 10) == 182  # 40 * 3,000 / 660; the square root alone: 112
+    assert search_breadth(settings.model_copy(update={"ef_search_linear_rows": 0}), ROWS, 10) == 112
+    backend = PostgresBackend(pg_url, settings=settings)
+    try:
+        store = backend.for_tenant("acme")
+        vectors = clustered(ROWS, 13)
+        _fill(store, vectors, "a")
+        recall = []
+        for q in clustered(40, 14):
+            exact = vectors.astype(np.float64) @ q.astype(np.float64)
+            with store.reader(store.read_collection("c")) as reader:
+                ranked = reader.nearest(q, 10)
+                assert ranked.plan == "hnsw" and reader.run("SHOW hnsw.ef_search").fetchone()[0] == "182"
+            rows = [int(k) for k in ranked.keys.tolist()]
+            found, scores, _ = _search(store, q)
+            assert np.allclose(scores, exact[found], atol=2e-6)
+            recall.append(len(set(found) & set(np.argsort(-exact)[:10].tolist())) / 10)
+            assert len(rows) == 10
+        assert np.mean(recall) >= 0.97, np.mean(recall)
+    finally:
+        backend.close()
