@@ -23,6 +23,11 @@ embedded beforehand, so the mode times exclude the embedding, reported apart as
   ``{"bucket": v}``; recall against the exact answer over the passing rows is reported too;
 * ``exact_scan_p50_ms``: ``matrix @ q`` + top-10 selection over the same N x 512 float32 matrix.
 
+With ``--store postgres``, ``postgres_server`` gives the server's ``shared_buffers`` and the sizes of the
+vector indexes on ``bunko.chunks``: the throwaway server runs with PostgreSQL's default (128 MB), less than
+a 100k collection's HNSW index over halfvec (130 MB), so its searches read pages from the OS cache; a
+server of your own should hold its indexes in ``shared_buffers`` (README).
+
 ``cpu_p50_ms`` gives the CPU time of the benchmark process (every thread) for the scan and each mode: on
 a busy machine it leaves out the waits for a core (SQLite's searches run in the process; PostgreSQL's
 server time is not in it).
@@ -208,6 +213,20 @@ def _wait_for_graph(backend: Any) -> dict[str, Any] | None:
             "breadth": ann.config.breadth(len(graph), max(TOP_K, ann.config.candidates))
             if hasattr(ann.config, "breadth") else ann.config.ef_search,  # (the code before it came)
             "candidates": ann.config.candidates, "min_rows": ann.config.min_rows}
+
+
+def _server_memory(backend: Any) -> dict[str, Any]:
+    """The PostgreSQL server's ``shared_buffers`` and the size of the benchmark collection's vector indexes:
+    a search whose index does not fit the server's buffers reads pages from the OS cache (slower; the
+    README advises sizing ``shared_buffers`` above the indexes). The throwaway server runs with
+    PostgreSQL's default, 128 MB."""
+    with backend.connection() as conn:
+        buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
+        indexes = {str(name): round(int(size) / 2**20, 1) for name, size in conn.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'bunko.chunks'::regclass "
+            "AND a.amname IN ('hnsw', 'ivfflat') ORDER BY c.relname")}
+    return {"shared_buffers": buffers, "vector_indexes_mb": indexes}
 
 
 def _rss_mb() -> dict[str, float]:
@@ -409,6 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "postings_cache": not args.no_postings_cache,
             "postings_held_mb": None if index is None else round(index.held_bytes / 2**20, 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],
+            "postgres_server": _server_memory(backend) if args.store == "postgres" else None,
         }
         exact = report["exact_scan_p50_ms"]
         report["ratios_to_exact_scan"] = {m: round(v["p50_ms"] / exact, 2) for m, v in report["modes"].items()}

@@ -684,14 +684,17 @@ def test_default_search_breadth_and_graph_quality_reach_the_server(pg_url: str) 
 
 def test_a_larger_collection_is_searched_wider(pg_url: str) -> None:
     """An unfiltered search's ``hnsw.ef_search`` grows with the square root of the collection's size past
-    ``ef_search_rows`` (to pgvector's 1,000), and the breadth reaches the server in the search's
-    transaction; filtered and small searches keep ``ef_search``."""
+    ``ef_search_rows``, and at least in proportion to it past ``ef_search_linear_rows`` (to pgvector's
+    1,000), and the breadth reaches the server in the search's transaction; filtered and small searches
+    keep ``ef_search``."""
     from bunko.stores.postgres.search import search_breadth
 
     defaults = PostgresSettings()
-    assert [search_breadth(defaults, n, 10) for n in (10_000, 25_000, 100_000, 144_000, 1_000_000)] == [
-        400, 400, 800, 960, 1000]
-    assert search_breadth(PostgresSettings(ef_search_rows=0), 1_000_000, 10) == 400
+    assert [search_breadth(defaults, n, 10) for n in (10_000, 38_000, 60_000, 100_000, 150_000, 1_000_000)] == [
+        400, 400, 503, 649, 909, 1000]
+    assert search_breadth(PostgresSettings(ef_search_linear_rows=0), 150_000, 10) == 795  # the square root alone
+    assert search_breadth(PostgresSettings(ef_search_rows=0), 100_000, 10) == 606  # in proportion alone
+    assert search_breadth(PostgresSettings(ef_search_rows=0, ef_search_linear_rows=0), 1_000_000, 10) == 400
     assert search_breadth(PostgresSettings(ef_search=40), 100, 200) == 200
     assert search_breadth(PostgresSettings(ef_search=40), 100, 5000) == 1000
     backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50, ef_search=40, ef_search_rows=100,

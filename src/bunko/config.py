@@ -377,11 +377,14 @@ class PostgresSettings(Section):
     # and 0.98 with (200, 400), at about the time of an exact numpy scan (docs/ARCHITECTURE.md).
     hnsw_ef_construction: Annotated[int, Env("BUNKO_PG_HNSW_EF_CONSTRUCTION"), Field(ge=4, le=1000)] = 200
     ef_search: Annotated[int, Env("BUNKO_PG_EF_SEARCH"), Field(ge=1, le=1000)] = 400
-    # An unfiltered search of a larger collection searches wider: ef_search up to this many chunks, then
-    # ef_search * sqrt(chunks / ef_search_rows), at most pgvector's 1,000 (search.search_breadth; 0 = never
-    # wider): 800 at 100,000 chunks, 1,000 from 156,250. Measured at 100,000 chunks with HNSW over halfvec:
-    # recall@10 0.973 / 0.987 / 0.998 at ef_search 500 / 632 / 800 (docs/ARCHITECTURE.md).
-    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 25_000
+    # An unfiltered search of a larger collection searches wider: ef_search up to ef_search_rows chunks, then
+    # ef_search * sqrt(chunks / ef_search_rows), and past ef_search_linear_rows at least ef_search * chunks /
+    # ef_search_linear_rows; at most pgvector's 1,000 (search.search_breadth; 0 = never wider): 503 at 60,000
+    # chunks, 649 at 100,000, 909 at 150,000, 1,000 from 165,000. Measured with HNSW over halfvec (two
+    # question samples): recall@10 0.990-0.995 at 500 at 60,000, 0.991-1.0 at 600-640 at 100,000 (two builds),
+    # 0.993 at 900 at 150,000 (0.98 at 740) (docs/ARCHITECTURE.md).
+    ef_search_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_ROWS"), Field(ge=0)] = 38_000
+    ef_search_linear_rows: Annotated[int, Env("BUNKO_PG_EF_SEARCH_LINEAR_ROWS"), Field(ge=0)] = 66_000
     # A collection whose index is built when it holds at least this many chunks gets an IVFFlat index over
     # halfvec (the square root of its rows lists) instead of HNSW, and a search probes this share of its
     # lists, re-ranking by the full vectors. On benchmarks/bench_search.py's chunks, HNSW over halfvec found

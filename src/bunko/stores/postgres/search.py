@@ -29,15 +29,19 @@ if TYPE_CHECKING:
 def search_breadth(settings: PostgresSettings, rows: int, top_k: int) -> int:
     """``hnsw.ef_search`` for an unfiltered search of a collection of ``rows`` chunks.
 
-    An HNSW graph of more vectors needs a wider search for the same recall (at 100,000 chunks of
-    ``benchmarks/bench_search.py``, HNSW over halfvec: recall@10 0.973 / 0.987 / 0.998 at 500 / 632 / 800;
-    docs/ARCHITECTURE.md). So ``settings.ef_search`` up to
-    ``settings.ef_search_rows`` chunks, then growing with the square root of the size, to pgvector's
-    limit of 1,000; never less than k.
+    An HNSW graph of more vectors needs a wider search for the same recall, and from about 100,000 chunks
+    faster than the square root of its size: on ``benchmarks/bench_search.py``'s chunks (HNSW over halfvec,
+    two question samples) recall@10 reached 0.99 at ef_search ~500 at 60,000 chunks, 560-600 at 100,000
+    (two builds) and 900 at 150,000 (docs/ARCHITECTURE.md, "Which index, and how wide a search"). So
+    ``settings.ef_search`` up to ``settings.ef_search_rows`` chunks, then growing with the square root of
+    the size, and at least in proportion to it past ``settings.ef_search_linear_rows`` chunks; at most
+    pgvector's limit of 1,000, never less than k.
     """
     breadth = settings.ef_search
     if settings.ef_search_rows and rows > settings.ef_search_rows:
         breadth = round(settings.ef_search * math.sqrt(rows / settings.ef_search_rows))
+    if settings.ef_search_linear_rows and rows > settings.ef_search_linear_rows:
+        breadth = max(breadth, round(settings.ef_search * rows / settings.ef_search_linear_rows))
     return max(min(1000, breadth), min(1000, top_k), 1)
 
 
@@ -45,6 +49,25 @@ def vector_type(dim: int) -> str:
     """The type of a collection's former HNSW index (``chunks_hnsw_<pk>``): ``vector(d)``, ``halfvec(d)`` above
     2,000 dimensions. Indexes built now are over ``halfvec(d)`` at every dimension (``chunks_hnswh_<pk>``)."""
     return f"vector({dim})" if dim <= 2000 else f"halfvec({dim})"
+
+
+def configured(conn: Any, settings: dict[str, str], statement: str, params: list[Any]) -> tuple[list[Any], list[str]]:
+    """Set ``settings`` for the transaction and run ``statement``, in one round trip to the server.
+
+    The ``set_config`` calls and the statement go out together in pipeline mode (one sync), where one
+    statement each would wait for the server in turn: on a busy machine each round trip waits for the
+    server process to be scheduled. Returns the statement's rows and the settings' values as the server
+    reports them after setting (an unsupported value of an enum setting reads back as another value).
+    """
+    if not settings:
+        return conn.execute(statement, params).fetchall(), []
+    names = list(settings)
+    with conn.pipeline():
+        applied = conn.execute("SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(names)),
+                               [v for name in names for v in (name, settings[name])])
+        found = conn.execute(statement, params)
+    row = applied.fetchone()
+    return found.fetchall(), [str(v) for v in row]
 
 
 # An HNSW search over halfvec asks the index for this many candidates (at least k) and re-ranks them by
@@ -89,8 +112,8 @@ class Plan:
             return self._exact(conn, q)
         want = min(self.top_k, self.matching)
         if self.strategy == "hnsw":
-            found = self._index(conn, q, ef_search=search_breadth(self.settings, self.total, self.top_k),
-                                limit=self.top_k)
+            found, _ = self._index(conn, q, ef_search=search_breadth(self.settings, self.total, self.top_k),
+                                   limit=self.top_k)
         elif self.strategy.startswith("ivfflat"):
             found = self._ivfflat(conn, q)
         elif self.strategy == "hnsw-iterative":
@@ -150,22 +173,28 @@ class Plan:
             return [self.tenant_pk, *params, q, max(limit, RERANK_CANDIDATES), q, limit]
         return [q, self.tenant_pk, *params, q, limit]
 
-    def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int) -> list[tuple[int, float]]:
+    def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int,
+               settings: dict[str, str] | None = None) -> tuple[list[tuple[int, float]], list[str]]:
+        """The index scan with ``settings`` (and ``hnsw.ef_search``) set in the same round trip; its hits
+        and the settings' values read back."""
+        settings = dict(settings or {})
         if self.rerank:  # the index must reach at least the candidates
             ef_search = max(ef_search, RERANK_CANDIDATES)
         if ef_search != self.settings.ef_search:  # the session default is settings.ef_search (see _configure)
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, ef_search)),))
-        rows = conn.execute(self.index_sql(), self.index_params(q, limit)).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+            settings["hnsw.ef_search"] = str(min(1000, ef_search))
+        rows, applied = configured(conn, settings, self.index_sql(), self.index_params(q, limit))
+        return [(int(r[0]), float(r[1])) for r in rows], applied
 
     def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'strict_order', true)")
-        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(self.settings.max_scan_tuples),))
-        # An invalid or unsupported value silently leaves iterative scans off: read it back.
-        if conn.execute("SHOW hnsw.iterative_scan").fetchone()[0] != "strict_order":
+        found, applied = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k,
+                                     settings={"hnsw.iterative_scan": "strict_order",
+                                               "hnsw.max_scan_tuples": str(self.settings.max_scan_tuples)})
+        # An invalid or unsupported value silently leaves iterative scans off (the scan then stops at
+        # ef_search candidates, so matching chunks may be missed): read it back.
+        if applied[0] != "strict_order":
             self.strategy = "hnsw-overfetch"
             return self._overfetch(conn, q)
-        return self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k)
+        return found
 
     def probes(self) -> int:
         """The IVFFlat lists a search probes: ``ivfflat_probe_share`` of them, at least 1."""
@@ -187,16 +216,18 @@ class Plan:
     def _ivfflat(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         """Probe ``probes()`` lists of the IVFFlat index for candidates (with a restriction, an iterative scan
         that probes further until enough pass, in relaxed order), re-ranked by the full vectors."""
-        conn.execute("SELECT set_config('ivfflat.probes', %s, true)", (str(self.probes()),))
+        settings = {"ivfflat.probes": str(self.probes())}
         if self.strategy == "ivfflat-iterative":
-            conn.execute("SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true)")
-            if conn.execute("SHOW ivfflat.iterative_scan").fetchone()[0] != "relaxed_order":
-                self.strategy = "ivfflat+exact"
-                return self._exact(conn, q)
+            settings["ivfflat.iterative_scan"] = "relaxed_order"
         _, _, params = self._restriction()
         # A few more candidates than k: the halfvec order may swap neighbours the full vectors tell apart.
         candidates = max(self.top_k, 50)
-        rows = conn.execute(self.ivfflat_sql(), [self.tenant_pk, *params, q, candidates, q, self.top_k]).fetchall()
+        rows, applied = configured(conn, settings, self.ivfflat_sql(),
+                                   [self.tenant_pk, *params, q, candidates, q, self.top_k])
+        # An unsupported value silently leaves iterative scans off: read back, the exact scan then answers.
+        if self.strategy == "ivfflat-iterative" and applied[1] != "relaxed_order":
+            self.strategy = "ivfflat+exact"
+            return self._exact(conn, q)
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _overfetch(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
@@ -211,15 +242,14 @@ class Plan:
         # Over halfvec, the passing candidates are scored (and ranked) by their full vectors.
         score = "1 - (c.embedding <=> %s::vector)" if self.rerank else "candidates.score"
         while True:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(fetch, 40))),))
-            rows = conn.execute(
+            rows, _ = configured(
+                conn, {"hnsw.ef_search": str(min(1000, max(fetch, 40)))},
                 f"SELECT c.id, {score} AS score FROM (SELECT id, 1 - ((embedding::{cast}) <=> %s::{cast}) AS score "
                 f"FROM bunko.chunks WHERE tenant_id = %s AND collection_id = {int(self.collection_pk)} "
                 f"ORDER BY (embedding::{cast}) <=> %s::{cast} LIMIT %s) candidates "
                 f"JOIN bunko.chunks c ON c.id = candidates.id{join} WHERE c.tenant_id = %s{restrict} "
                 "ORDER BY score DESC, c.id LIMIT %s",
-                [*([q] if self.rerank else []), q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k],
-            ).fetchall()
+                [*([q] if self.rerank else []), q, self.tenant_pk, q, fetch, self.tenant_pk, *params, self.top_k])
             if len(rows) >= min(self.top_k, self.matching) or fetch >= min(self.total, 1000):
                 return [(int(r[0]), float(r[1])) for r in rows]
             fetch = min(self.total, fetch * 4)
