@@ -81,6 +81,7 @@ from bench_postgres import _Server
 
 from bunko.config import redact_url
 from bunko.embedders import UniversalSentenceEncoderEmbedder, embedder_info
+from bunko.portability.writer import WRITE_CHUNKS
 from bunko.search import DEFAULT_FUSION, HYBRID_DEPTH, keyword_query, vector_query
 from bunko.search.session import Legs, collect_legs
 from bunko.stores import open_backend
@@ -94,7 +95,7 @@ DATA = next((p / "shared" / "data" / "jsquad-dev" for p in Path(__file__).resolv
 TOP_K = 10
 DOCUMENTS = 1000
 BUCKETS = 1000
-BATCH_CHUNKS = 2000
+BATCH_CHUNKS = WRITE_CHUNKS  # as imports and store-to-store copies write
 _SENTENCE_RE = re.compile(r"[^。！？]+[。！？]?")
 
 
@@ -160,14 +161,14 @@ def make_documents(texts: list[str], vectors: np.ndarray, buckets: np.ndarray) -
     return documents, ids
 
 
-def batches(documents: list[DocumentWrite]) -> list[list[DocumentWrite]]:
+def batches(documents: list[DocumentWrite], chunks: int = BATCH_CHUNKS) -> list[list[DocumentWrite]]:
     out: list[list[DocumentWrite]] = []
     pending: list[DocumentWrite] = []
     size = 0
     for doc in documents:
         pending.append(doc)
         size += len(doc.chunks)
-        if size >= BATCH_CHUNKS:
+        if size >= chunks:
             out.append(pending)
             pending, size = [], 0
     if pending:
@@ -330,7 +331,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not reuse:
                 _log(f"ingesting {args.chunks:,} chunks into {args.store} ...")
             # One transaction per batch; the next batch is analyzed while one is written.
-            for _ in store.write_batches("bench", [] if reuse else batches(documents)):
+            for _ in store.write_batches("bench", [] if reuse else batches(documents, args.batch_chunks)):
                 pass
             written = time.perf_counter()
             last = ids[-1]
@@ -425,6 +426,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "index_build_s": None if reuse else round(build_s, 2),
             "ann": ann,
             "queries": args.queries,
+            "batch_chunks": args.batch_chunks,
             "postings_cache": not args.no_postings_cache,
             "postings_held_mb": None if index is None else round(index.held_bytes / 2**20, 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -450,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(DATA), help="the JSQuAD dev folder (corpus.jsonl, queries.jsonl)")
     parser.add_argument("--sqlite-file", default=None,
                         help="keep the SQLite database here and reuse it on the next run (same N and seed)")
+    parser.add_argument("--batch-chunks", type=int, default=BATCH_CHUNKS,
+                        help=f"chunks per write transaction (default {BATCH_CHUNKS:,}, as imports and copies write)")
     parser.add_argument("--reuse", action="store_true",
                         help="with --database-url: search the chunks an earlier run left there (same N and seed)")
     parser.add_argument("--seed", type=int, default=20240601)
