@@ -413,14 +413,7 @@ def _join(parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], dead:
         tf[at:at + m] = counts
         sizes[at:at + m] = lengths
         at += m
-    if n > 1 and len(parts) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
-        order = np.argsort(ids, kind="stable")
-        ids, tf, sizes = ids[order], tf[order], sizes[order]
-    if len(dead):
-        live = _live(ids, dead)
-        if live is not None:
-            ids, tf, sizes = ids[live], tf[live], sizes[live]
-    return ids, tf, sizes
+    return _ordered_live((ids, tf, sizes), dead, len(parts) > 1)
 
 
 def _digest(blob: bytes) -> bytes:
@@ -439,6 +432,20 @@ def _live(ids: np.ndarray, dead: np.ndarray) -> np.ndarray | None:
     np.add.at(edges, low[held], 1)
     np.add.at(edges, high[held], -1)
     return np.cumsum(edges[:-1]) == 0
+
+
+def _ordered_live(column: Column, dead: np.ndarray, joined: bool) -> Column:
+    """A term's postings joined from its segments (``joined``: more than one), in rowid order where the
+    segments overlapped, without the chunks listed in ``dead`` (sorted)."""
+    ids, tf, sizes = column
+    if joined and len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
+        order = np.argsort(ids, kind="stable")
+        ids, tf, sizes = ids[order], tf[order], sizes[order]
+    if len(dead):
+        live = _live(ids, dead)
+        if live is not None:
+            ids, tf, sizes = ids[live], tf[live], sizes[live]
+    return ids, tf, sizes
 
 
 class PostingsTable:
@@ -754,12 +761,5 @@ class PostingsTable:
         for term, columns in parts.items():
             ids, tf, sizes = (columns[0] if len(columns) == 1 else
                               tuple(np.concatenate(c) for c in zip(*columns, strict=True)))
-            if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
-                order = np.argsort(ids, kind="stable")
-                ids, tf, sizes = ids[order], tf[order], sizes[order]
-            if len(dead):
-                live = _live(ids, dead)
-                if live is not None:
-                    ids, tf, sizes = ids[live], tf[live], sizes[live]
-            out[term] = ids, tf, sizes
+            out[term] = _ordered_live((ids, tf, sizes), dead, len(columns) > 1)
         return out
