@@ -119,6 +119,11 @@ def test_nul_characters_are_422_naming_the_field(served: Served) -> None:
         body = problem(client.post("/api/v1/collections/c/vectors", json={
             "records": [{"content": "x", "metadata": {"k": ["ok", {"deep": "\x00"}]}}]}), 422, "VALIDATION_ERROR")
         assert "metadata.k[1].deep" in body["detail"], body
+        # An unpaired surrogate (a JSON escape with no character behind it) is refused the same way.
+        body = problem(client.post("/api/v1/collections/c/vectors", headers={"content-type": "application/json"},
+                                   content=b'{"records": [{"content": "x", "metadata": {"k": "a\\udc00"}}]}'),
+                       422, "VALIDATION_ERROR")
+        assert "metadata.k" in body["detail"] and "surrogate" in body["detail"], body
         assert client.get("/api/v1/documents").json()["totalCount"] == 0  # nothing was stored
 
 

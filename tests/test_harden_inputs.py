@@ -11,17 +11,19 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from bunko.cli import cli
 from bunko.config import redact_url
-from bunko.errors import ConfigError, FetchError, FilterError, VectorStoreError
+from bunko.errors import ConfigError, FetchError, FilterError, InvalidFieldError, VectorStoreError
 from bunko.filters import parse_filter
-from bunko.stores import SQLiteBackend
+from bunko.stores import SQLiteBackend, StoreBackend
 from bunko.stores.base import check_conversation_id
 from bunko.stores.service import check_user_id
-from bunko.types import EmbedderInfo, nul_path
+from bunko.testing.store_data import make_document
+from bunko.types import EmbedderInfo, unstorable_path
 
 from .conftest import EXAMPLES
 
@@ -59,11 +61,34 @@ def test_the_http_name_patterns_refuse_a_trailing_newline() -> None:
 
 # -- finding 4 (engine side): NUL characters ----------------------------------------------------
 def test_nul_characters_are_found_with_their_path() -> None:
-    assert nul_path({"a": ["x", "y\x00"]}) == "a[1]"
-    assert nul_path({"author": {"name": "a\x00"}}, "metadata") == "metadata.author.name"
-    assert nul_path({"k\x00": 1}) == "k\x00"
-    assert nul_path({"a": "\\u0000", "b": [1, 2.5, None, True]}) is None  # the escape text is no NUL
-    assert nul_path("x\x00") == "(value)"
+    assert unstorable_path({"a": ["x", "y\x00"]}) == "a[1]"
+    assert unstorable_path({"author": {"name": "a\x00"}}, "metadata") == "metadata.author.name"
+    assert unstorable_path({"k\x00": 1}) == "k\x00"
+    assert unstorable_path({"a": "\\u0000", "b": [1, 2.5, None, True]}) is None  # the escape text is no NUL
+    assert unstorable_path("x\x00") == "(value)"
+
+
+def test_unpaired_surrogates_are_found_as_nul_characters_are() -> None:
+    lone = json.loads('"a\\ud800b"')  # what an escape in a JSON body gives: no UTF-8 form
+    assert unstorable_path({"a": ["x", lone]}) == "a[1]"
+    assert unstorable_path({lone: 1}, "metadata") == f"metadata.{lone}"
+    assert unstorable_path(json.loads('"\\ud83d\\ude00 水"')) is None  # a pair is one character
+    assert unstorable_path({"a": "避難所 ✓", "b": "plain"}) is None
+
+
+def test_a_document_no_store_can_keep_is_a_typed_error_naming_the_field(store_backend: StoreBackend) -> None:
+    store = store_backend.for_tenant("acme")
+    store.ensure_collection("c", EmbedderInfo("test", "unit-4", 4))
+    lone = json.loads('"\\udc00"')
+    cases = [("content", {"content": f"避難{lone}所"}), ("metadata.author", {"metadata": {"author": lone}}),
+             ("source", {"source": f"a{lone}.txt"}), ("content", {"content": "NUL\x00"})]
+    for field, change in cases:
+        document = make_document(change.get("source", "a.txt"), [change.get("content", "備蓄")],
+                                 np.eye(4, dtype=np.float32)[:1], metadata=change.get("metadata"))
+        with pytest.raises(InvalidFieldError) as caught:
+            store.write_documents("c", [make_document("ok.txt", ["水"], np.eye(4, dtype=np.float32)[1:2]), document])
+        assert field in caught.value.field and "not allowed" in str(caught.value)
+        assert store.list_documents("c") == []  # nothing of the batch was written
 
 
 @pytest.mark.parametrize("spec", [{"tag": "a\x00"}, {"tag": {"$in": ["ok", "b\x00"]}},

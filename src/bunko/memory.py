@@ -64,7 +64,7 @@ from .stores.sql.memory import (
     rank_vectors,
 )
 from .sync import sync_form
-from .types import EmbedderInfo, UsageEvent, new_id, nul_path
+from .types import EmbedderInfo, UsageEvent, new_id, unstorable_path
 from .usage import route, store_kind
 
 logger = logging.getLogger(__name__)
@@ -186,10 +186,11 @@ class MemoryRecord:
         if self.id is not None and (not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id)):
             raise InvalidMemoryError(f"invalid memory id {self.id!r}: use 1-200 letters, digits, '_', '-', '.', ':' "
                                      "or '@'")
-        where = nul_path(self.content, "content") or nul_path(subject, "subject") or \
-            nul_path(self.metadata, "metadata")
-        if where is not None:  # neither store keeps a NUL (PostgreSQL refuses it in text and jsonb)
-            raise InvalidMemoryFieldError(f"{where}: NUL characters are not allowed", field=where)
+        where = unstorable_path(self.content, "content") or unstorable_path(subject, "subject") or \
+            unstorable_path(self.metadata, "metadata")
+        if where is not None:  # no store keeps a NUL or an unpaired surrogate (types.unstorable)
+            raise InvalidMemoryFieldError(f"{where}: NUL characters and unpaired surrogates are not allowed",
+                                          field=where)
         return MemoryWrite(self.id or new_id(), user_id, session_id, self.memory_type, self.subject,
                            _timestamp(self.timestamp), self.content.strip(), dict(self.metadata))
 

@@ -27,25 +27,40 @@ def new_id() -> str:
     return str(uuid.UUID(int=value))
 
 
-def nul_path(value: Any, path: str = "") -> str | None:
-    """The path (``tags[1]``, ``author.name``) of the first NUL character in a JSON-like value, or None.
+def unstorable(text: str) -> bool:
+    """Whether ``text`` holds a character no store can keep: a NUL (PostgreSQL refuses it in text and
+    jsonb), or an unpaired surrogate (not Unicode text: it has no UTF-8 form; ``json.loads`` makes one of an
+    escape like ``"\\ud800"``)."""
+    if "\x00" in text:
+        return True
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
-    Neither store can keep a NUL (PostgreSQL refuses it in text and jsonb), so every field that
-    reaches a store is checked with this before it is written or compared.
+
+def unstorable_path(value: Any, path: str = "") -> str | None:
+    """The path (``tags[1]``, ``author.name``) of the first string in a JSON-like value that no store can
+    keep (:func:`unstorable`: a NUL or an unpaired surrogate), or None.
+
+    Every field that reaches a store is checked with this before it is written or compared.
     """
     if isinstance(value, str):
-        return (path or "(value)") if "\x00" in value else None
+        return (path or "(value)") if unstorable(value) else None
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and "\x00" in key:
+            if isinstance(key, str) and unstorable(key):
                 return here
-            found = nul_path(item, here)
+            found = unstorable_path(item, here)
             if found is not None:
                 return found
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = nul_path(item, f"{path}[{index}]")
+            found = unstorable_path(item, f"{path}[{index}]")
             if found is not None:
                 return found
     return None

@@ -23,7 +23,7 @@ from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
 from .search import Retriever, vector_query
-from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord, nul_path
+from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord, unstorable_path
 from .usage import route, store_kind
 
 RECORD_FIELDS = ("content", "metadata", "id", "vector", "document_id")
@@ -61,9 +61,10 @@ def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorReco
         raise VectorStoreError(f"record {position}: metadata must be a dict")
     if value.id is not None and (not isinstance(value.id, str) or not value.id):
         raise VectorStoreError(f"record {position}: id must be a non-empty string")
-    where = nul_path(value.content, "content") or nul_path(value.metadata, "metadata")
-    if where is not None:  # neither store keeps a NUL (PostgreSQL refuses it in text and jsonb)
-        raise InvalidFieldError(f"record {position}: {where}: NUL characters are not allowed", field=where)
+    where = unstorable_path(value.content, "content") or unstorable_path(value.metadata, "metadata")
+    if where is not None:  # no store keeps a NUL or an unpaired surrogate (types.unstorable)
+        raise InvalidFieldError(f"record {position}: {where}: NUL characters and unpaired surrogates are not allowed",
+                                field=where)
     given = None if value.vector is None else vector(value.vector, f"record {position}'s vector")
     if given is None and not value.content.strip():
         raise VectorStoreError(f"record {position}: give a vector, or content to embed")

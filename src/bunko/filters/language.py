@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Union
 
 from ..errors import FilterError, FilterProblem
+from ..types import unstorable
 
 FIELD_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$not")
@@ -298,8 +299,8 @@ class _Parser:
             if len(value) > MAX_STRING:
                 self.fail(path, f"{op}: the string is longer than {MAX_STRING} characters")
                 return None
-            if "\x00" in value:
-                self.fail(path, f"{op}: NUL characters are not allowed")
+            if unstorable(value):
+                self.fail(path, f"{op}: NUL characters and unpaired surrogates are not allowed")
                 return None
             micros = parse_date(value) if dates else None
             kind, typed = ("date", micros) if micros is not None else ("string", value)

@@ -36,7 +36,7 @@ from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_su
 from ..loaders.pdf import unlock_pdf
 from ..stores.service import Job
 from ..types import DocumentInfo as StoredDocument
-from ..types import new_id, nul_path
+from ..types import new_id, unstorable_path
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event, status_of_code
@@ -119,9 +119,9 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
     for key in ("category", "description"):
         if key in out and not isinstance(out[key], str):
             raise Problem(422, "VALIDATION_ERROR", f"{key}: must be a string")
-    where = nul_path(out)
+    where = unstorable_path(out)
     if where is not None:
-        raise Problem(422, "VALIDATION_ERROR", f"{where}: NUL characters are not allowed",
+        raise Problem(422, "VALIDATION_ERROR", f"{where}: NUL characters and unpaired surrogates are not allowed",
                       extra={"field": where.split("[", 1)[0].split(".", 1)[0]})
     return out
 

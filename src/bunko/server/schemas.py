@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import requests
 from ..errors import FilterError, FilterProblem
-from ..types import nul_path
+from ..types import unstorable_path
 
 # Names the stores accept (collections, document and conversation ids); text without NUL characters.
 NAME_PATTERN = r"^[\w][\w.\-]{0,99}$"
@@ -40,9 +40,9 @@ class DateRange(_Model):
 
 def checked_filter(spec: dict[str, Any] | None) -> None:
     """Refuse a metadata filter with NUL characters (no store can hold them) as a ``FilterError``."""
-    where = None if spec is None else nul_path(spec)
+    where = None if spec is None else unstorable_path(spec)
     if where is not None:
-        raise FilterError([FilterProblem(where, "NUL characters are not allowed")])
+        raise FilterError([FilterProblem(where, "NUL characters and unpaired surrogates are not allowed")])
 
 
 class Restriction(_Model):
@@ -136,9 +136,9 @@ class VectorRecord(_Model):
     def _something_to_store(self) -> VectorRecord:
         if self.vector is None and not self.content.strip():
             raise ValueError("give a vector, or content to embed")
-        where = nul_path(self.metadata, "metadata")
+        where = unstorable_path(self.metadata, "metadata")
         if where is not None:
-            raise ValueError(f"{where}: NUL characters are not allowed")
+            raise ValueError(f"{where}: NUL characters and unpaired surrogates are not allowed")
         return self
 
     def to_record(self) -> dict[str, Any]:

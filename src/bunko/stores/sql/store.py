@@ -35,6 +35,7 @@ from ...errors import (
     DimensionMismatchError,
     DocumentNotFoundError,
     EmbedderMismatchError,
+    InvalidFieldError,
     VectorStoreError,
 )
 from ...filters import FilterLike, as_filter
@@ -47,6 +48,7 @@ from ...types import (
     SearchHit,
     VectorRecord,
     new_id,
+    unstorable_path,
 )
 from ..base import (
     ChunkWrite,
@@ -117,6 +119,20 @@ def checked_vectors(collection: str, dim: int, document: DocumentWrite) -> np.nd
     if not np.all(np.isfinite(vectors)):
         raise VectorStoreError("vectors contain NaN or infinite values")
     return vectors
+
+
+def check_storable(document: DocumentWrite) -> None:
+    """``InvalidFieldError`` for a document holding a string no store can keep (a NUL or an unpaired
+    surrogate, :func:`bunko.types.unstorable`), naming the field, before anything is written."""
+    where = unstorable_path(document.source, "source") or unstorable_path(document.metadata, "metadata")
+    for chunk in document.chunks:
+        if where is not None:
+            break
+        where = (unstorable_path(chunk.content, f"chunks[{chunk.index}].content")
+                 or unstorable_path(chunk.metadata, f"chunks[{chunk.index}].metadata"))
+    if where is not None:
+        raise InvalidFieldError(f"document {document.source!r}: {where}: NUL characters and unpaired surrogates "
+                                "are not allowed", field=where)
 
 
 class StoreCounters:
@@ -475,6 +491,8 @@ class SQLStore:
         many) and nothing is written yet; :meth:`finish_write` writes it as ``write_documents`` does.
         A writer starts the next batch before it finishes this one, so the workers analyze while it writes."""
         started = time.perf_counter()
+        for document in documents:
+            check_storable(document)
         # Analysis (possibly morphological, so slow) runs before the transaction opens.
         analyzer = analyzer or self._analyzer(collection)
         texts = [c.content for d in documents for c in d.chunks]
