@@ -704,3 +704,28 @@ def test_held_segments_within_a_small_budget_give_the_same_postings(store_backen
         assert 0 < table.index.held_bytes <= limit
         counts.append(len(table.index.held(scope)))
     assert counts[0] < len(segments) and counts[-1] == len(segments), (counts, segments)
+
+
+def test_the_held_postings_budget_comes_from_the_settings(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``keyword_memory_mb`` of the store's section bounds the postings its backend holds; 0 holds none,
+    and keyword search answers the same from the table."""
+    from bunko.config import Settings
+
+    env = "BUNKO_PG_KEYWORD_MEMORY_MB" if db_url.startswith("postgresql") else "BUNKO_SQLITE_KEYWORD_MEMORY_MB"
+    answers = []
+    for megabytes in ("3", "0"):
+        monkeypatch.setenv(env, megabytes)
+        backend = open_backend(db_url, Settings.resolve(db_url))
+        try:
+            table = backend.postings  # type: ignore[attr-defined]
+            assert table.index.limit == int(megabytes) * 2**20
+            store = backend.for_tenant("tenant-a")
+            store.ensure_collection("docs", INFO)
+            if megabytes == "3":
+                store.write_documents("docs", [make_document("a.txt", [f"water storage {i} 水の備蓄" for i in
+                                                                       range(40)], unit_vectors(40, seed=1))])
+            answers.append([(h.chunk_id, round(h.score, 6)) for h in keyword_query(store, "docs", "水の備蓄 water", 5)])
+            assert (table.index.held_bytes > 0) == (megabytes == "3")
+        finally:
+            backend.close()
+    assert answers[0] == answers[1] and len(answers[0]) == 5

@@ -405,6 +405,10 @@ class PostgresSettings(Section):
     max_scan_tuples: Annotated[int, Env("BUNKO_PG_MAX_SCAN_TUPLES"), Field(ge=1)] = 100_000
     # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
     require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
+    # Keyword postings held in memory by this process, whole segments (MiB; 0: a search reads its terms'
+    # postings from the database each time). 100,000 chunks of Japanese text hold about 211 MiB.
+    # docs/ARCHITECTURE.md ("Keyword postings held in memory").
+    keyword_memory_mb: Annotated[int, Env("BUNKO_PG_KEYWORD_MEMORY_MB"), Field(ge=0, le=1_048_576)] = 256
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:
@@ -452,6 +456,8 @@ class SQLiteSettings(Section):
     # docs/ARCHITECTURE.md ("Int8 codes in list order, a spill list").
     ann_lists_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS"), Field(ge=1)] = 250_000
     ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
+    # Keyword postings held in memory by this process, as [postgres] keyword_memory_mb.
+    keyword_memory_mb: Annotated[int, Env("BUNKO_SQLITE_KEYWORD_MEMORY_MB"), Field(ge=0, le=1_048_576)] = 256
 
     @classmethod
     def from_env(cls) -> SQLiteSettings:

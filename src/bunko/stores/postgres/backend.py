@@ -148,7 +148,7 @@ class PostgresBackend(SQLBackend):
         # Filtered search: metadata columns of the most recently filtered collections (see MetadataColumns).
         self._columns: OrderedDict[int, MetadataColumns] = OrderedDict()
         self._columns_lock = threading.Lock()
-        self.postings = PostingsCopy(POSTGRES)
+        self.postings = PostingsCopy(POSTGRES, index_bytes=self.settings.keyword_memory_mb * 2**20)
         self.counters = StoreCounters()
 
     def metadata_columns(self, collection_pk: int) -> MetadataColumns:

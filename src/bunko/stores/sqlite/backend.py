@@ -99,7 +99,7 @@ class SQLiteBackend(SQLBackend):
                                settings.ann_candidates, settings.ann_lists_min_rows, settings.ann_probe_share)
             self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
                                   self.matrices.snapshot)
-        self.postings = PostingsTable(SQLITE)
+        self.postings = PostingsTable(SQLITE, index_bytes=self.settings.keyword_memory_mb * 2**20)
         self.counters = StoreCounters()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
