@@ -57,6 +57,8 @@ DEAD = " "  # the term of a segment's row listing its deleted chunks (no token h
 Counted = tuple[int, Mapping[str, int], int]
 # A term's postings: (rowids ascending int64, term counts uint16, token counts uint16).
 Column = tuple[np.ndarray, np.ndarray, np.ndarray]
+# A term's entries in one segment: (segment key, offsets from it uint32, term counts, token counts).
+Part = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 
 def term_counts(tokens: Sequence[str]) -> Counter[str]:
@@ -253,7 +255,7 @@ class HeldSegment:
         self.terms = {term: i for i, (term, _) in enumerate(kept)}
         self.nbytes = self.offsets.nbytes + self.tf.nbytes + self.sizes.nbytes + _TERM_BYTES * len(kept)
 
-    def part(self, term: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    def part(self, term: str) -> Part | None:
         """The term's entries here: (segment key, offsets, term counts, token counts), or None."""
         i = self.terms.get(term)
         if i is None:
@@ -399,9 +401,10 @@ class SegmentIndex:
             self._bytes = 0
 
 
-def _join(parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], dead: np.ndarray) -> Column:
+def _join(parts: Sequence[Part], dead: np.ndarray) -> Column:
     """A term's postings from its entries in each segment ((key, offsets, term counts, token counts), by
-    key), in rowid order (segments may overlap on PostgreSQL), without the ``dead`` chunks."""
+    key), in rowid order (segments may overlap on PostgreSQL), without the ``dead`` chunks (ascending): one
+    way for the segments held in memory and for rows read from the table."""
     n = sum(len(p[1]) for p in parts)
     ids = np.empty(n, dtype=np.int64)
     tf = np.empty(n, dtype=np.uint16)
@@ -413,7 +416,20 @@ def _join(parts: Sequence[tuple[int, np.ndarray, np.ndarray, np.ndarray]], dead:
         tf[at:at + m] = counts
         sizes[at:at + m] = lengths
         at += m
-    return _ordered_live((ids, tf, sizes), dead, len(parts) > 1)
+    if len(parts) > 1 and n > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
+        order = np.argsort(ids, kind="stable")
+        ids, tf, sizes = ids[order], tf[order], sizes[order]
+    if len(dead):
+        live = _live(ids, dead)
+        if live is not None:
+            ids, tf, sizes = ids[live], tf[live], sizes[live]
+    return ids, tf, sizes
+
+
+def _part(key: int, blob: bytes) -> Part:
+    """A row's entries as a :data:`Part` (views of ``blob``)."""
+    entries = np.frombuffer(blob, dtype=ENTRY)
+    return key, entries["offset"], entries["tf"], entries["size"]
 
 
 def _digest(blob: bytes) -> bytes:
@@ -432,20 +448,6 @@ def _live(ids: np.ndarray, dead: np.ndarray) -> np.ndarray | None:
     np.add.at(edges, low[held], 1)
     np.add.at(edges, high[held], -1)
     return np.cumsum(edges[:-1]) == 0
-
-
-def _ordered_live(column: Column, dead: np.ndarray, joined: bool) -> Column:
-    """A term's postings joined from its segments (``joined``: more than one), in rowid order where the
-    segments overlapped, without the chunks listed in ``dead`` (sorted)."""
-    ids, tf, sizes = column
-    if joined and len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
-        order = np.argsort(ids, kind="stable")
-        ids, tf, sizes = ids[order], tf[order], sizes[order]
-    if len(dead):
-        live = _live(ids, dead)
-        if live is not None:
-            ids, tf, sizes = ids[live], tf[live], sizes[live]
-    return ids, tf, sizes
 
 
 class PostingsTable:
@@ -719,17 +721,17 @@ class PostingsTable:
                 unheld.append(segment[0])
             else:
                 held[segment[0]] = found
-        read: dict[tuple[str, int], np.ndarray] = {}
+        read: dict[tuple[str, int], Part] = {}
         if unheld:
             listed, values = self._d.any("segment", unheld)
             wanted, words = self._d.any("term", sorted(set(terms)))
             for term, key, blob in self._fetch(
                     conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? "
                           f"AND collection_id = ? AND {listed} AND {wanted}", (*scope, *values, *words)):
-                read[(str(term), int(key))] = np.frombuffer(bytes(blob), dtype=ENTRY)
+                read[(str(term), int(key))] = _part(int(key), bytes(blob))
         out: dict[str, Column] = {}
         for term in dict.fromkeys(terms):
-            parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+            parts: list[Part] = []
             for key, _ in layout.segments:
                 whole = held.get(key)
                 if whole is not None:
@@ -739,7 +741,7 @@ class PostingsTable:
                     continue
                 entries = read.get((term, key))
                 if entries is not None:
-                    parts.append((key, entries["offset"], entries["tf"], entries["size"]))
+                    parts.append(entries)
             if parts:
                 out[term] = _join(parts, layout.dead)
         return out
@@ -753,13 +755,9 @@ class PostingsTable:
         wanted, words = self._d.any("term", sorted({*terms, DEAD}))
         rows = self._fetch(conn, f"SELECT term, segment, entries FROM keyword_postings WHERE tenant_id = ? "
                                  f"AND collection_id = ? AND {listed} AND {wanted}", (*scope, *values, *words))
-        parts: dict[str, list[Column]] = {}
+        parts: dict[str, list[Part]] = {}
         for term, key, blob in sorted(rows, key=lambda r: (r[0], r[1])):
-            parts.setdefault(term, []).append(unpack(int(key), bytes(blob)))
-        dead = np.sort(np.concatenate([p[0] for p in parts.pop(DEAD, [])] or [np.zeros(0, dtype=np.int64)]))
-        out: dict[str, Column] = {}
-        for term, columns in parts.items():
-            ids, tf, sizes = (columns[0] if len(columns) == 1 else
-                              tuple(np.concatenate(c) for c in zip(*columns, strict=True)))
-            out[term] = _ordered_live((ids, tf, sizes), dead, len(columns) > 1)
-        return out
+            parts.setdefault(term, []).append(_part(int(key), bytes(blob)))
+        none = np.zeros(0, dtype=np.int64)
+        dead = _join(parts.pop(DEAD), none)[0] if DEAD in parts else none
+        return {term: _join(columns, dead) for term, columns in parts.items()}
