@@ -64,7 +64,7 @@ from .stores.sql.memory import (
     rank_vectors,
 )
 from .sync import sync_form
-from .types import EmbedderInfo, UsageEvent, new_id, unstorable_path
+from .types import UNSTORABLE, EmbedderInfo, UsageEvent, new_id, unstorable_path
 from .usage import route, store_kind
 
 logger = logging.getLogger(__name__)
@@ -189,8 +189,7 @@ class MemoryRecord:
         where = unstorable_path(self.content, "content") or unstorable_path(subject, "subject") or \
             unstorable_path(self.metadata, "metadata")
         if where is not None:  # no store keeps a NUL or an unpaired surrogate (types.unstorable)
-            raise InvalidMemoryFieldError(f"{where}: NUL characters and unpaired surrogates are not allowed",
-                                          field=where)
+            raise InvalidMemoryFieldError(f"{where}: {UNSTORABLE}", field=where)
         return MemoryWrite(self.id or new_id(), user_id, session_id, self.memory_type, self.subject,
                            _timestamp(self.timestamp), self.content.strip(), dict(self.metadata))
 

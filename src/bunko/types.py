@@ -27,6 +27,10 @@ def new_id() -> str:
     return str(uuid.UUID(int=value))
 
 
+# What a refusal of such a string says (after the field's path).
+UNSTORABLE = "NUL characters and unpaired surrogates are not allowed"
+
+
 def unstorable(text: str) -> bool:
     """Whether ``text`` holds a character no store can keep: a NUL (PostgreSQL refuses it in text and
     jsonb), or an unpaired surrogate (not Unicode text: it has no UTF-8 form; ``json.loads`` makes one of an

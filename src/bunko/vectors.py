@@ -23,7 +23,7 @@ from .filters import as_filter
 from .indexing import IndexManager
 from .requests import QueryRequest
 from .search import Retriever, vector_query
-from .types import RecordOwner, SearchHit, UsageEvent, VectorRecord, unstorable_path
+from .types import UNSTORABLE, RecordOwner, SearchHit, UsageEvent, VectorRecord, unstorable_path
 from .usage import route, store_kind
 
 RECORD_FIELDS = ("content", "metadata", "id", "vector", "document_id")
@@ -63,8 +63,7 @@ def record(value: VectorRecord | Mapping[str, Any], position: int) -> VectorReco
         raise VectorStoreError(f"record {position}: id must be a non-empty string")
     where = unstorable_path(value.content, "content") or unstorable_path(value.metadata, "metadata")
     if where is not None:  # no store keeps a NUL or an unpaired surrogate (types.unstorable)
-        raise InvalidFieldError(f"record {position}: {where}: NUL characters and unpaired surrogates are not allowed",
-                                field=where)
+        raise InvalidFieldError(f"record {position}: {where}: {UNSTORABLE}", field=where)
     given = None if value.vector is None else vector(value.vector, f"record {position}'s vector")
     if given is None and not value.content.strip():
         raise VectorStoreError(f"record {position}: give a vector, or content to embed")

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Union
 
 from ..errors import FilterError, FilterProblem
-from ..types import unstorable
+from ..types import UNSTORABLE, unstorable
 
 FIELD_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains", "$not")
 LOGICAL_OPERATORS = ("$and", "$or", "$not")
@@ -300,7 +300,7 @@ class _Parser:
                 self.fail(path, f"{op}: the string is longer than {MAX_STRING} characters")
                 return None
             if unstorable(value):
-                self.fail(path, f"{op}: NUL characters and unpaired surrogates are not allowed")
+                self.fail(path, f"{op}: {UNSTORABLE}")
                 return None
             micros = parse_date(value) if dates else None
             kind, typed = ("date", micros) if micros is not None else ("string", value)

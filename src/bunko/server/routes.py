@@ -35,8 +35,8 @@ from ..jobs import TenantJobs
 from ..loaders import check_archive, detect_kind, mime_type, sniff, supported_suffixes
 from ..loaders.pdf import unlock_pdf
 from ..stores.service import Job
+from ..types import UNSTORABLE, new_id, unstorable_path
 from ..types import DocumentInfo as StoredDocument
-from ..types import new_id, unstorable_path
 from . import schemas
 from .auth import Caller, CallerDep
 from .problems import Problem, problem_event, status_of_code
@@ -121,7 +121,7 @@ def _form_metadata(metadata: str | None, tags: str | None, category: str | None,
             raise Problem(422, "VALIDATION_ERROR", f"{key}: must be a string")
     where = unstorable_path(out)
     if where is not None:
-        raise Problem(422, "VALIDATION_ERROR", f"{where}: NUL characters and unpaired surrogates are not allowed",
+        raise Problem(422, "VALIDATION_ERROR", f"{where}: {UNSTORABLE}",
                       extra={"field": where.split("[", 1)[0].split(".", 1)[0]})
     return out
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import requests
 from ..errors import FilterError, FilterProblem
-from ..types import unstorable_path
+from ..types import UNSTORABLE, unstorable_path
 
 # Names the stores accept (collections, document and conversation ids); text without NUL characters.
 NAME_PATTERN = r"^[\w][\w.\-]{0,99}$"
@@ -42,7 +42,7 @@ def checked_filter(spec: dict[str, Any] | None) -> None:
     """Refuse a metadata filter with NUL characters (no store can hold them) as a ``FilterError``."""
     where = None if spec is None else unstorable_path(spec)
     if where is not None:
-        raise FilterError([FilterProblem(where, "NUL characters and unpaired surrogates are not allowed")])
+        raise FilterError([FilterProblem(where, UNSTORABLE)])
 
 
 class Restriction(_Model):
@@ -138,7 +138,7 @@ class VectorRecord(_Model):
             raise ValueError("give a vector, or content to embed")
         where = unstorable_path(self.metadata, "metadata")
         if where is not None:
-            raise ValueError(f"{where}: NUL characters and unpaired surrogates are not allowed")
+            raise ValueError(f"{where}: {UNSTORABLE}")
         return self
 
     def to_record(self) -> dict[str, Any]:

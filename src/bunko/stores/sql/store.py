@@ -40,6 +40,7 @@ from ...errors import (
 )
 from ...filters import FilterLike, as_filter
 from ...types import (
+    UNSTORABLE,
     Collection,
     DocumentInfo,
     EmbedderInfo,
@@ -131,8 +132,7 @@ def check_storable(document: DocumentWrite) -> None:
         where = (unstorable_path(chunk.content, f"chunks[{chunk.index}].content")
                  or unstorable_path(chunk.metadata, f"chunks[{chunk.index}].metadata"))
     if where is not None:
-        raise InvalidFieldError(f"document {document.source!r}: {where}: NUL characters and unpaired surrogates "
-                                "are not allowed", field=where)
+        raise InvalidFieldError(f"document {document.source!r}: {where}: {UNSTORABLE}", field=where)
 
 
 class StoreCounters:
