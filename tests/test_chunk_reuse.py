@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,13 @@ def handbook(number: int, edited: int | None = None) -> str:
 
 
 def chunk_texts(engine: Bunko, source: str) -> list[str]:
-    tenant = engine.tenant("t")
-    info = tenant.store.find_by_source("default", source)
+    return chunk_texts_of(engine.tenant("t").store, source)
+
+
+def chunk_texts_of(store: Any, source: str) -> list[str]:
+    info = store.find_by_source("default", source)
     assert info is not None
-    return [c.chunk.content for c in tenant.store.document_chunks("default", [info.id])[info.id]]
+    return [c.chunk.content for c in store.document_chunks("default", [info.id])[info.id]]
 
 
 def test_a_new_version_embeds_only_its_changed_chunks(tmp_path: Path, store_url: str) -> None:
@@ -145,5 +149,135 @@ def test_an_unchanged_document_reports_nothing_embedded(tmp_path: Path) -> None:
         engine.tenant("t").ingest([path])
         again = engine.tenant("t").ingest([path])
         assert [(d.status, d.embedded, d.reused) for d in again.documents] == [("unchanged", 0, 0)]
+    finally:
+        engine.close()
+
+
+def test_a_text_the_collection_holds_in_another_document_is_not_embedded_again(tmp_path: Path,
+                                                                               store_url: str) -> None:
+    """Reuse across documents: a copy of a stored document under another name embeds nothing, and a new
+    document that shares sections with stored ones embeds only its own texts; another collection of the
+    same tenant, and a record upserted without a document, lend nothing."""
+    original, copy, extended = tmp_path / "rule1.md", tmp_path / "copy.md", tmp_path / "extended.md"
+    original.write_text(handbook(1), encoding="utf-8")
+    copy.write_text(handbook(1), encoding="utf-8")
+    extended.write_text(handbook(1) + "\n## 付則\n\n" + "この規程は令和八年四月一日から施行する。" * 6 + "\n",
+                        encoding="utf-8")
+    embedder = RecordingEmbedder()
+    engine = Bunko(store_url, embedder=embedder)
+    try:
+        tenant = engine.tenant("t")
+        first = tenant.ingest([original])
+        assert first.embedded == first.chunks > 3 and first.reused == 0
+        stored = set(chunk_texts(engine, str(original)))
+
+        embedder.texts.clear()
+        again = tenant.ingest([copy])
+        assert again.documents[0].status == "created"
+        assert (again.embedded, again.reused) == (0, again.chunks) and embedder.texts == []
+        assert chunk_texts(engine, str(copy)) == chunk_texts(engine, str(original))
+        hit = tenant.search("第1章 第3節", top_k=5, mode="vector").results
+        assert {h.source for h in hit} == {str(original), str(copy)}
+
+        embedder.texts.clear()  # the question was embedded too
+        more = tenant.ingest([extended])
+        new = [t for t in chunk_texts(engine, str(extended)) if t not in stored]
+        assert 0 < len(new) < more.chunks
+        assert sorted(embedder.texts) == sorted(new)
+        assert (more.embedded, more.reused) == (len(new), more.chunks - len(new))
+
+        # Another collection holds nothing yet: all of the same text is embedded there.
+        embedder.texts.clear()
+        elsewhere = tenant.ingest([copy], collection="other")
+        assert (elsewhere.embedded, elsewhere.reused) == (elsewhere.chunks, 0) == (len(embedder.texts), 0)
+
+        # A record upserted without a document carries the caller's vector: it is not lent to a document.
+        loose = "付録。この記録は文書に属さない。" * 4
+        tenant.upsert("records", [{"content": loose, "vector": [1.0] + [0.0] * 511}])
+        (tmp_path / "loose.md").write_text(loose, encoding="utf-8")
+        embedder.texts.clear()
+        took = tenant.ingest([tmp_path / "loose.md"], collection="records")
+        assert (took.embedded, took.reused) == (1, 0) and embedder.texts == [loose]
+    finally:
+        engine.close()
+
+
+def test_upgrading_keys_the_stored_chunks_for_reuse_sqlite(tmp_path: Path) -> None:
+    """A SQLite store of schema 17 (no chunk text keys): migration 18 keys every document chunk (the loose
+    records stay unkeyed), and the chunks stored before the upgrade lend their vectors to a new document."""
+    import sqlite3
+
+    from bunko.stores.sqlite.migrations import MIGRATIONS, apply_migrations
+    from bunko.stores.sqlite.schema import text_key
+
+    path = tmp_path / "old.db"
+    source = tmp_path / "rule2.md"
+    source.write_text(handbook(2), encoding="utf-8")
+    engine = Bunko(f"sqlite:///{path}", embedder=RecordingEmbedder())
+    try:
+        engine.tenant("t").ingest([source])
+        engine.tenant("t").upsert("default", [{"content": "記録のみ", "vector": [0.0, 1.0] + [0.0] * 510}])
+    finally:
+        engine.close()
+    with sqlite3.connect(path) as conn:
+        keyed = conn.execute("SELECT id, content, text_key FROM chunks ORDER BY id").fetchall()
+        assert [k for _, c, k in keyed] == [None if c == "記録のみ" else text_key(c) for _, c, _ in keyed]
+        conn.execute("DROP INDEX chunks_text")
+        conn.execute("ALTER TABLE chunks DROP COLUMN text_key")
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+        apply_migrations(conn, MIGRATIONS)
+        assert conn.execute("SELECT id, content, text_key FROM chunks ORDER BY id").fetchall() == keyed
+
+    copy = tmp_path / "copy.md"
+    copy.write_text(handbook(2), encoding="utf-8")
+    embedder = RecordingEmbedder()
+    engine = Bunko(f"sqlite:///{path}", embedder=embedder)
+    try:
+        done = engine.tenant("t").ingest([copy])
+        assert (done.embedded, done.reused) == (0, done.chunks) and embedder.texts == []
+    finally:
+        engine.close()
+
+
+def test_upgrading_indexes_the_stored_chunks_for_reuse_postgres(tmp_path: Path, pg_url: str) -> None:
+    """A PostgreSQL database without m025: the upgrade indexes the stored chunks' texts, the lookup uses the
+    index under row-level security (as the tenant's role), and the chunks stored before lend their vectors
+    to a new document."""
+    from bunko.stores.postgres import PostgresBackend, migrate_database
+
+    from .pg import psycopg
+
+    source = tmp_path / "rule3.md"
+    source.write_text(handbook(3), encoding="utf-8")
+    engine = Bunko(pg_url, embedder=RecordingEmbedder())
+    try:
+        engine.tenant("t").ingest([source])
+    finally:
+        engine.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX bunko.chunks_text")
+        conn.execute("DELETE FROM bunko.schema_migrations WHERE name = 'm025_chunk_texts'")
+    assert migrate_database(pg_url) == ["m025_chunk_texts"]
+
+    backend = PostgresBackend(pg_url)
+    try:
+        store = backend.for_tenant("t")
+        texts = chunk_texts_of(store, str(source))
+        with store.session() as (conn, tenant_pk):
+            conn.execute("SET LOCAL enable_seqscan = off")  # a small table: show that the index may serve
+            plan = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT c.content FROM bunko.chunks c WHERE c.tenant_id = %s AND c.document_id IS NOT NULL "
+                "AND c.content = ANY(%s)", (tenant_pk, texts[:2])).fetchall())
+        assert "chunks_text" in plan, plan
+    finally:
+        backend.close()
+
+    copy = tmp_path / "copy.md"
+    copy.write_text(handbook(3), encoding="utf-8")
+    embedder = RecordingEmbedder()
+    engine = Bunko(pg_url, embedder=embedder)
+    try:
+        done = engine.tenant("t").ingest([copy])
+        assert (done.embedded, done.reused) == (0, done.chunks) and embedder.texts == []
     finally:
         engine.close()

@@ -279,23 +279,23 @@ class IndexManager:
         return self._gate[1]
 
     async def stored_vectors(self, writes: list[DocumentWrite]) -> dict[str, np.ndarray]:
-        """The vectors of the stored versions these writes replace, by chunk text.
+        """The vectors of stored chunks of the collection whose text equals a chunk of these writes, by text.
 
         A collection holds the vectors of one embedder (``EmbedderInfo``, R3) and a chunk's text is
-        what was embedded, so a chunk of a new version whose text equals a stored chunk's can take
-        that chunk's vector as it is.
+        what was embedded, so a new chunk whose text equals a stored chunk's -- of the version it
+        replaces, of another document, of an older upload -- can take that chunk's vector as it is.
         """
-        previous = list(dict.fromkeys(w.previous for w in writes if w.previous))
-        if not previous:
+        texts = list(dict.fromkeys(c.content for w in writes for c in w.chunks))
+        if not texts:
             return {}
-        stored = await asyncio.to_thread(self.vector_store.document_chunks, self.collection, previous)
-        return {c.chunk.content: c.vector for chunks in stored.values() for c in chunks}
+        return await asyncio.to_thread(self.vector_store.stored_vectors, self.collection, texts)
 
     async def embed(self, writes: list[DocumentWrite], *, progress: ProgressCallback | None = None) -> None:
         """Embed the chunks of several documents together, filling each one's ``vectors``.
 
-        A chunk whose text equals a chunk of the stored version its document replaces takes that
-        chunk's vector (counted in ``reused``); a text that several chunks share is embedded once.
+        A chunk whose text equals a chunk already stored in the collection (of the version its document
+        replaces, or of any other document) takes that chunk's vector (counted in ``reused``); a text that
+        several chunks share is embedded once.
         The other texts go out in requests of the embedder's ``batch_size``, up to its ``concurrency``
         at a time (counted over every ``embed`` call running on this manager). Batching across
         documents keeps the requests full when documents are small. ``progress`` is called with

@@ -145,6 +145,6 @@ def _print_ingest(report: IngestReport, tenant: str, collection: str, statuses: 
         f"collection '{escape(collection)}': {statuses['created']} new, {statuses['replaced']} updated, "
         f"{statuses['unchanged']} unchanged, {len(errors)} failed, {len(skipped)} skipped (not supported) "
         f"in {elapsed_ms / 1000:.1f} s"
-        + (f"; {report.embedded} chunks embedded, {report.reused} reused from earlier versions"
+        + (f"; {report.embedded} chunks embedded, {report.reused} reused from stored chunks"
            if report.reused else "") + ("; see them again with: bunko documents list --failed" if errors else "")
     )

@@ -464,6 +464,11 @@ class VectorStore(RecordStore, Protocol):
         """The chunks (with vectors, in order) of these documents of this tenant's collection, by document id."""
         ...
 
+    def stored_vectors(self, collection: str, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The vector of a stored document chunk of this tenant's collection for each of ``texts`` that one
+        holds, by text (chunk reuse: ingest embeds only the texts the collection does not hold yet)."""
+        ...
+
     def loose_chunks(self, collection: str, limit: int, offset: int = 0) -> list[StoredChunk]:
         """Chunks upserted without a document, oldest first, a page at a time."""
         ...

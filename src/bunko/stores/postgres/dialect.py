@@ -42,6 +42,8 @@ POSTGRES = Dialect(
     executemany=_executemany,
     no_limit=None,
     for_update=" FOR UPDATE",
+    # A hash index over document chunks' text (m025): text equality may use it under row-level security.
+    chunk_texts=lambda texts: ("c.content = ANY(?)", [texts]),
 )
 
 # A session's staging table for postings rows (see PostingsCopy).

@@ -716,6 +716,16 @@ _M023_HALFVEC_HNSW: list[Statement] = [
 ]
 
 
+# Chunk reuse across documents (issue 25): ingest looks for a stored chunk of the collection with the same text
+# (any document, any version) and takes its vector instead of embedding the text again. A hash index over the
+# text of document chunks: it holds a 4-byte hash per chunk whatever the text's length, no row is rewritten,
+# and text equality (texteq, leakproof) may use it under row-level security -- an index over an expression
+# (a hash function of the text) may not, since its functions are not leakproof.
+_M025_CHUNK_TEXTS: list[Statement] = [
+    "CREATE INDEX IF NOT EXISTS chunks_text ON bunko.chunks USING hash (content) WHERE document_id IS NOT NULL",
+]
+
+
 MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m001_tenants_collections_documents_chunks_rls", _M001),
     ("m002_keyword_text_from_the_analyzer", _M002),
@@ -741,6 +751,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m022_user_rls", M022_USER_RLS),
     ("m023_halfvec_hnsw", _M023_HALFVEC_HNSW),
     ("m024_no_unread_chunk_indexes", _M024_WRITE_INDEXES),
+    ("m025_chunk_texts", _M025_CHUNK_TEXTS),
 ]
 
 BOOTSTRAP = [

@@ -51,6 +51,10 @@ class Dialect:
     no_limit: Any = None
     # Appended to a SELECT that reads rows the transaction will change.
     for_update: str = ""
+    # A document chunk ``c`` holds one of these texts, through the store's index of chunk texts (chunk reuse):
+    # texts -> (SQL with "?" marks, its parameters). The rows it selects are compared as text after.
+    chunk_texts: Callable[[list[str]], tuple[str, list[Any]]] = field(
+        default=lambda texts: (f"c.content IN ({', '.join('?' * len(texts))})", list(texts)))
 
     def sql(self, statement: str) -> str:
         """A core statement in this dialect (placeholders converted, ``{now}`` filled in)."""

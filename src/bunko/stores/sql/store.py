@@ -76,6 +76,7 @@ _NAME_RE = re.compile(r"^[\w][\w.\-]{0,99}$")
 # content, metadata). Vectors and the analyzed keyword payloads travel beside, in the same order.
 ChunkRow = tuple[str, int | None, int | None, int, int, int, int, str, dict[str, Any]]
 
+
 def check_name(kind: str, name: str) -> str:
     """A tenant or collection name as given, or ``VectorStoreError``."""
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
@@ -784,6 +785,32 @@ class SQLStore:
         found: dict[str, list[StoredChunk]] = {i: [] for i in ids}
         for row in rows:
             found[row[0]].append(self._stored_chunk(row[1:], row[0]))
+        return found
+
+    # Texts looked up per statement (SQLite: keys as literal marks, see Dialect.any).
+    _TEXTS_PER_READ = 5_000
+
+    def stored_vectors(self, collection: str, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The vector of a document chunk of this tenant's collection for each of ``texts`` that one holds.
+
+        Found through the store's index of document chunks' texts (``Dialect.chunk_texts``), then compared
+        as text. Chunks upserted without a document are left out: their vectors were given by the caller and
+        need not be the collection embedder's."""
+        wanted = sorted(set(texts))
+        if not wanted:
+            return {}
+        d = self._d
+        found: dict[str, np.ndarray] = {}
+        with self.session() as (conn, tenant_pk):
+            collection_pk = self._collection_row(conn, tenant_pk, collection).key
+            for start in range(0, len(wanted), self._TEXTS_PER_READ):
+                listed, params = d.chunk_texts(wanted[start : start + self._TEXTS_PER_READ])
+                for content, vector in self.run(
+                        conn, "SELECT c.content, c.embedding FROM chunks c WHERE c.tenant_id = ? "
+                              f"AND c.collection_id = ? AND c.document_id IS NOT NULL AND {listed}",
+                        (tenant_pk, collection_pk, *params)).fetchall():
+                    if content not in found:
+                        found[content] = d.vector_out(vector)
         return found
 
     def loose_chunks(self, collection: str, limit: int, offset: int = 0) -> list[StoredChunk]:

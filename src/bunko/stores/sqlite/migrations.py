@@ -2,8 +2,9 @@
 
 A migration is a SQL script or a function of the connection (for steps that name tables per
 collection). A function holds what it runs: it uses the helpers of this module and versioned modules
-that never change (the postings of format 2, :mod:`bunko.stores.sql.postings`), never the store's
-live code, so a later change to the store cannot change what an old migration does.
+that never change (the postings of format 2, :mod:`bunko.stores.sql.postings`; the chunk text keys,
+``schema.text_key``), never the store's live code, so a later change to the store cannot change what an
+old migration does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ...errors import VectorStoreError
 from ..sql.postings import PostingsTable, counted
-from .schema import SQLITE, create_fts, fts_table, has_fts
+from .schema import SQLITE, create_fts, fts_table, has_fts, text_key
 
 
 def _m007_fts_per_collection(conn: sqlite3.Connection) -> None:
@@ -96,6 +97,16 @@ def _m017_keyword_text_in_chunks(conn: sqlite3.Connection) -> None:
     for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                 "AND name GLOB 'chunks_fts_[0-9]*' AND sql LIKE 'CREATE VIRTUAL TABLE%'").fetchall():
         conn.execute(f'DROP TABLE "{name}"')
+
+def _m018_chunk_text_keys(conn: sqlite3.Connection) -> None:
+    """Each document chunk's text key (``schema.text_key``), indexed per collection: ingest
+    finds a stored chunk of the collection with the same text (any document, any version) and takes its
+    vector instead of embedding the text again. Chunks upserted without a document keep NULL."""
+    conn.execute("ALTER TABLE chunks ADD COLUMN text_key INTEGER")
+    conn.create_function("bunko_text_key", 1, text_key, deterministic=True)
+    conn.execute("UPDATE chunks SET text_key = bunko_text_key(content) WHERE document_id IS NOT NULL")
+    conn.execute("CREATE INDEX chunks_text ON chunks (collection_id, text_key) WHERE text_key IS NOT NULL")
+
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
@@ -361,6 +372,8 @@ MIGRATIONS: list[Migration] = [
     """,
     # 17: no FTS5 tables: each chunk's analyzed text in chunks.terms, each collection's token total in a counter.
     _m017_keyword_text_in_chunks,
+    # 18: document chunks' text keys, indexed per collection (chunk reuse across documents, bunko.indexing).
+    _m018_chunk_text_keys,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

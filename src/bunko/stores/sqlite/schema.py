@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from typing import Any
@@ -22,6 +23,20 @@ def _any(column: str, values: list[Any]) -> tuple[str, list[Any]]:
     return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(values)]
 
 
+def text_key(text: str) -> int:
+    """A chunk text's key: the first 8 bytes of the MD5 of its UTF-8, as a signed 64-bit integer.
+
+    ``chunks.text_key`` holds it for every document chunk, indexed per collection (migration 18), so ingest
+    finds a stored chunk of the same text without reading the collection (chunk reuse). Stored keys depend
+    on it: it never changes. A key only narrows the search; the texts are compared after."""
+    digest = hashlib.md5(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _chunk_texts(texts: list[str]) -> tuple[str, list[Any]]:
+    return _any("c.text_key", sorted({text_key(t) for t in texts}))
+
+
 SQLITE = Dialect(
     name="sqlite",
     mark="?",
@@ -31,6 +46,7 @@ SQLITE = Dialect(
     vector_out=lambda blob: np.frombuffer(blob, dtype=np.float32),
     compile_filter=compile_sqlite,
     no_limit=-1,
+    chunk_texts=_chunk_texts,
 )
 
 

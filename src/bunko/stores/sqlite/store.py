@@ -34,6 +34,7 @@ from ..sql.postings import term_counts
 from ..sql.records import TenantRecords
 from .ann import Identity, remove_files
 from .matrix import CollectionCache, Matrix, Snapshot, score_rows, top_indices
+from .schema import text_key
 
 if TYPE_CHECKING:
     from .backend import SQLiteBackend
@@ -244,14 +245,16 @@ class SQLiteVectorStore(SQLStore, TenantRecords):
         dumps = json.dumps
         params = [
             (uid, tenant_pk, collection_pk, doc_pk, index, start, end, tokens, content,
-             dumps(meta, ensure_ascii=False, default=str) if meta else "{}", vectors[i].tobytes(), terms)
+             dumps(meta, ensure_ascii=False, default=str) if meta else "{}", vectors[i].tobytes(), terms,
+             None if doc_pk is None else text_key(content))
             for i, ((uid, doc_pk, _version, index, start, end, tokens, content, meta), terms)
             in enumerate(zip(rows, keywords.rendered, strict=True))
         ]
         first = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
         conn.executemany(
             "INSERT INTO chunks (uid, tenant_id, collection_id, document_id, chunk_index, start_offset, "
-            "end_offset, token_count, content, metadata, embedding, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "end_offset, token_count, content, metadata, embedding, terms, text_key) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             params,
         )
         # AUTOINCREMENT under the write lock: the new rows are exactly the ids after ``first``, in order.
