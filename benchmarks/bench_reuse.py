@@ -7,7 +7,10 @@ store, then edits one paragraph in ``--edit`` of the documents (default 20) and 
 folder again. Prints both runs: wall time, chunks written, chunks embedded and reused, and the
 second run's time as a share of the first.
 
-    python benchmarks/bench_reuse.py [--store sqlite|postgres] [--documents 200] [--edit 20] [--json]
+With ``--shared N`` every document also ends with the same N sections of boilerplate: the first run
+embeds them once and every other document takes their vectors (reuse across documents).
+
+    python benchmarks/bench_reuse.py [--store sqlite|postgres] [--documents 200] [--edit 20] [--shared 0] [--json]
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from bunko import Bunko
 from bunko.embedders import UniversalSentenceEncoderEmbedder
 
 
-def document(number: int, sections: int, edited: int | None = None) -> str:
+def document(number: int, sections: int, edited: int | None = None, shared: int = 0) -> str:
     parts = []
     for s in range(sections):
         body = (f"第{number}章 第{s}節。社内規程{number}の{s}番目の項目では、申請の手順と承認の流れを定める。"
@@ -33,6 +36,10 @@ def document(number: int, sections: int, edited: int | None = None) -> str:
         if s == edited:
             body += f"（改訂）この節は令和七年に改められ、提出期限は{number + 10}日以内となった。"
         parts.append(f"## 第{s}節\n\n{body}")
+    for s in range(shared):  # the same boilerplate in every document (a standard clause, a notice)
+        notice = (f"本規程の共通事項{s}。個人情報の取扱いは情報管理規程に従い、社外への持ち出しを禁ずる。"
+                  "疑義が生じた場合は法務部に照会すること。")
+        parts.append(f"## 共通事項{s}\n\n" + notice * 3)
     return f"# 規程 {number}\n\n" + "\n\n".join(parts) + "\n"
 
 
@@ -54,6 +61,8 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=200)
     parser.add_argument("--sections", type=int, default=10)
     parser.add_argument("--edit", type=int, default=20)
+    parser.add_argument("--shared", type=int, default=0,
+                        help="sections of boilerplate every document ends with (reused across documents)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     embedder = UniversalSentenceEncoderEmbedder()
@@ -62,7 +71,8 @@ def main() -> None:
         folder = Path(tmp) / "docs"
         folder.mkdir()
         for n in range(args.documents):
-            (folder / f"rule{n:04d}.md").write_text(document(n, args.sections), encoding="utf-8")
+            (folder / f"rule{n:04d}.md").write_text(document(n, args.sections, shared=args.shared),
+                                                    encoding="utf-8")
         server = None
         if args.store == "postgres":
             from bunko.testing.postgres import TemporaryPostgres
@@ -77,14 +87,15 @@ def main() -> None:
             first = run(tenant, folder)
             step = max(1, args.documents // max(1, args.edit))
             for n in range(0, args.documents, step)[: args.edit]:
-                (folder / f"rule{n:04d}.md").write_text(document(n, args.sections, edited=n % args.sections),
-                                                        encoding="utf-8")
+                (folder / f"rule{n:04d}.md").write_text(
+                    document(n, args.sections, edited=n % args.sections, shared=args.shared), encoding="utf-8")
             second = run(tenant, folder)
         finally:
             engine.close()
             if server is not None:
                 server.close()
-    figures = {"store": args.store, "documents": args.documents, "edited": args.edit, "first": first,
+    figures = {"store": args.store, "documents": args.documents, "edited": args.edit, "shared": args.shared,
+               "first": first,
                "second": second, "second_share_of_first": round(second["seconds"] / first["seconds"], 3),
                "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
     if args.json:
