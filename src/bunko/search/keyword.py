@@ -45,6 +45,8 @@ K1 = 1.2
 B = 0.75
 # MaxScore: the rarest phrases whose document counts add up to at most this many are essential at first.
 KEYWORD_CANDIDATES = 20_000
+# The most cells (phrases x chunks) of the matrix ``bm25_top`` scores chunks exactly in, at once.
+_EXACT_CELLS = 1 << 20
 
 
 
@@ -392,27 +394,34 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
     def exact(at: np.ndarray) -> np.ndarray:
         """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
-        query order. A phrase is looked up by binary search for each chunk, or its postings are run
-        through once when they are few beside the chunks."""
+        query order. Each phrase's term counts for the chunks are found first (by binary search for each
+        chunk, or by running through its postings once when they are few beside the chunks) into one
+        matrix, phrases by chunks (0 where a chunk lacks the phrase, which adds exactly 0); the
+        contributions are then worked out in one pass and added phrase after phrase
+        (``np.add.accumulate``: in order, no pairwise summation)."""
         rows = at + low if keys is None else keys[at]
-        score = np.zeros(len(at), dtype=np.float64)
-        norm = norms[at]
+        n = len(at)
+        if n * len(known) > _EXACT_CELLS:  # a large matrix: a slice of the chunks at a time
+            step = max(1, _EXACT_CELLS // len(known))
+            return np.concatenate([exact(at[i:i + step]) for i in range(0, n, step)]) if n else np.zeros(0)
+        counts = np.zeros((len(known), n), dtype=np.float64)
         picked: np.ndarray | None = None
-        for j in known:
+        for i, j in enumerate(known):
             found, tf, _ = columns[j]
-            if len(found) > 8 * len(at):
-                place = np.minimum(np.searchsorted(found, rows), len(found) - 1)
-                hit = np.flatnonzero(found[place] == rows)
-                score[hit] += contribution(j, tf[place[hit]], norm[hit])
+            if len(found) > 8 * n:
+                place = found.searchsorted(rows)
+                np.minimum(place, len(found) - 1, out=place)
+                np.multiply(tf[place], found[place] == rows, out=counts[i], casting="unsafe")
                 continue
             if picked is None:
                 picked = np.zeros(span, dtype=bool)
                 picked[at] = True
             spot = found - low if keys is None else np.searchsorted(keys, found)
             held = picked[spot]
-            hit = np.searchsorted(at, spot[held])
-            score[hit] += contribution(j, tf[held], norm[hit])
-        return score
+            counts[i, np.searchsorted(at, spot[held])] = tf[held]
+        weights = np.asarray([idf[j] for j in known], dtype=np.float64)[:, None]
+        parts = weights * ((counts * (k1 + 1.0)) / (counts + norms[at]))
+        return np.add.accumulate(parts, axis=0)[-1] if len(known) > 1 else parts[0]
 
     split, total = 0, 0
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order

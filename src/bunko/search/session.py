@@ -74,9 +74,23 @@ class Collected:
     ranked: int = 0  # how many chunks the legs returned for hydration (more than hits: rows gone meanwhile)
 
 
-def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None) -> Collected:
-    """Run the legs inside one reader, one after the other, fuse them and read the ``legs.top_k`` best whole."""
+def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None,
+            overlap: bool = False) -> Collected:
+    """Run the legs inside one reader, fuse them and read the ``legs.top_k`` best whole. The legs run one
+    after the other; with ``overlap``, a hybrid search over a reader that can rank vectors from memory
+    alone (its ``nearest_later``) ranks them in a worker thread while this one runs the keyword leg."""
     ranked: list[tuple[str, Ranked]] = []
+    later = getattr(reader, "nearest_later", None)
+    if overlap and later is not None and legs.vector is not None and legs.keyword and legs.fusion is not None:
+        # What reads the database runs here, before the keyword leg: the reader's connection stays on this
+        # thread. The worker's ranking lets go of the GIL in the graph walk and in numpy.
+        pending = _pool().submit(later(legs.vector, legs.depth, legs.restriction, threshold=legs.threshold))
+        try:
+            found, title_weight = keyword_part(reader, legs)
+        except BaseException:
+            wait([pending])
+            raise
+        return fuse_and_read(reader, legs, [("vector", pending.result()), *found], title_weight, vectors)
     if legs.vector is not None:
         ranked.append(("vector", vector_leg(reader, legs)))
     found, title_weight = keyword_part(reader, legs)
@@ -205,13 +219,16 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     a search cannot wait on a pool it holds part of. A leg's error is raised as it is (the keyword leg's
     first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
     transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
-    yes, SQLite no, by measurement).
+    yes, SQLite no, by measurement), and on a store that is not concurrent both legs in one transaction
+    with the vector leg ranked from memory in a worker thread meanwhile (``collect``'s ``overlap``: the
+    SQLite reader's ``nearest_later``).
     """
+    overlap = concurrent is None
     if concurrent is None:
         concurrent = bool(getattr(store, "concurrent_legs", False))
     if not (concurrent and legs.vector is not None and legs.keyword and legs.fusion is not None):
         with store.reader(row) as reader:
-            return collect(reader, legs, vectors=vectors)
+            return collect(reader, legs, vectors=vectors, overlap=overlap)
     meeting = _Meeting()
     pending = _pool().submit(_vector_side, store, row, legs, meeting, vectors)
     try:

@@ -405,20 +405,26 @@ def _join(parts: Sequence[Part], dead: np.ndarray) -> Column:
     """A term's postings from its entries in each segment ((key, offsets, term counts, token counts), by
     key), in rowid order (segments may overlap on PostgreSQL), without the ``dead`` chunks (ascending): one
     way for the segments held in memory and for rows read from the table."""
-    n = sum(len(p[1]) for p in parts)
-    ids = np.empty(n, dtype=np.int64)
-    tf = np.empty(n, dtype=np.uint16)
-    sizes = np.empty(n, dtype=np.uint16)
-    at = 0
-    for key, offsets, counts, lengths in parts:
-        m = len(offsets)
-        np.add(offsets, np.int64(key), out=ids[at:at + m], casting="unsafe")
-        tf[at:at + m] = counts
-        sizes[at:at + m] = lengths
-        at += m
-    if len(parts) > 1 and n > 1 and not bool((ids[1:] > ids[:-1]).all()):  # overlapping segments
-        order = np.argsort(ids, kind="stable")
-        ids, tf, sizes = ids[order], tf[order], sizes[order]
+    if len(parts) == 1:
+        key, offsets, tf, sizes = parts[0]
+        ids = offsets.astype(np.int64)
+        ids += key
+        tf, sizes = tf.astype(np.uint16), sizes.astype(np.uint16)  # copies: the result owns its arrays
+    else:
+        ids = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        tf = np.concatenate([p[2] for p in parts]).astype(np.uint16, copy=False)
+        sizes = np.concatenate([p[3] for p in parts]).astype(np.uint16, copy=False)
+        at, ordered, last = 0, True, -1
+        for key, offsets, _, _ in parts:
+            m = len(offsets)
+            if m:
+                ids[at:at + m] += key
+                ordered = ordered and int(ids[at]) > last  # each part is in rowid order: look where they meet
+                last = int(ids[at + m - 1])
+                at += m
+        if not ordered:  # overlapping segments
+            order = np.argsort(ids, kind="stable")
+            ids, tf, sizes = ids[order], tf[order], sizes[order]
     if len(dead):
         live = _live(ids, dead)
         if live is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 _LOAD_BATCH = 4096
 # How long a search waits for a collection's HNSW graph while the maintainer updates it, before scanning.
 _GRAPH_WAIT = 0.05
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
 
 
 def _upsert_df(conn: sqlite3.Connection, scope: tuple[int, int], counts: dict[str, int]) -> None:
@@ -163,24 +168,41 @@ class SQLiteReader(SQLReader):
                 threshold: float | None = None) -> Ranked:
         """Exact top-k by cosine similarity over the matrix; a restriction masks it before ranking, so k
         come back whenever k chunks pass."""
-        matrix = self._matrix()
-        norm = float(np.linalg.norm(vector))
-        q = vector / norm if norm > 0 else vector
         if restriction is None:
-            approximate = self._approximate(matrix, q, top_k, threshold)
-            if approximate is not None:
-                return approximate
-        if restriction is not None:
-            positions: np.ndarray | None = np.flatnonzero(self._mask(matrix, restriction))
-            scores = matrix.vectors[positions] @ q
-        else:
-            positions = None
-            scores = matrix.vectors @ q
+            return self.nearest_later(vector, top_k, threshold=threshold)()
+        matrix = self._matrix()
+        q = _unit(vector)
+        positions = np.flatnonzero(self._mask(matrix, restriction))
+        scores = matrix.vectors[positions] @ q
         order = top_indices(scores, top_k)
         if threshold is not None:
             order = order[scores[order] >= threshold]
-        picked = order if positions is None else positions[order]
-        return Ranked(matrix.rowids[picked], scores[order].astype(np.float64), "exact")
+        return Ranked(matrix.rowids[positions[order]], scores[order].astype(np.float64), "exact")
+
+    def nearest_later(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,
+                      threshold: float | None = None) -> Callable[[], Ranked]:
+        """:meth:`nearest` in two steps: what reads the database now (the matrix brought up to date, a
+        restriction's mask), and the ranking as a function any thread may call while this reader works on
+        (it reads memory only: the graph walk and numpy let go of the GIL, so a hybrid search ranks its
+        keyword leg meanwhile)."""
+        if restriction is not None:
+            ranked = self.nearest(vector, top_k, restriction, threshold=threshold)
+            return lambda: ranked
+        matrix = self._matrix()
+        q = _unit(vector)
+        return lambda: self._unrestricted(matrix, q, top_k, threshold)
+
+    def _unrestricted(self, matrix: Snapshot, q: np.ndarray, top_k: int, threshold: float | None) -> Ranked:
+        """The ``top_k`` of the whole matrix for ``q`` (unit length): from the collection's index when it
+        has one, else by a scan. Reads memory only."""
+        approximate = self._approximate(matrix, q, top_k, threshold)
+        if approximate is not None:
+            return approximate
+        scores = matrix.vectors @ q
+        order = top_indices(scores, top_k)
+        if threshold is not None:
+            order = order[scores[order] >= threshold]
+        return Ranked(matrix.rowids[order], scores[order].astype(np.float64), "exact")
 
     def _approximate(self, matrix: Snapshot, q: np.ndarray, top_k: int, threshold: float | None) -> Ranked | None:
         """Top-k from the collection's index (an HNSW graph, or IVF lists above ``lists_min_rows``): its
