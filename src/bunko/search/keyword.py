@@ -430,7 +430,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             take(order[split])
             total += counts[order[split]]
             split += 1
-        touched = np.flatnonzero(share)
+        touched = np.flatnonzero(share != 0)  # (over a bool array: several times faster than over floats)
         if len(touched) >= top_k:
             # The floor: the k-th best final score is at least the lowest exact score of the k chunks with
             # the best shares (each scores at least its share).
