@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,48 @@ def test_concurrent_legs_return_what_sequential_legs_return_one_transaction_per_
             assert concurrent.plans == sequential.plans and concurrent.ranked == sequential.ranked
             # One read transaction per leg; the leg that finished second read the hits in its own.
             assert counts["read_transactions"] == 2, counts.delta
+
+
+def test_sqlite_ranks_the_vector_leg_in_a_worker_thread_while_the_keyword_leg_runs(
+        tmp_path: Path, embedder: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's hybrid search as the store prefers: both legs and the hits in one read transaction, the vector
+    leg ranked from memory on a worker thread while this one runs the keyword leg (the matrix brought up to
+    date first, on this thread, so the connection never changes thread): the same hits as in turn, with and
+    without a restriction, and no other tenant's chunk."""
+    from bunko.stores.sqlite.store import SQLiteReader
+
+    ranked_on: list[str] = []
+    unrestricted = SQLiteReader._unrestricted
+
+    def watched(self: SQLiteReader, *args: object) -> object:
+        ranked_on.append(threading.current_thread().name)
+        return unrestricted(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SQLiteReader, "_unrestricted", watched)
+    with Bunko(f"sqlite:///{tmp_path / 'o.db'}", embedder=embedder) as engine:
+        _fill(engine, "acme", TEXTS, "a")
+        _fill(engine, "other", [t + " " + t for t in TEXTS], "o")
+        store = engine.tenant("acme").store
+        row = store.read_collection("default")
+        for query in QUERIES:
+            for restriction in (None, Restriction.of(None, {"kind": 0})):
+                legs = _legs(engine, store, query, restriction)
+                ranked_on.clear()
+                in_turn = collect_legs(store, row, legs, concurrent=False)
+                assert ranked_on == ([] if restriction else [threading.current_thread().name])
+                ranked_on.clear()
+                with counting(engine.backend) as counts:
+                    overlapped = collect_legs(store, row, legs)
+                assert in_turn.hits and {h.metadata["tag"] for h in overlapped.hits} == {"a"}, query
+                assert [(h.chunk_id, h.score, h.metadata.get("legs")) for h in overlapped.hits] == \
+                    [(h.chunk_id, h.score, h.metadata.get("legs")) for h in in_turn.hits], query
+                assert overlapped.plans == in_turn.plans and overlapped.ranked == in_turn.ranked
+                assert counts["read_transactions"] == 1, counts.delta
+                # Unrestricted: ranked on a worker; restricted: the mask reads SQL, so all of it here.
+                if restriction is None:
+                    assert len(ranked_on) == 1 and ranked_on[0].startswith("bunko-leg"), ranked_on
+                else:
+                    assert ranked_on == [], ranked_on
 
 
 def test_a_hybrid_search_with_concurrent_legs_sees_only_its_tenant(engine: Bunko) -> None:

@@ -47,6 +47,7 @@ B = 0.75
 KEYWORD_CANDIDATES = 20_000
 # The most cells (phrases x chunks) of the matrix ``bm25_top`` scores chunks exactly in, at once.
 _EXACT_CELLS = 1 << 20
+_RANK_SHIFT = 40  # chunk keys below 2**40 (a phrase's rank above them; see bm25_top's merged_ids)
 
 
 
@@ -392,6 +393,33 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         norms[at] = norm
         share[at] += contribution(j, tf, norm)
 
+    def take_first(phrases: list[int]) -> None:
+        """``take`` of each of the first essential phrases (``share`` all zeros), all at once: their entries
+        one after another, in the order ``take`` would add them (``np.bincount`` adds in that order)."""
+        if len(phrases) == 1:
+            take(phrases[0])
+            return
+        found = np.concatenate([columns[j][0] for j in phrases])
+        f = np.concatenate([columns[j][1] for j in phrases]).astype(np.float64)
+        lengths = np.concatenate([columns[j][2] for j in phrases]).astype(np.float64)
+        at = found - low if keys is None else np.searchsorted(keys, found)
+        norm = k1 * (1 - b + b * lengths / average)
+        norms[at] = norm
+        weight = np.repeat(np.asarray([idf[j] for j in phrases], dtype=np.float64), [counts[j] for j in phrases])
+        share[:] = np.bincount(at, weight * ((f * (k1 + 1.0)) / (f + norm)), minlength=span)
+
+    merged: list[np.ndarray] = []
+    ranked = low >= 0 and low + span <= 1 << _RANK_SHIFT if keys is None else int(keys[-1]) < 1 << _RANK_SHIFT
+
+    def merged_ids() -> np.ndarray:
+        """Every phrase's postings one after another, each chunk key plus the phrase's rank (in ``known``)
+        shifted up by ``_RANK_SHIFT``, so that they ascend throughout (made once, when first asked for)."""
+        if not merged:
+            ids = np.concatenate([columns[j][0] for j in known])
+            ids += np.repeat(np.arange(len(known), dtype=np.int64) << _RANK_SHIFT, [counts[j] for j in known])
+            merged.extend((ids, np.concatenate([columns[j][1] for j in known])))
+        return merged[0]
+
     def exact(at: np.ndarray) -> np.ndarray:
         """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
         query order. Each phrase's term counts for the chunks are found first (by binary search for each
@@ -404,32 +432,36 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         if n * len(known) > _EXACT_CELLS:  # a large matrix: a slice of the chunks at a time
             step = max(1, _EXACT_CELLS // len(known))
             return np.concatenate([exact(at[i:i + step]) for i in range(0, n, step)]) if n else np.zeros(0)
-        counts = np.zeros((len(known), n), dtype=np.float64)
-        picked: np.ndarray | None = None
-        for i, j in enumerate(known):
-            found, tf, _ = columns[j]
-            if len(found) > 8 * n:
-                place = found.searchsorted(rows)
-                np.minimum(place, len(found) - 1, out=place)
-                np.multiply(tf[place], found[place] == rows, out=counts[i], casting="unsafe")
-                continue
-            if picked is None:
-                picked = np.zeros(span, dtype=bool)
-                picked[at] = True
-            spot = found - low if keys is None else np.searchsorted(keys, found)
-            held = picked[spot]
-            counts[i, np.searchsorted(at, spot[held])] = tf[held]
+        if ranked and n * 16 < sum(counts):  # by binary search for each chunk and phrase, in one call
+            ids, tf = merged_ids(), merged[1]
+            wanted = (np.arange(len(known), dtype=np.int64) << _RANK_SHIFT)[:, None] + rows
+            place = ids.searchsorted(wanted.ravel())
+            np.minimum(place, len(ids) - 1, out=place)
+            tfs = (tf[place] * (ids[place] == wanted.ravel())).astype(np.float64).reshape(len(known), n)
+        else:  # by running through each phrase's postings once
+            tfs = np.zeros((len(known), n), dtype=np.float64)
+            picked = np.zeros(span, dtype=bool)
+            picked[at] = True
+            for i, j in enumerate(known):
+                found, tf, _ = columns[j]
+                spot = found - low if keys is None else np.searchsorted(keys, found)
+                held = picked[spot]
+                tfs[i, np.searchsorted(at, spot[held])] = tf[held]
         weights = np.asarray([idf[j] for j in known], dtype=np.float64)[:, None]
-        parts = weights * ((counts * (k1 + 1.0)) / (counts + norms[at]))
+        parts = weights * ((tfs * (k1 + 1.0)) / (tfs + norms[at]))
         return np.add.accumulate(parts, axis=0)[-1] if len(known) > 1 else parts[0]
 
     split, total = 0, 0
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order
     while True:
+        first = split == 0
         while split < len(order) and (split == 0 or total + counts[order[split]] <= budget):
-            take(order[split])
+            if not first:
+                take(order[split])
             total += counts[order[split]]
             split += 1
+        if first:
+            take_first(order[:split])
         touched = np.flatnonzero(share != 0)  # (over a bool array: several times faster than over floats)
         if len(touched) >= top_k:
             # The floor: the k-th best final score is at least the lowest exact score of the k chunks with
