@@ -107,8 +107,10 @@ def test_bm25_top_is_the_brute_force_ranking() -> None:
         f = tf.astype(np.float64)
         brute[ids] += idf[j] * ((f * (keyword.K1 + 1.0)) / (f + norm[ids]))
     held = np.flatnonzero(brute > 0)
-    # Keys from 0, keys far from 0, keys spread thinly (numbered by rank inside the ranker).
-    for key_of in (lambda i: i, lambda i: i + 1_000_000, lambda i: i * 100_000 + 3):
+    # Keys from 0, keys far from 0, keys spread thinly (numbered by rank inside the ranker), and both above
+    # 2**40 (where the ranker's exact pass does not key a phrase's postings by its rank).
+    for key_of in (lambda i: i, lambda i: i + 1_000_000, lambda i: i * 100_000 + 3, lambda i: i + 2**41,
+                   lambda i: i * 2**33 + 3):
         keyed = [(key_of(ids), tf, size) for ids, tf, size in columns]
         for top_k in (1, 5, 40, 1000):
             want = held[np.lexsort((held, -brute[held]))][:top_k]
