@@ -63,10 +63,11 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     _backend: PostgresBackend
     _collection_extra = ", keyword_tokens, NULL"
     _reader = PostgresReader
-    # Both legs wait on the server most of their time: at 100,000 chunks of benchmarks/bench_search.py at
-    # load 2-2.5, hybrid p50 10.4-10.8 ms with the legs at the same time against 11.4 ms in turn
+    # A hybrid search runs both legs in one transaction: the reader sends the vector leg's index search and
+    # answers it after the keyword leg (``PostgresReader.nearest_later``), so the server walks the graph while
+    # this process ranks the keyword leg, with one transaction and no thread less than two legs at once
     # (docs/ARCHITECTURE.md "Hybrid legs at the same time").
-    concurrent_legs = True
+    concurrent_legs = False
 
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
         super().__init__(backend, tenant)
