@@ -131,12 +131,16 @@ class Plan:
         """(join, conditions, parameters) restricting ``c`` to the documents and the filter."""
         join, restrict, params = "", "", []
         if self.ids is not None:
-            # The filter and the documents are applied again below, to these rows only.
+            # The chunks that pass the filter, found in the metadata columns: the filter is not evaluated
+            # again. A chunk's metadata never changes, nor its document's while it lives (a document written
+            # again with other metadata has its chunks replaced, with new ids, in the same transaction), so
+            # each of these rows still passes if it is there at all; evaluating the filter again (with a join
+            # of the documents) cost about a fifth of a 1% filtered search at 100,000 chunks.
             restrict, params = " AND c.id = ANY(%s)", [self.ids.tolist()]
         if self.doc_pks is not None:
             restrict += " AND c.document_id = ANY(%s)"
             params.append(self.doc_pks)
-        if self.where is not None:
+        if self.where is not None and self.ids is None:
             join = DOCUMENT_JOIN
             restrict += f" AND {self.where[0]}"
             params += self.where[1]
