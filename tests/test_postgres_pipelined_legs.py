@@ -100,15 +100,15 @@ def test_the_vector_leg_is_sent_and_answered_later_while_the_server_works(pg_url
 
 
 def test_a_hybrid_search_runs_its_legs_in_one_transaction_with_the_hits_of_the_legs_in_turn(indexed) -> None:
-    """``collect_legs`` as PostgreSQL prefers: one read transaction for both legs (two with the collection
-    row); the same hits, scores and per-leg ranks as the legs one after the other, and as the legs in two
-    transactions at the same time; only the tenant's chunks."""
+    """``collect_legs`` in one transaction: one read transaction for both legs, the vector leg's index search
+    pending on the server while the keyword leg runs; the same hits, scores and per-leg ranks as the legs one
+    after the other, and as the legs in two transactions at the same time; only the tenant's chunks."""
     backend, store, _ = indexed
     row = store.read_collection("c")
     for i, q in enumerate(clustered(6, 24)):
         legs = _legs(f"{WORDS[i]} {WORDS[i + 1]}", q)
         with counting(backend) as counts:
-            pipelined = collect_legs(store, row, legs)
+            pipelined = collect_legs(store, row, legs, concurrent=False)
         assert counts.delta["read_transactions"] == 1, counts.delta
         assert pipelined.plans == {"vector": "hnsw", "keyword": pipelined.plans["keyword"]}
         with store.reader(row) as reader:  # the legs in turn: each answered before the next starts
@@ -136,7 +136,7 @@ def test_a_failing_leg_with_the_vector_leg_pending_fails_typed_and_leaks_nothing
     backend, store, _ = indexed
     q = clustered(1, 25)[0]
     row = store.read_collection("c")
-    collect_legs(store, row, _legs("water stock", q))  # index known, segments held: as a running server
+    collect_legs(store, row, _legs("water stock", q), concurrent=False)  # index known, segments held
     with psycopg.connect(pg_url, autocommit=True) as owner:
         if broken == "keyword":
             owner.execute("REVOKE SELECT ON bunko.keyword_postings FROM bunko_app")
@@ -151,7 +151,7 @@ def test_a_failing_leg_with_the_vector_leg_pending_fails_typed_and_leaks_nothing
     try:
         for i in range(backend.settings.pool_max + 2):  # more than the pool's connections
             with pytest.raises(BunkoError) as raised:
-                collect_legs(store, store.read_collection("c"), _legs(f"water {WORDS[i % 8]}", q))
+                collect_legs(store, store.read_collection("c"), _legs(f"water {WORDS[i % 8]}", q), concurrent=False)
             assert "permission" in raised.value.message, raised.value.message
             assert _open_transactions(pg_url) == 0
         for _ in range(backend.settings.pool_max + 2):  # the connections given back work, out of pipeline mode

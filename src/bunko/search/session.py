@@ -12,9 +12,9 @@ the same time) and one read of the collection's row:
    keyword leg read whole for its re-ranking are not read again. A reader that can answer the vector
    leg later (``nearest_later``: PostgreSQL sends its index search in pipeline mode) has the server
    work on it while the keyword leg runs in this process. On a store whose ``concurrent_legs`` is true
-   a hybrid search runs each leg in a transaction of its own, at the same time, and the leg that
-   finishes second fuses and reads the hits in its own, taking the keyword leg's rows from it
-   (:func:`collect_legs`); no store prefers it now, a caller may ask for it.
+   (PostgreSQL) a hybrid search runs each leg in a transaction of its own, at the same time, and the
+   leg that finishes second fuses and reads the hits in its own, taking the keyword leg's rows from it
+   (:func:`collect_legs`).
 
 :func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
 :func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by

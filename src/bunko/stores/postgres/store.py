@@ -63,11 +63,13 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     _backend: PostgresBackend
     _collection_extra = ", keyword_tokens, NULL"
     _reader = PostgresReader
-    # A hybrid search runs both legs in one transaction: the reader sends the vector leg's index search and
-    # answers it after the keyword leg (``PostgresReader.nearest_later``), so the server walks the graph while
-    # this process ranks the keyword leg, with one transaction and no thread less than two legs at once
-    # (docs/ARCHITECTURE.md "Hybrid legs at the same time").
-    concurrent_legs = False
+    # Both legs wait on the server most of their time: at 100,000 chunks of benchmarks/bench_search.py at
+    # load 2-2.5, hybrid p50 10.4-10.8 ms with the legs at the same time against 11.4 ms in turn. In one
+    # transaction the vector leg's index search is now sent before the keyword leg and answered after it
+    # (``PostgresReader.nearest_later``): paired with the legs at once on a busy machine (load 6-8) it was
+    # 2% faster once and 5-10% slower three times (docs/ARCHITECTURE.md "Hybrid legs at the same time"), so
+    # the legs stay at once until a quiet machine says otherwise.
+    concurrent_legs = True
 
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
         super().__init__(backend, tenant)
