@@ -18,7 +18,8 @@ embedded beforehand, so the mode times exclude the embedding, reported apart as
 * ``hybrid``: as a hybrid search runs: the collection row read, then both legs at the hybrid depth (at
   the same time or in turn, as the store prefers), the default fusion and the hits read once
   (``bunko.search.session.collect_legs``); ``hybrid_sequential`` / ``hybrid_concurrent`` the same with
-  the legs in turn in one transaction / at the same time, each in its own;
+  the legs in one transaction / at the same time, each in its own (in one transaction PostgreSQL sends
+  the vector leg's index search first and reads it after the keyword leg);
 * ``filtered_1pct`` / ``filtered_0.1pct``: ``vector_query`` with ``{"bucket": {"$in": [10 values]}}`` /
   ``{"bucket": v}``; recall against the exact answer over the passing rows is reported too;
 * ``exact_scan_p50_ms``: ``matrix @ q`` + top-10 selection over the same N x 512 float32 matrix.

@@ -191,6 +191,14 @@ def test_a_text_the_collection_holds_in_another_document_is_not_embedded_again(t
         elsewhere = tenant.ingest([copy], collection="other")
         assert (elsewhere.embedded, elsewhere.reused) == (elsewhere.chunks, 0) == (len(embedder.texts), 0)
 
+        # Two copies ingested together into a new collection: each text goes to the embedder once.
+        twin = tmp_path / "twin.md"
+        twin.write_text(handbook(1), encoding="utf-8")
+        embedder.texts.clear()
+        twins = tenant.ingest([copy, twin], collection="twins")
+        assert sorted(embedder.texts) == sorted(set(stored)) and twins.chunks == 2 * len(stored)
+        assert (twins.embedded, twins.reused) == (len(stored), len(stored))
+
         # A record upserted without a document carries the caller's vector: it is not lent to a document.
         loose = "付録。この記録は文書に属さない。" * 4
         tenant.upsert("records", [{"content": loose, "vector": [1.0] + [0.0] * 511}])

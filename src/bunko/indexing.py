@@ -294,8 +294,9 @@ class IndexManager:
         """Embed the chunks of several documents together, filling each one's ``vectors``.
 
         A chunk whose text equals a chunk already stored in the collection (of the version its document
-        replaces, or of any other document) takes that chunk's vector (counted in ``reused``); a text that
-        several chunks share is embedded once.
+        replaces, or of any other document) takes that chunk's vector, and a text that several chunks of
+        these writes share is embedded once, for the first: the others count as ``reused`` too, so
+        ``embedded`` is the number of texts that went to the embedder.
         The other texts go out in requests of the embedder's ``batch_size``, up to its ``concurrency``
         at a time (counted over every ``embed`` call running on this manager). Batching across
         documents keeps the requests full when documents are small. ``progress`` is called with
@@ -304,11 +305,18 @@ class IndexManager:
         if not any(w.chunks for w in writes):
             return
         known = await self.stored_vectors(writes)
+        # Each text not stored yet is embedded once, for its first chunk; every other chunk is reused.
+        first: dict[str, None] = {}
         reused = 0
         for write in writes:
-            write.reused = sum(1 for c in write.chunks if c.content in known)
+            write.reused = 0
+            for c in write.chunks:
+                if c.content in known or c.content in first:
+                    write.reused += 1
+                else:
+                    first[c.content] = None
             reused += write.reused
-        missing = list(dict.fromkeys(c.content for w in writes for c in w.chunks if c.content not in known))
+        missing = list(first)
         total = sum(len(w.chunks) for w in writes)
         if progress is not None and reused:
             progress(reused)

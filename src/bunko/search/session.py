@@ -9,10 +9,12 @@ the same time) and one read of the collection's row:
    (``store.reader(row)``) runs the legs -- the vector leg (``reader.nearest``) and the keyword leg
    (:func:`bunko.search.keyword.keyword_leg`), each ranking chunk keys with the restriction compiled
    once -- fuses them, and reads the text and metadata of the chunks it returns, once: the chunks the
-   keyword leg read whole for its re-ranking are not read again. On a store whose ``concurrent_legs``
-   is true (PostgreSQL) a hybrid search runs each leg in a transaction of its own, at the same time,
-   and the leg that finishes second fuses and reads the hits in its own, taking the keyword leg's rows
-   from it (:func:`collect_legs`).
+   keyword leg read whole for its re-ranking are not read again. A reader that can answer the vector
+   leg later (``nearest_later``: PostgreSQL sends its index search in pipeline mode) has the server
+   work on it while the keyword leg runs in this process. On a store whose ``concurrent_legs`` is true
+   (PostgreSQL) a hybrid search runs each leg in a transaction of its own, at the same time, and the
+   leg that finishes second fuses and reads the hits in its own, taking the keyword leg's rows from it
+   (:func:`collect_legs`).
 
 :func:`collect` is the second step in one transaction, :func:`collect_legs` either way;
 :func:`vector_query` and :func:`keyword_query` are a leg and its hits on their own (R14's query by
@@ -21,9 +23,10 @@ vector, the keyword leg alone), with ``explain`` telling how the leg searched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -76,24 +79,25 @@ class Collected:
 
 def collect(reader: CollectionReader, legs: Legs, *, vectors: dict[str, np.ndarray] | None = None,
             overlap: bool = False) -> Collected:
-    """Run the legs inside one reader, fuse them and read the ``legs.top_k`` best whole. The legs run one
-    after the other; with ``overlap``, a hybrid search over a reader that can rank vectors from memory
-    alone (its ``nearest_later``) ranks them in a worker thread while this one runs the keyword leg."""
-    ranked: list[tuple[str, Ranked]] = []
-    later = getattr(reader, "nearest_later", None)
-    if overlap and later is not None and legs.vector is not None and legs.keyword and legs.fusion is not None:
-        # What reads the database runs here, before the keyword leg: the reader's connection stays on this
-        # thread. The worker's ranking lets go of the GIL in the graph walk and in numpy.
-        pending = _pool().submit(later(legs.vector, legs.depth, legs.restriction, threshold=legs.threshold))
-        try:
-            found, title_weight = keyword_part(reader, legs)
-        except BaseException:
-            wait([pending])
-            raise
-        return fuse_and_read(reader, legs, [("vector", pending.result()), *found], title_weight, vectors)
-    if legs.vector is not None:
-        ranked.append(("vector", vector_leg(reader, legs)))
-    found, title_weight = keyword_part(reader, legs)
+    """Run the legs inside one reader, fuse them and read the ``legs.top_k`` best whole.
+
+    The vector leg goes first; a reader that can answer it later (``nearest_later``: PostgreSQL sends an
+    index search and lets the server walk the graph; SQLite brings its matrix up to date and leaves the
+    ranking, which reads memory only) does, while the keyword leg runs here. With ``overlap``, a hybrid
+    search over a reader whose later answer may run on any thread (its ``later_anywhere``: SQLite's) has
+    that answer worked out on a worker thread meanwhile (the graph walk and numpy let go of the GIL).
+    """
+    answer = vector_leg_later(reader, legs) if legs.vector is not None else None
+    if answer is not None and overlap and legs.keyword and getattr(reader, "later_anywhere", False):
+        answer = _pool().submit(answer).result
+    try:
+        found, title_weight = keyword_part(reader, legs)
+    except BaseException:
+        if answer is not None:
+            with contextlib.suppress(Exception):
+                answer()  # the reader's pending work ends before the error goes up
+        raise
+    ranked = [("vector", answer())] if answer is not None else []
     return fuse_and_read(reader, legs, ranked + found, title_weight, vectors)
 
 
@@ -102,6 +106,19 @@ def vector_leg(reader: CollectionReader, legs: Legs) -> Ranked:
     assert legs.vector is not None
     return reader.nearest(legs.vector, legs.depth if legs.fusion else legs.top_k, legs.restriction,
                           threshold=legs.threshold)
+
+
+def vector_leg_later(reader: CollectionReader, legs: Legs) -> Callable[[], Ranked]:
+    """:func:`vector_leg`, answered by the returned function: later when the reader can (its
+    ``nearest_later``), else now. The function must be called once."""
+    later = getattr(reader, "nearest_later", None)
+    if later is None:
+        ranked = vector_leg(reader, legs)
+        return lambda: ranked
+    assert legs.vector is not None
+    answer: Callable[[], Ranked] = later(legs.vector, legs.depth if legs.fusion else legs.top_k, legs.restriction,
+                                         threshold=legs.threshold)
+    return answer
 
 
 def keyword_part(reader: CollectionReader, legs: Legs) -> tuple[list[tuple[str, Ranked]], float]:
@@ -220,8 +237,8 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
     transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
     yes, SQLite no, by measurement), and on a store that is not concurrent both legs in one transaction
-    with the vector leg ranked from memory in a worker thread meanwhile (``collect``'s ``overlap``: the
-    SQLite reader's ``nearest_later``).
+    with the vector leg ranked in a worker thread meanwhile when its reader allows it (``collect``'s
+    ``overlap``: the SQLite reader's ``later_anywhere``).
     """
     overlap = concurrent is None
     if concurrent is None:

@@ -64,8 +64,12 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     _collection_extra = ", keyword_tokens, NULL"
     _reader = PostgresReader
     # Both legs wait on the server most of their time: at 100,000 chunks of benchmarks/bench_search.py at
-    # load 2-2.5, hybrid p50 10.4-10.8 ms with the legs at the same time against 11.4 ms in turn
-    # (docs/ARCHITECTURE.md "Hybrid legs at the same time").
+    # load 2-2.5, hybrid p50 10.4-10.8 ms with the legs at the same time against 11.4 ms in turn. In one
+    # transaction the vector leg's index search is now sent before the keyword leg and answered after it
+    # (``PostgresReader.nearest_later``): against the legs at once on a busy machine it was 2-3% faster in
+    # blocks of questions (load 6) and 5-11% slower paired question by question (load 8-10, five runs;
+    # docs/ARCHITECTURE.md "Hybrid legs at the same time"), so the legs stay at once until a quiet machine
+    # says otherwise.
     concurrent_legs = True
 
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:

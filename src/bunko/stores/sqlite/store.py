@@ -62,6 +62,9 @@ class SQLiteReader(SQLReader):
     """One search's read transaction over a collection of the embedded store."""
 
     hydrate_by_collection = True
+    # What nearest_later returns reads memory only, so any thread may call it (a hybrid search ranks its
+    # vector leg on a worker thread while the keyword leg runs: bunko.search.session.collect's overlap).
+    later_anywhere = True
     _backend: SQLiteBackend
 
     @property
