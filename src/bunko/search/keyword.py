@@ -413,7 +413,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         share[:] = np.bincount(at, weight * ((f * (k1 + 1.0)) / (f + norm)), minlength=span)
 
     merged: list[np.ndarray] = []
-    ranked = low >= 0 and low + span <= 1 << _RANK_SHIFT if keys is None else int(keys[-1]) < 1 << _RANK_SHIFT
+    ranked = low >= 0 and (low + span if keys is None else int(keys[-1]) + 1) <= 1 << _RANK_SHIFT
 
     def merged_ids() -> np.ndarray:
         """Every phrase's postings one after another, each chunk key plus the phrase's rank (in ``known``)
