@@ -97,3 +97,46 @@ def test_upgrading_drops_the_unread_indexes_and_keeps_keyword_search(pg_url: str
         assert {t: n for t, n in df.items() if " " not in t} == counted
     finally:
         backend.close()
+
+
+def test_a_bulk_write_stores_postings_uncompressed_and_keeps_its_rankings(pg_url: str) -> None:
+    """The staging tables keep a write's rows as they come (no pglz on the way in, none to undo on the way
+    out): the postings of a write of 600 chunks, whose common terms' rows pass 2 kB, are stored uncompressed
+    as m014 declares (before, the staging table compressed them and the compressed values went into
+    ``keyword_postings`` as they were); chunks and keyword results are the same as the SQL oracle's, in each
+    tenant, and a delete and a new version after it still go through."""
+    from bunko.stores.postgres import PostgresBackend
+    from bunko.testing.oracles import keyword_oracle
+
+    from .test_store_sqlite import _keyword_corpus
+
+    texts = _keyword_corpus(np.random.default_rng(5), 1200)
+    backend = PostgresBackend(pg_url)
+    try:
+        stores = {}
+        for i, tenant in enumerate(("acme", "globex")):
+            store = stores[tenant] = backend.for_tenant(tenant)
+            store.ensure_collection("c", INFO, analyzer="bigram")
+            store.write_documents("c", [make_document(f"d{j}.txt", texts[i * 600 + j * 60:i * 600 + (j + 1) * 60],
+                                                      unit_vectors(60, i * 10 + j)) for j in range(10)])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            large, compressed = conn.execute(
+                "SELECT count(*) FILTER (WHERE length(entries) > 2100), "
+                "count(*) FILTER (WHERE pg_column_compression(entries) IS NOT NULL) FROM bunko.keyword_postings"
+            ).fetchone()
+            stored = conn.execute("SELECT count(*), count(DISTINCT tenant_id) FROM bunko.chunks").fetchone()
+        assert large > 0  # rows PostgreSQL would compress
+        assert compressed == 0
+        assert stored == (1200, 2)
+        acme = stores["acme"]
+        first = acme.list_documents("c")[0]
+        acme.delete_documents([first.id], "c")
+        acme.write_documents("c", [make_document("d1.txt", texts[:30], unit_vectors(30, 77))])  # a new version
+        for tenant, store in stores.items():
+            for q in QUERIES:
+                got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, 10, budget=40, proximity=None)]
+                assert got == keyword_oracle(store, "c", q, 10), (tenant, q)
+                assert got
+        assert (acme.count("c"), stores["globex"].count("c")) == (600 - 60 - 60 + 30, 600)
+    finally:
+        backend.close()
