@@ -24,7 +24,7 @@ from ...config import PostgresSettings, redact_url
 from ...errors import ConfigError, PgvectorVersionError, StorageFullError, TransientStoreError, VectorStoreError
 from ..sql import SQLBackend, StoreCounters, check_name
 from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
-from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy
+from .dialect import HAVE_POSTGRES, POSTGRES, PostingsCopy, create_stages
 from .migrations import APP_ROLE, MIGRATIONS
 from .schema import applied_version, check_pgvector_version, migrate_database, version_tuple
 from .service import PostgresServiceRecords
@@ -199,14 +199,7 @@ class PostgresBackend(SQLBackend):
         # The SQL core writes unqualified table names: bunko's schema first, then the role's own path
         # (where the pgvector types were installed).
         conn.execute("SELECT set_config('search_path', 'bunko, ' || current_setting('search_path'), false)")
-        conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS bunko_chunk_stage (uid text, tenant_id int8, collection_id int8, "
-            "document_id int8, version_id int8, chunk_index int4, start_offset int4, end_offset int4, "
-            "token_count int4, content text, metadata jsonb, embedding vector, fts_text text, fts_length int4, "
-            "fts_pairs_text text) "
-            "ON COMMIT DELETE ROWS"
-        )
-        PostingsCopy.prepare(conn)
+        create_stages(conn)
         conn.commit()
 
     def _check_schema(self) -> None:

@@ -46,9 +46,45 @@ POSTGRES = Dialect(
     chunk_texts=lambda texts: ("c.content = ANY(?)", [texts]),
 )
 
+# The largest toast_tuple_target PostgreSQL takes (8 kB pages): a row is compressed or moved out of line
+# only above it.
+_STAGE_TUPLE_TARGET = 8160
+
+
+def stage_table(name: str, columns: str, stored: Sequence[str]) -> list[str]:
+    """The statements that create a session's staging table (``ON COMMIT DELETE ROWS``) whose rows are kept
+    as they come: a write's rows stay there for one statement, so compressing them is wasted work.
+
+    By default PostgreSQL compresses (pglz) the text and bytea values of any row above 2 kB, as a chunk's
+    row with its tsvector literals and a postings row of a common term are, and the ``INSERT ... SELECT``
+    that follows decompresses them again: measured with ``perf`` on the server during
+    ``bench_search.py --store postgres --chunks 100000``, ``pglz_compress`` was 34% of the writing backend's
+    CPU. Rows up to ``_STAGE_TUPLE_TARGET`` bytes now stay whole in the page, and the values of the
+    ``stored`` columns of a larger row move out of line uncompressed (``STORAGE EXTERNAL``).
+    """
+    return [f"CREATE TEMP TABLE IF NOT EXISTS {name} ({columns}) WITH (toast_tuple_target = {_STAGE_TUPLE_TARGET}) "
+            "ON COMMIT DELETE ROWS",
+            f"ALTER TABLE {name} " + ", ".join(f"ALTER COLUMN {column} SET STORAGE EXTERNAL" for column in stored)]
+
+
 # A session's staging table for postings rows (see PostingsCopy).
-POSTINGS_STAGE = ("CREATE TEMP TABLE IF NOT EXISTS bunko_postings_stage (tenant_id int8, collection_id int8, "
-                  "segment int8, term text, entries bytea) ON COMMIT DELETE ROWS")
+POSTINGS_STAGE = stage_table("bunko_postings_stage",
+                             "tenant_id int8, collection_id int8, segment int8, term text, entries bytea",
+                             ["term", "entries"])
+# A session's staging table for chunk rows (see PostgresVectorStore._copy_chunks); ``embedding`` is a pgvector
+# ``vector``, stored EXTERNAL by its type.
+CHUNK_STAGE = stage_table(
+    "bunko_chunk_stage",
+    "uid text, tenant_id int8, collection_id int8, document_id int8, version_id int8, chunk_index int4, "
+    "start_offset int4, end_offset int4, token_count int4, content text, metadata jsonb, embedding vector, "
+    "fts_text text, fts_length int4, fts_pairs_text text",
+    ["uid", "content", "metadata", "fts_text", "fts_pairs_text"])
+
+
+def create_stages(conn: Any) -> None:
+    """Create the session's staging tables of chunk and postings rows (each pooled connection does once)."""
+    for statement in (*CHUNK_STAGE, *POSTINGS_STAGE):
+        conn.execute(statement)
 
 
 class PostingsCopy(PostingsTable):
@@ -59,8 +95,9 @@ class PostingsCopy(PostingsTable):
 
     @staticmethod
     def prepare(conn: Any) -> None:
-        """Create the session's staging table (each pooled connection does once)."""
-        conn.execute(POSTINGS_STAGE)
+        """Create the session's staging table of postings rows (each pooled connection does once)."""
+        for statement in POSTINGS_STAGE:
+            conn.execute(statement)
 
     def _fetch(self, conn: Any, statement: str, params: Sequence[Any] = ()) -> list[Any]:
         # In binary: a text result doubles every blob's bytes in hex, which the client then decodes

@@ -670,6 +670,27 @@ _M024_WRITE_INDEXES: list[Statement] = [
 ]
 
 
+# Keyword postings without a foreign key to collections (issue 25): each postings row a write adds (about
+# 7 per chunk, plus the rows merges write again) was checked against its collection's row, a lookup and a
+# trigger event per row, about 860,000 checks for a bulk write of 100,000 chunks. The rows go with their
+# collection because every path that removes a collection removes them itself, in its transaction and
+# under the same row-level security: ``PostgresVectorStore._drop_collection`` (deleting a collection, and
+# so erasing a tenant, which deletes its collections one by one) and the tenant's erasure, which deletes
+# whatever postings its tenant still holds. A writer locks its collection's row before it adds postings,
+# so a write racing a delete of its collection either commits first (and its postings go with the
+# collection) or fails on the chunks' own foreign key.
+_M026_POSTINGS_NO_FOREIGN_KEY: list[Statement] = [
+    """DO $do$
+    DECLARE c record;
+    BEGIN
+        FOR c IN SELECT conname FROM pg_constraint
+                 WHERE conrelid = 'bunko.keyword_postings'::regclass AND contype = 'f' LOOP
+            EXECUTE format('ALTER TABLE bunko.keyword_postings DROP CONSTRAINT %I', c.conname);
+        END LOOP;
+    END
+    $do$""",
+]
+
 # HNSW over halfvec (issue 24): the definer functions a login that does not own the schema builds and drops
 # vector indexes through build ``chunks_hnswh_<pk>`` over halfvec(d) (searched with its candidates re-ranked by
 # the full vectors, see stores/postgres/search.py) and drop the former ``chunks_hnsw_<pk>`` once it is built;
@@ -752,6 +773,7 @@ MIGRATIONS: list[tuple[str, Sequence[Statement]]] = [
     ("m023_halfvec_hnsw", _M023_HALFVEC_HNSW),
     ("m024_no_unread_chunk_indexes", _M024_WRITE_INDEXES),
     ("m025_chunk_texts", _M025_CHUNK_TEXTS),
+    ("m026_postings_without_collection_key", _M026_POSTINGS_NO_FOREIGN_KEY),
 ]
 
 BOOTSTRAP = [

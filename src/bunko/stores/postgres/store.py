@@ -179,6 +179,9 @@ class PostgresVectorStore(SQLStore, TenantRecords):
 
     def _drop_collection(self, conn: Any, tenant_pk: int, collection_pk: int) -> None:
         conn.execute("SELECT bunko.drop_hnsw_index(%s)", (collection_pk,))
+        # The postings have no foreign key to cascade from the collection's row (m026): they go here.
+        conn.execute("DELETE FROM bunko.keyword_postings WHERE tenant_id = %s AND collection_id = %s",
+                     (tenant_pk, collection_pk))
 
     def _forget_collection(self, collection_pk: int) -> None:
         self._backend.indexed.discard(collection_pk)

@@ -588,6 +588,9 @@ class SQLServiceRecords:
                 return erasure
             counts = [int(scoped.run(conn, f"DELETE FROM {table} WHERE tenant_id = ?", (tenant_pk,)).rowcount)
                       for table in ("search_logs", "usage_records", "conversation_turns")]
+            # Postings of a collection created while the ones above were deleted (on PostgreSQL no foreign
+            # key removes them with the tenant's row: m026).
+            scoped.run(conn, "DELETE FROM keyword_postings WHERE tenant_id = ?", (tenant_pk,))
             erasure.search_logs, erasure.usage_records, erasure.conversation_turns = counts
         erasure.memories = SQLMemories(scoped).erase_tenant()
         return erasure

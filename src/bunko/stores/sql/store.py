@@ -509,12 +509,17 @@ class SQLStore:
                       batches: Iterable[Sequence[DocumentWrite]]) -> Iterator[list[IngestResult]]:
         """Write batches of documents in turn, each as ``write_documents`` does (one transaction, whole
         documents), yielding each batch's results once it is committed. While one batch is written the
-        next ones are analyzed, one per worker process, each by one worker whole (no join of parts)."""
+        next ones are analyzed, one per worker process, each by one worker whole (no join of parts).
+
+        The first batch is cut into one part per worker instead: nothing is written until it is analyzed,
+        so the writer waits for it alone, and its parts take every core meanwhile."""
         ahead = max(1, workers.worker_count())
         queue: deque[PendingWrite] = deque()
         analyzer: Analyzer | None = None
+        first = True
         for batch in batches:
-            queue.append(self.begin_write(collection, batch, analyzer=analyzer, whole=ahead > 1))
+            queue.append(self.begin_write(collection, batch, analyzer=analyzer, whole=ahead > 1 and not first))
+            first = False
             analyzer = queue[-1].analyzer
             if len(queue) > ahead:
                 yield self.finish_write(queue.popleft())
