@@ -4,6 +4,8 @@ deletes and its test oracle, and writes keep up no text-search or metadata index
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from bunko.search import keyword_query
@@ -13,6 +15,20 @@ from .pg import psycopg
 
 QUERIES = ["東京の備蓄はですか", "災害のときは避難所に行きます", "津波が来たら高い山に逃げます water",
            "emergency storage 地震"]
+
+
+def results(backend: Any, tenants: tuple[str, ...] = ("acme", "globex")) -> dict[str, list]:
+    """Each tenant's keyword results for QUERIES in collection "c", checked equal to the SQL oracle's."""
+    from bunko.testing.oracles import keyword_oracle
+
+    out: dict[str, list] = {}
+    for tenant in tenants:
+        store = backend.for_tenant(tenant)
+        for q in QUERIES:
+            got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, 10, budget=40, proximity=None)]
+            assert got == keyword_oracle(store, "c", q, 10), (tenant, q)
+            out[f"{tenant}/{q}"] = got
+    return out
 
 
 def _gin_indexes(conn) -> list[str]:
@@ -30,21 +46,10 @@ def test_upgrading_drops_the_unread_indexes_and_keeps_keyword_search(pg_url: str
     are the same before and after, and equal the SQL oracle's; a delete after the upgrade still takes its
     chunks' terms off the statistics, and neither tenant's search sees the other's chunks."""
     from bunko.stores.postgres import PostgresBackend, migrate_database
-    from bunko.testing.oracles import keyword_oracle
 
     from .test_store_sqlite import _keyword_corpus
 
     texts = _keyword_corpus(np.random.default_rng(3), 400)
-
-    def results(backend: PostgresBackend) -> dict[str, list]:
-        out: dict[str, list] = {}
-        for tenant in ("acme", "globex"):
-            store = backend.for_tenant(tenant)
-            for q in QUERIES:
-                got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, 10, budget=40, proximity=None)]
-                assert got == keyword_oracle(store, "c", q, 10), (tenant, q)
-                out[f"{tenant}/{q}"] = got
-        return out
 
     backend = PostgresBackend(pg_url)
     docs = {}
@@ -161,21 +166,10 @@ def test_upgrading_drops_the_postings_key_and_deletes_still_remove_a_tenants_pos
     security); erasing a tenant leaves no postings of it behind."""
     from bunko.stores.postgres import PostgresBackend, migrate_database
     from bunko.stores.service import service_records
-    from bunko.testing.oracles import keyword_oracle
 
     from .test_store_sqlite import _keyword_corpus
 
     texts = _keyword_corpus(np.random.default_rng(11), 400)
-
-    def results(backend: PostgresBackend, tenants: tuple[str, ...]) -> dict[str, list]:
-        out: dict[str, list] = {}
-        for tenant in tenants:
-            store = backend.for_tenant(tenant)
-            for q in QUERIES:
-                got = [(h.chunk_id, h.score) for h in keyword_query(store, "c", q, 10, budget=40, proximity=None)]
-                assert got == keyword_oracle(store, "c", q, 10), (tenant, q)
-                out[f"{tenant}/{q}"] = got
-        return out
 
     backend = PostgresBackend(pg_url)
     try:
