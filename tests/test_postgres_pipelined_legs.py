@@ -164,3 +164,41 @@ def test_a_failing_leg_with_the_vector_leg_pending_fails_typed_and_leaks_nothing
     finally:
         with psycopg.connect(pg_url, autocommit=True) as owner:
             owner.execute("GRANT SELECT ON bunko.keyword_postings, bunko.chunks TO bunko_app")
+
+
+def test_the_store_runs_its_legs_in_one_transaction_only_over_a_known_hnsw_index(indexed, pg_url: str) -> None:
+    """As the store prefers (``concurrent=None``): a collection below the index threshold, or one whose index
+    this process has not met yet, or a restricted search, runs its legs at once (two read transactions); an
+    unrestricted search over a known HNSW index runs them in one, the vector leg pipelined; a collection
+    past ``ivfflat_min_rows`` (whose index becomes IVFFlat) goes back to the legs at once."""
+    from bunko.stores.base import Restriction
+
+    backend, store, _ = indexed
+    q = clustered(1, 26)[0]
+    row = store.read_collection("c")
+    assert store.legs_at_once(row, False)  # the index not met yet in this process
+
+    def transactions(legs: Legs) -> int:
+        with counting(backend) as counts:
+            collected = collect_legs(store, row, legs)
+        assert collected.hits
+        return int(counts.delta["read_transactions"])
+
+    assert transactions(_legs("water stock", q)) == 2  # at once; the vector leg meets the HNSW index
+    assert not store.legs_at_once(row, False)
+    assert transactions(_legs("water stock", q)) == 1
+    restricted = Legs("water stock", q, True, 10 * HYBRID_DEPTH, 10, fusion=DEFAULT_FUSION,
+                      restriction=Restriction.of(filter={"source": {"$in": ["d1", "d2"]}}))
+    assert store.legs_at_once(row, True) and transactions(restricted) == 2
+    small = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=10_000))
+    try:
+        assert small.for_tenant("acme").legs_at_once(row, False)  # below its threshold: no index search
+    finally:
+        small.close()
+    grown = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1_000, ivfflat_min_rows=2_000))
+    try:
+        grown.indexed.add(row.key)  # as if this process had met the collection's HNSW index
+        grown.index_kinds[row.key] = ("halfvec", 0)
+        assert grown.for_tenant("acme").legs_at_once(row, False)  # its index becomes IVFFlat
+    finally:
+        grown.close()

@@ -235,14 +235,16 @@ def collect_legs(store: SearchPort, row: CollectionRow, legs: Legs, *, vectors: 
     read transactions (the row, two legs) and no thread holds a connection while it waits for another:
     a search cannot wait on a pool it holds part of. A leg's error is raised as it is (the keyword leg's
     first), after the other leg has given its connection back. ``concurrent`` False: both legs in one
-    transaction, in turn (:func:`collect`); None: as the store prefers (its ``concurrent_legs``: PostgreSQL
-    yes, SQLite no, by measurement), and on a store that is not concurrent both legs in one transaction
+    transaction, in turn (:func:`collect`); None: as the store prefers for this search (its
+    ``legs_at_once``: PostgreSQL yes except an unrestricted search over an HNSW index, SQLite no, by
+    measurement), and on a store that is not concurrent both legs in one transaction
     with the vector leg ranked in a worker thread meanwhile when its reader allows it (``collect``'s
     ``overlap``: the SQLite reader's ``later_anywhere``).
     """
     overlap = concurrent is None
     if concurrent is None:
-        concurrent = bool(getattr(store, "concurrent_legs", False))
+        at_once = getattr(store, "legs_at_once", None)
+        concurrent = bool(at_once(row, legs.restriction is not None)) if at_once is not None else False
     if not (concurrent and legs.vector is not None and legs.keyword and legs.fusion is not None):
         with store.reader(row) as reader:
             return collect(reader, legs, vectors=vectors, overlap=overlap)

@@ -220,6 +220,11 @@ class SQLStore:
     # legs at the same time"): SQLite's hybrid p50 7.3-7.5 ms at once against 6.9-7.0 ms in turn.
     concurrent_legs = False
 
+    def legs_at_once(self, row: CollectionRow, restricted: bool) -> bool:
+        """Whether a hybrid search over ``row`` (``restricted``: with a filter or documents) runs its legs at
+        the same time: the backend's ``concurrent_legs``, unless it knows better for this search."""
+        return self.concurrent_legs
+
     def __init__(self, backend: SQLBackend, tenant: str) -> None:
         self._backend = backend
         self._tenant = tenant
