@@ -254,8 +254,7 @@ class IndexManager:
         title = document_title(metadata, normalized)
         if title:
             metadata["title"] = title
-        write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None,
-                              previous=existing.id if existing is not None else None)
+        write = DocumentWrite(document.id or new_id(), source, digest, metadata, chunks, None)
         if embed:
             await self.embed([write], progress=progress)
         return write

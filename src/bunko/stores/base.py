@@ -81,9 +81,8 @@ class DocumentWrite:
 
     ``version`` is the version a new document starts at (1 unless an import carries another);
     a document that replaces a stored one always gets the stored version plus one.
-    ``previous`` is the id of the stored version this one replaces, when the indexer found one:
-    its chunks' vectors can be reused. ``reused`` counts the chunks whose vector was taken from a
-    stored chunk instead of being embedded again.
+    ``reused`` counts the chunks whose vector was taken from a stored chunk instead of being
+    embedded again.
     """
 
     id: str
@@ -93,7 +92,6 @@ class DocumentWrite:
     chunks: list[ChunkWrite]
     vectors: Any  # 2-D array-like, one row per chunk
     version: int = 1
-    previous: str | None = None
     reused: int = 0
 
 

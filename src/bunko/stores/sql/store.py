@@ -806,7 +806,8 @@ class SQLStore:
         Found through the store's index of document chunks' texts (``Dialect.chunk_texts``), then compared
         as text. Chunks upserted without a document are left out: their vectors were given by the caller and
         need not be the collection embedder's."""
-        wanted = sorted(set(texts))
+        unique = set(texts)
+        wanted = sorted(unique)
         if not wanted:
             return {}
         d = self._d
@@ -819,7 +820,7 @@ class SQLStore:
                         conn, "SELECT c.content, c.embedding FROM chunks c WHERE c.tenant_id = ? "
                               f"AND c.collection_id = ? AND c.document_id IS NOT NULL AND {listed}",
                         (tenant_pk, collection_pk, *params)).fetchall():
-                    if content not in found:
+                    if content in unique and content not in found:  # a key matches; the text must too
                         found[content] = d.vector_out(vector)
         return found
 

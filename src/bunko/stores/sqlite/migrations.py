@@ -98,6 +98,7 @@ def _m017_keyword_text_in_chunks(conn: sqlite3.Connection) -> None:
                                 "AND name GLOB 'chunks_fts_[0-9]*' AND sql LIKE 'CREATE VIRTUAL TABLE%'").fetchall():
         conn.execute(f'DROP TABLE "{name}"')
 
+
 def _m018_chunk_text_keys(conn: sqlite3.Connection) -> None:
     """Each document chunk's text key (``schema.text_key``), indexed per collection: ingest
     finds a stored chunk of the collection with the same text (any document, any version) and takes its
