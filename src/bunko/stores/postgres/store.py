@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .backend import PostgresBackend
 
 try:
+    from psycopg import sql
     from psycopg.types.json import Jsonb
 except ImportError:  # pragma: no cover - the "postgres" extra is missing; the backend refuses to open
     pass
@@ -87,6 +88,24 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
         super().__init__(backend, tenant)
         self._bulk = False
+
+    def read_collection(self, name: str) -> CollectionRow:
+        """The collection's row, read once for a search to work from (``reader``), or
+        ``CollectionNotFoundError``: once the tenant's row id is known, in one round trip
+        (``PostgresBackend.read_once``: the settings and the statement in one message, no ``BEGIN`` or
+        ``COMMIT``), where a transaction of its own waited for the server four times."""
+        tenant_pk = self._tenant_row.pk
+        if tenant_pk is None:
+            return super().read_collection(name)
+        counters = self._backend.counters
+        counters.add("read_transactions")
+        counters.add("collection_reads")
+        rows = self._backend.read_once(self._tenant, tenant_pk, self._user, sql.SQL(
+            f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM bunko.collections "
+            "WHERE tenant_id = {} AND name = {}").format(sql.Literal(int(tenant_pk)), sql.Literal(name)))
+        if not rows:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+        return self._named(rows[0])
 
 
     # -- what the core asks of a backend ---------------------------------------------------
