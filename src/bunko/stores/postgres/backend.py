@@ -16,7 +16,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -68,6 +68,9 @@ def disk_full(exc: Any) -> bool:
     return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
 
 
+# How many composed statements (a transaction's BEGIN and settings, a collection row's read) a backend keeps.
+_COMPOSED = 4096
+
 _TCP_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
 
 
@@ -101,6 +104,7 @@ class PostgresBackend(SQLBackend):
         self._sweeping = threading.Lock()
         # Set while a transaction takes a connection whose first statement checks it (see _begin).
         self._own_check = threading.local()
+        self._composed: dict[Hashable, bytes] = {}  # statements of _checked, by key
         if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
             migrate_database(conninfo)
         self._check_schema()
@@ -354,19 +358,23 @@ class PostgresBackend(SQLBackend):
         waits for the server. The connection is put in autocommit mode for the transaction, so that psycopg
         sends no ``BEGIN`` of its own; :meth:`_end` ends the transaction and puts it back.
         """
-        conn, _ = self._checked(sql.SQL("BEGIN; {}").format(self._settings_sql(tenant, tenant_pk, user)))
+        conn, _ = self._checked(("begin", tenant, tenant_pk, user),
+                                lambda: sql.SQL("BEGIN; {}").format(self._settings_sql(tenant, tenant_pk, user)))
         return conn
 
-    def read_once(self, tenant: str, tenant_pk: int, user: str | None, statement: Any) -> list[tuple[Any, ...]]:
-        """The rows of one read-only ``statement`` (a ``psycopg.sql`` composable, values quoted in it) under
-        the tenant and user settings RLS checks, in one round trip.
+    def read_once(self, tenant: str, tenant_pk: int, user: str | None, key: Hashable,
+                  statement: Callable[[], Any]) -> list[tuple[Any, ...]]:
+        """The rows of one read-only statement (``statement()``, a ``psycopg.sql`` composable with its values
+        quoted in it, composed once per ``key``) under the tenant and user settings RLS checks, in one round
+        trip.
 
         The settings and the statement go as one simple-query message, which PostgreSQL runs as one implicit
         transaction (the settings, local to it, hold for the statement and end with it): no ``BEGIN``, no
         ``COMMIT``, no check on checkout. A search's collection row is read this way
         (``PostgresVectorStore.read_collection``)."""
         try:
-            conn, cur = self._checked(sql.SQL("{}; {}").format(self._settings_sql(tenant, tenant_pk, user), statement))
+            conn, cur = self._checked(("once", tenant, tenant_pk, user, key), lambda: sql.SQL("{}; {}").format(
+                self._settings_sql(tenant, tenant_pk, user), statement()))
             try:
                 cur.nextset()
                 return cur.fetchall()
@@ -377,8 +385,10 @@ class PostgresBackend(SQLBackend):
                 raise transient from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
-    def _checked(self, statement: Any) -> tuple[Any, Any]:
-        """A pooled connection in autocommit mode that has just run ``statement`` (its first), and the cursor.
+    def _checked(self, key: Hashable, statement: Callable[[], Any]) -> tuple[Any, Any]:
+        """A pooled connection in autocommit mode that has just run ``statement()`` (its first), and the cursor.
+        The statement is composed once per ``key`` (its values quoted for the first connection; the pool's
+        connections share the server's settings) and kept, up to ``_COMPOSED`` of them.
 
         That first statement is the connection's check: a connection the server dropped (restart, idle
         timeout, ``pg_terminate_backend``) fails it before anything ran, and is given back to the pool (which
@@ -394,7 +404,12 @@ class PostgresBackend(SQLBackend):
                 self._own_check.active = False
             try:
                 conn.autocommit = True
-                cur = conn.execute(statement.as_bytes(conn))
+                composed = self._composed.get(key)
+                if composed is None:
+                    if len(self._composed) >= _COMPOSED:
+                        self._composed.clear()
+                    composed = self._composed[key] = statement().as_bytes(conn)
+                cur = conn.execute(composed)
             except psycopg.OperationalError:
                 dead = conn.closed or conn.broken
                 self._putconn(conn)

@@ -100,7 +100,7 @@ class PostgresVectorStore(SQLStore, TenantRecords):
         counters = self._backend.counters
         counters.add("read_transactions")
         counters.add("collection_reads")
-        rows = self._backend.read_once(self._tenant, tenant_pk, self._user, sql.SQL(
+        rows = self._backend.read_once(self._tenant, tenant_pk, self._user, ("collection", name), lambda: sql.SQL(
             f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM bunko.collections "
             "WHERE tenant_id = {} AND name = {}").format(sql.Literal(int(tenant_pk)), sql.Literal(name)))
         if not rows:
