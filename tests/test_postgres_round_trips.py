@@ -52,12 +52,14 @@ def two_tenants(pg_url: str):
 
 
 def test_hits_read_with_the_search_match_the_hits_read_after(two_tenants) -> None:
-    _, a, b = two_tenants
+    backend, a, b = two_tenants
     for q in clustered(12, 3):
         explain: dict[str, str] = {}
         hits = vector_query(a, "c", q, 10, explain=explain)
         assert explain["plan"] == "hnsw" and len(hits) == 10
         row = a.read_collection("c")
+        once = a.nearest_hits(row, q, 10)  # the settings and the search with its hits in one message
+        assert once is not None and [h.chunk_id for h in once] == [h.chunk_id for h in hits]
         with a.reader(row) as reader:
             ranked = reader.nearest(q, 10)
             kept = dict(reader.rows_read())
@@ -70,6 +72,18 @@ def test_hits_read_with_the_search_match_the_hits_read_after(two_tenants) -> Non
         # The other tenant's collection of the same name answers with its own chunks only.
         theirs = vector_query(b, "c", q, 10)
         assert theirs and all(h.content.startswith("b ") and h.source.startswith("b") for h in theirs)
+    # A threshold leaves out the hits below it, as the reader's way does.
+    q = clustered(1, 6)[0]
+    best = vector_query(a, "c", q, 10)
+    assert [h.chunk_id for h in vector_query(a, "c", q, 10, threshold=best[4].score)] == [
+        h.chunk_id for h in best[:5]]
+    # Not that way: a filter, a k beyond the re-ranked candidates, a tenant whose row id is not known yet.
+    row = a.read_collection("c")
+    assert a.nearest_hits(row, q, 21) is None
+    assert backend.for_tenant("acme").nearest_hits(row, q, 10) is None
+    explain: dict[str, str] = {}
+    assert all(h.metadata["part"] == 1 for h in vector_query(a, "c", q, 10, filter={"part": 1}, explain=explain))
+    assert explain["plan"] != "hnsw"
     # A search deeper than the re-ranked candidates (a hybrid leg) leaves its hits to be read after fusion.
     with a.reader(a.read_collection("c")) as reader:
         reader.nearest(clustered(1, 4)[0], 30)

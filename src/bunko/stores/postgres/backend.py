@@ -385,6 +385,46 @@ class PostgresBackend(SQLBackend):
                 raise transient from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
+    def read_piped(self, tenant: str, tenant_pk: int, user: str | None, settings: dict[str, str], statement: str,
+                   params: list[Any]) -> list[tuple[Any, ...]]:
+        """The rows of one read-only ``statement`` (with ``params``) under the tenant and user settings RLS
+        checks and ``settings`` (``hnsw.ef_search``), in one round trip and no ``BEGIN`` or ``COMMIT``.
+
+        In autocommit mode the settings and the statement go in pipeline mode with one sync: PostgreSQL runs
+        what comes before a sync as one implicit transaction, so the settings (local to it) hold for the
+        statement and end with it. A dropped connection fails before anything ran and the next one is tried,
+        as for :meth:`_checked`. An unfiltered vector search over an HNSW index takes this way
+        (``PostgresVectorStore.nearest_hits``)."""
+        values = {"bunko.tenant": tenant, "bunko.tenant_id": str(int(tenant_pk)), "bunko.user_id": user or "",
+                  **settings}
+        setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values))
+        flat = [v for name, value in values.items() for v in (name, value)]
+        attempts = self.settings.pool_max + 1
+        try:
+            for attempt in range(attempts):
+                self._own_check.active = True  # the pool's check is left to the statements below
+                try:
+                    conn = self._pool.getconn()
+                finally:
+                    self._own_check.active = False
+                try:
+                    conn.autocommit = True
+                    with conn.pipeline():
+                        conn.execute(setting, flat)
+                        cur = conn.execute(statement, params)
+                    return cur.fetchall()
+                except psycopg.OperationalError:
+                    if not (conn.closed or conn.broken) or attempt == attempts - 1:
+                        raise
+                    self._sweep()
+                finally:
+                    self._putconn(conn)
+        except psycopg.Error as exc:
+            if (transient := transient_error(exc)) is not None:
+                raise transient from exc
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _checked(self, key: Hashable, statement: Callable[[], Any]) -> tuple[Any, Any]:
         """A pooled connection in autocommit mode that has just run ``statement()`` (its first), and the cursor.
         The statement is composed once per ``key`` (its values quoted for the first connection; the pool's
