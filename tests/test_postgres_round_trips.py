@@ -84,6 +84,12 @@ def test_hits_read_with_the_search_match_the_hits_read_after(two_tenants) -> Non
     explain: dict[str, str] = {}
     assert all(h.metadata["part"] == 1 for h in vector_query(a, "c", q, 10, filter={"part": 1}, explain=explain))
     assert explain["plan"] != "hnsw"
+    # The one-message search's settings end with its implicit transaction: the pooled connections hold none.
+    for _ in range(3):
+        with backend.connection() as conn:
+            assert conn.execute("SELECT coalesce(current_setting('bunko.tenant_id', true), ''), "
+                                "current_setting('hnsw.ef_search'), (SELECT count(*) FROM bunko.chunks)"
+                                ).fetchone() == ("", str(backend.settings.ef_search), 0)
     # A search deeper than the re-ranked candidates (a hybrid leg) leaves its hits to be read after fusion.
     with a.reader(a.read_collection("c")) as reader:
         reader.nearest(clustered(1, 4)[0], 30)
