@@ -285,6 +285,13 @@ def vector_query(store: SearchPort, collection: str, vector: Sequence[float] | n
     restriction = Restriction.of(document_ids, filter)
     row = store.read_collection(collection)
     check_dimension(row.dimension, q.shape[0], collection)
+    # A store that can answer an unrestricted search in one round trip (PostgreSQL over a known HNSW index:
+    # its nearest_hits) does; None from it: the reader's way.
+    once = getattr(store, "nearest_hits", None) if restriction is None else None
+    hits = once(row, q, top_k, threshold=threshold, include_content=include_content) if once is not None else None
+    if hits is not None:
+        _explained(explain, "hnsw")
+        return list(hits)
     with store.reader(row) as reader:
         ranked = reader.nearest(q, top_k, restriction, threshold=threshold)
         _explained(explain, ranked.plan)

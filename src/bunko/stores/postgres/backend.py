@@ -16,8 +16,8 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from ...config import PostgresSettings, redact_url
@@ -68,6 +68,9 @@ def disk_full(exc: Any) -> bool:
     return state == "53100" or (state.startswith(("53", "58")) and "No space left on device" in str(exc))
 
 
+# How many composed statements (a transaction's BEGIN and settings, a collection row's read) a backend keeps.
+_COMPOSED = 4096
+
 _TCP_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
 
 
@@ -99,6 +102,9 @@ class PostgresBackend(SQLBackend):
         conninfo = re.sub(r"^postgresql\+psycopg://", "postgresql://", url)
         self._conninfo = conninfo
         self._sweeping = threading.Lock()
+        # Set while a transaction takes a connection whose first statement checks it (see _begin).
+        self._own_check = threading.local()
+        self._composed: dict[Hashable, bytes] = {}  # statements of _checked, by key
         if migrate and not self._schema_is_current():  # an application login may not migrate: only when needed
             migrate_database(conninfo)
         self._check_schema()
@@ -177,15 +183,21 @@ class PostgresBackend(SQLBackend):
         psycopg_pool would find them one checkout at a time, pausing 1, 2, 4 ... s after each, so with a few
         dead connections in the pool the first requests after the server is back would time out.
         """
+        if getattr(self._own_check, "active", False):  # a transaction's BEGIN checks it (see _begin)
+            return
         try:
             ConnectionPool.check_connection(conn)
         except Exception:
-            if self._sweeping.acquire(blocking=False):  # one sweep at a time; the others just fail their check
-                try:
-                    self._pool.check()  # a dead socket fails at once; new connections are made in the background
-                finally:
-                    self._sweeping.release()
+            self._sweep()
             raise
+
+    def _sweep(self) -> None:
+        """Check every idle connection of the pool, replacing the dead ones (one sweep at a time)."""
+        if self._sweeping.acquire(blocking=False):  # one sweep at a time; the others just fail their check
+            try:
+                self._pool.check()  # a dead socket fails at once; new connections are made in the background
+            finally:
+                self._sweeping.release()
 
     def _configure(self, conn: Any) -> None:
         """Per pooled connection: vector types, and drop to the application role if needed."""
@@ -305,15 +317,19 @@ class PostgresBackend(SQLBackend):
         ``tenant`` None binds no tenant: every tenant table then looks empty (keys, rate windows). ``user``
         binds the user the transaction acts for (``bunko.user_id``, m022): the per-user tables then show
         and change only that user's rows; None leaves it empty (a tenant or admin key: the tenant's rows).
+
+        The transaction starts with one round trip (``BEGIN`` and the settings in one message, see
+        :meth:`_begin`), which also stands for the pool's check of the connection, and ends with ``COMMIT``
+        (``ROLLBACK`` when the body raised).
         """
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                conn.execute(
-                    "SELECT set_config('bunko.tenant', %s, true), set_config('bunko.tenant_id', %s, true), "
-                    "set_config('bunko.user_id', %s, true)",
-                    (tenant or "", "" if tenant_pk is None else str(tenant_pk), user or ""),
-                )
+            conn = self._begin(tenant, tenant_pk, user)
+            try:
                 yield conn
+            except BaseException:
+                self._end(conn, "ROLLBACK")
+                raise
+            self._end(conn, "COMMIT")
         except psycopg.errors.UndefinedFile as exc:
             raise VectorStoreError(f"PostgreSQL is missing a file or extension: {exc}") from exc
         except psycopg.Error as exc:
@@ -326,6 +342,148 @@ class PostgresBackend(SQLBackend):
             if isinstance(exc, psycopg.OperationalError):
                 raise VectorStoreError(f"PostgreSQL could not run the statement: {exc}") from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def _settings_sql(self, tenant: str | None, tenant_pk: int | None, user: str | None) -> Any:
+        """The statement that makes the tenant and user settings RLS checks, for the transaction, values quoted."""
+        return sql.SQL("SELECT set_config('bunko.tenant', {}, true), set_config('bunko.tenant_id', {}, true), "
+                       "set_config('bunko.user_id', {}, true)").format(
+            sql.Literal(tenant or ""), sql.Literal("" if tenant_pk is None else str(int(tenant_pk))),
+            sql.Literal(user or ""))
+
+    def _begin(self, tenant: str | None, tenant_pk: int | None, user: str | None) -> Any:
+        """A pooled connection with a transaction begun and the tenant and user settings made, in one round trip.
+
+        ``BEGIN`` and the ``set_config`` calls go to the server as one simple-query message (values quoted by
+        psycopg), where psycopg's own ``BEGIN``, the settings and the pool's check on checkout were three
+        waits for the server. The connection is put in autocommit mode for the transaction, so that psycopg
+        sends no ``BEGIN`` of its own; :meth:`_end` ends the transaction and puts it back.
+        """
+        conn, _ = self._checked(("begin", tenant, tenant_pk, user),
+                                lambda: sql.SQL("BEGIN; {}").format(self._settings_sql(tenant, tenant_pk, user)))
+        return conn
+
+    def read_once(self, tenant: str, tenant_pk: int, user: str | None, key: Hashable,
+                  statement: Callable[[], Any]) -> list[tuple[Any, ...]]:
+        """The rows of one read-only statement (``statement()``, a ``psycopg.sql`` composable with its values
+        quoted in it, composed once per ``key``) under the tenant and user settings RLS checks, in one round
+        trip.
+
+        The settings and the statement go as one simple-query message, which PostgreSQL runs as one implicit
+        transaction (the settings, local to it, hold for the statement and end with it): no ``BEGIN``, no
+        ``COMMIT``, no check on checkout. A search's collection row is read this way
+        (``PostgresVectorStore.read_collection``)."""
+        try:
+            conn, cur = self._checked(("once", tenant, tenant_pk, user, key), lambda: sql.SQL("{}; {}").format(
+                self._settings_sql(tenant, tenant_pk, user), statement()))
+            try:
+                cur.nextset()
+                return cur.fetchall()
+            finally:
+                self._putconn(conn)
+        except psycopg.Error as exc:
+            if (transient := transient_error(exc)) is not None:
+                raise transient from exc
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+
+    def read_piped(self, tenant: str, tenant_pk: int, user: str | None, settings: dict[str, str], statement: str,
+                   params: list[Any]) -> list[tuple[Any, ...]]:
+        """The rows of one read-only ``statement`` (with ``params``) under the tenant and user settings RLS
+        checks and ``settings`` (``hnsw.ef_search``), in one round trip and no ``BEGIN`` or ``COMMIT``.
+
+        In autocommit mode the settings and the statement go in pipeline mode with one sync: PostgreSQL runs
+        what comes before a sync as one implicit transaction, so the settings (local to it) hold for the
+        statement and end with it. A dropped connection fails before anything ran and the next one is tried,
+        as for :meth:`_checked`. An unfiltered vector search over an HNSW index takes this way
+        (``PostgresVectorStore.nearest_hits``)."""
+        values = {"bunko.tenant": tenant, "bunko.tenant_id": str(int(tenant_pk)), "bunko.user_id": user or "",
+                  **settings}
+        setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values))
+        flat = [v for name, value in values.items() for v in (name, value)]
+        attempts = self.settings.pool_max + 1
+        try:
+            for attempt in range(attempts):
+                self._own_check.active = True  # the pool's check is left to the statements below
+                try:
+                    conn = self._pool.getconn()
+                finally:
+                    self._own_check.active = False
+                try:
+                    conn.autocommit = True
+                    with conn.pipeline():
+                        conn.execute(setting, flat)
+                        cur = conn.execute(statement, params)
+                    return cur.fetchall()
+                except psycopg.OperationalError:
+                    if not (conn.closed or conn.broken) or attempt == attempts - 1:
+                        raise
+                    self._sweep()
+                finally:
+                    self._putconn(conn)
+        except psycopg.Error as exc:
+            if (transient := transient_error(exc)) is not None:
+                raise transient from exc
+            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _checked(self, key: Hashable, statement: Callable[[], Any]) -> tuple[Any, Any]:
+        """A pooled connection in autocommit mode that has just run ``statement()`` (its first), and the cursor.
+        The statement is composed once per ``key`` (its values quoted for the first connection; the pool's
+        connections share the server's settings) and kept, up to ``_COMPOSED`` of them.
+
+        That first statement is the connection's check: a connection the server dropped (restart, idle
+        timeout, ``pg_terminate_backend``) fails it before anything ran, and is given back to the pool (which
+        discards a closed connection); every idle connection is then checked (as :meth:`_check_connection`
+        does) and the next one tried, up to ``pool_max + 1`` times.
+        """
+        attempts = self.settings.pool_max + 1
+        for attempt in range(attempts):
+            self._own_check.active = True  # the pool's check is left to the statement below
+            try:
+                conn = self._pool.getconn()
+            finally:
+                self._own_check.active = False
+            try:
+                conn.autocommit = True
+                composed = self._composed.get(key)
+                if composed is None:
+                    if len(self._composed) >= _COMPOSED:
+                        self._composed.clear()
+                    composed = self._composed[key] = statement().as_bytes(conn)
+                cur = conn.execute(composed)
+            except psycopg.OperationalError:
+                dead = conn.closed or conn.broken
+                self._putconn(conn)
+                if not dead or attempt == attempts - 1:
+                    raise
+                self._sweep()
+                continue
+            except BaseException:
+                self._putconn(conn)
+                raise
+            return conn, cur
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _end(self, conn: Any, command: str) -> None:
+        """End the transaction :meth:`_begin` started (``COMMIT`` or ``ROLLBACK``) and give the connection back.
+
+        A ``ROLLBACK`` on a connection that broke is skipped (the pool discards it); the error that broke it
+        is the one the caller sees."""
+        try:
+            if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                if command == "COMMIT":
+                    conn.execute(b"COMMIT")
+                else:
+                    with suppress(psycopg.Error):
+                        conn.execute(b"ROLLBACK")
+        finally:
+            self._putconn(conn)
+
+    def _putconn(self, conn: Any) -> None:
+        """Give a connection of :meth:`_begin` back to the pool, out of autocommit mode when it can be."""
+        if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                conn.autocommit = False
+        self._pool.putconn(conn)
 
     def build_index_concurrently(self, collection_pk: int, dim: int, m: int, ef_construction: int,
                                  rows: int = 0) -> str | None:

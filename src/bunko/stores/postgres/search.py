@@ -21,7 +21,7 @@ import numpy as np
 
 from ...config import PostgresSettings
 from ..base import Ranked, Restriction
-from ..sql import SQLReader
+from ..sql import HIT_COLUMNS, SQLReader
 from .columns import DOCUMENT_JOIN
 
 if TYPE_CHECKING:
@@ -178,6 +178,30 @@ class Plan:
         if self.rerank:
             return [self.tenant_pk, *params, q, max(limit, RERANK_CANDIDATES), q, limit]
         return [q, self.tenant_pk, *params, q, limit]
+
+    def rows_sql(self) -> str:
+        """The statement of :meth:`index_rows` (parameters: :meth:`index_params` for k hits, then the tenant)."""
+        # collection_id inlined as in index_sql; the tenant predicate again on the join (RLS checks it too).
+        return (f"SELECT ranked.score, {HIT_COLUMNS} FROM ({self.index_sql()}) ranked "
+                f"JOIN bunko.chunks c ON c.id = ranked.id{DOCUMENT_JOIN} "
+                f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)} "
+                "ORDER BY ranked.score DESC, c.id")
+
+    def rows_settings(self) -> dict[str, str]:
+        """The settings :meth:`rows_sql` runs with (``hnsw.ef_search`` when not the session's)."""
+        return self._index_settings(search_breadth(self.settings, self.total, self.top_k))
+
+    def index_rows(self, conn: Any, q: np.ndarray) -> tuple[list[tuple[int, float]], list[Any]]:
+        """This plan's unfiltered HNSW search (re-ranked, over halfvec) with its hits read whole in the same
+        statement: (chunk id, score) of the top k, best first, and their rows (``HIT_COLUMNS``, with the
+        document join), for ``SQLReader.keep_rows``. One round trip where the search and then the hits read
+        were two. Never fewer than k when k exist: else the exact scan answers (and no rows)."""
+        rows, _ = configured(conn, self.rows_settings(), self.rows_sql(),
+                             [*self.index_params(q, self.top_k), self.tenant_pk])
+        if len(rows) < min(self.top_k, self.matching):
+            self.strategy += "+exact"
+            return self._exact(conn, q), []
+        return [(int(r[1]), float(r[0])) for r in rows], [r[1:] for r in rows]
 
     def _index(self, conn: Any, q: np.ndarray, *, ef_search: int, limit: int,
                settings: dict[str, str] | None = None) -> tuple[list[tuple[int, float]], list[str]]:
@@ -410,6 +434,12 @@ class PostgresReader(SQLReader):
                 threshold: float | None = None) -> Ranked:
         """Top-k by cosine similarity, best first, inside ``restriction`` (R21): the planner's choice."""
         plan = self.plan(top_k, restriction)
+        # A vector search's few hits read in the same statement (Plan.index_rows); a hybrid leg deeper than the
+        # candidates leaves them to be read after fusion, which keeps only some.
+        if plan.strategy == "hnsw" and plan.rerank and top_k <= RERANK_CANDIDATES:
+            found, rows = plan.index_rows(self._conn, vector)
+            self.keep_rows(rows)
+            return _ranked(found, plan.strategy, threshold)
         return _ranked(plan.run(self._conn, vector), plan.strategy, threshold)
 
     def nearest_later(self, vector: np.ndarray, top_k: int, restriction: Restriction | None = None, *,

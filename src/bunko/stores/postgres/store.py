@@ -22,18 +22,20 @@ import numpy as np
 from ... import crashpoints
 from ...analysis import pairs_positions_literal, tsvector_literal
 from ...errors import CollectionNotFoundError, VectorStoreError
-from ..base import DocumentWrite
+from ..base import DocumentWrite, Ranked
 from ..sql import ChunkRow, PlannedWrite, SQLStore
 from ..sql.keywords import KeywordBatch
 from ..sql.records import TenantRecords
 from .migrations import KEYWORD_TERMS
-from .search import PostgresReader
+from .search import RERANK_CANDIDATES, Plan, PostgresReader
 
 if TYPE_CHECKING:
+    from ...types import SearchHit
     from ..base import CollectionRow
     from .backend import PostgresBackend
 
 try:
+    from psycopg import sql
     from psycopg.types.json import Jsonb
 except ImportError:  # pragma: no cover - the "postgres" extra is missing; the backend refuses to open
     pass
@@ -87,6 +89,56 @@ class PostgresVectorStore(SQLStore, TenantRecords):
     def __init__(self, backend: PostgresBackend, tenant: str) -> None:
         super().__init__(backend, tenant)
         self._bulk = False
+
+    def nearest_hits(self, row: CollectionRow, vector: np.ndarray, top_k: int, *, threshold: float | None = None,
+                     include_content: bool = True) -> list[SearchHit] | None:
+        """An unfiltered vector search's hits in one round trip, or None when this search cannot go that way.
+
+        When the collection's HNSW index over halfvec is known to this process (an earlier search found it),
+        the collection is not past ``ivfflat_min_rows``, the tenant's row id is known and k is within the
+        re-ranked candidates, the settings and the search with its hits (``Plan.rows_sql``) go in one
+        message as one implicit transaction (``PostgresBackend.read_piped``), where a reader's transaction
+        waited for the server three times (``BEGIN``, the search, ``COMMIT``). A search that comes back with
+        fewer than k hits while k exist returns None: the reader's way then answers (the exact scan)."""
+        backend, settings = self._backend, self._backend.settings
+        tenant_pk = self._tenant_row.pk
+        kind = backend.index_kinds.get(row.key) if row.key in backend.indexed else None
+        outgrown = bool(settings.ivfflat_min_rows) and row.chunk_count >= settings.ivfflat_min_rows
+        if (tenant_pk is None or kind is None or kind[0] != "halfvec" or outgrown or top_k > RERANK_CANDIDATES
+                or row.chunk_count < settings.hnsw_min_rows):
+            return None
+        plan = Plan("hnsw", tenant_pk, row.key, row.dimension, top_k, None, row.chunk_count, row.chunk_count,
+                    settings, cast=f"halfvec({int(row.dimension)})")
+        rows = backend.read_piped(self._tenant, tenant_pk, self._user, plan.rows_settings(), plan.rows_sql(),
+                                  [*plan.index_params(vector, top_k), tenant_pk])
+        if len(rows) < min(top_k, row.chunk_count):
+            return None
+        reader = self._reader(self, backend, None, tenant_pk, row)  # no statement: every hit is read already
+        reader.keep_rows(r[1:] for r in rows)
+        found = [(int(r[1]), float(r[0])) for r in rows]
+        if threshold is not None:
+            found = [(key, score) for key, score in found if score >= threshold]
+        ranked = Ranked(np.asarray([k for k, _ in found], dtype=np.int64),
+                        np.asarray([s for _, s in found], dtype=np.float64), plan.strategy)
+        return reader.hits(ranked, include_content=include_content)
+
+    def read_collection(self, name: str) -> CollectionRow:
+        """The collection's row, read once for a search to work from (``reader``), or
+        ``CollectionNotFoundError``: once the tenant's row id is known, in one round trip
+        (``PostgresBackend.read_once``: the settings and the statement in one message, no ``BEGIN`` or
+        ``COMMIT``), where a transaction of its own waited for the server four times."""
+        tenant_pk = self._tenant_row.pk
+        if tenant_pk is None:
+            return super().read_collection(name)
+        counters = self._backend.counters
+        counters.add("read_transactions")
+        counters.add("collection_reads")
+        rows = self._backend.read_once(self._tenant, tenant_pk, self._user, ("collection", name), lambda: sql.SQL(
+            f"SELECT {self._COLLECTION_COLUMNS}{self._collection_extra} FROM bunko.collections "
+            "WHERE tenant_id = {} AND name = {}").format(sql.Literal(int(tenant_pk)), sql.Literal(name)))
+        if not rows:
+            raise CollectionNotFoundError(f"collection {name!r} does not exist in tenant {self._tenant!r}")
+        return self._named(rows[0])
 
 
     # -- what the core asks of a backend ---------------------------------------------------

@@ -2,7 +2,7 @@
 
 from .dialect import Dialect, iso_text, json_value
 from .plan import PlannedWrite, StoredDocument, plan_writes
-from .reader import DOCUMENT_JOIN, CompiledRestriction, SQLReader
+from .reader import DOCUMENT_JOIN, HIT_COLUMNS, CompiledRestriction, SQLReader
 from .service import SQLServiceRecords
 from .store import (
     MAX_TOP_K,
@@ -19,6 +19,7 @@ from .store import (
 
 __all__ = [
     "DOCUMENT_JOIN",
+    "HIT_COLUMNS",
     "MAX_TOP_K",
     "ChunkRow",
     "CompiledRestriction",

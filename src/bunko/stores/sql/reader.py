@@ -9,7 +9,7 @@ chunks (in-memory columns), and keeps the SQL path as the exact answer they fall
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 # Metadata filters read the chunk as c and its document as d.
 DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
 # A chunk read whole, in make_hit's column order, then its document's key (a hit's vector comes after).
-_HIT_COLUMNS = ("c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
-                "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count, c.document_id")
+HIT_COLUMNS = ("c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
+               "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count, c.document_id")
+_HIT_COLUMNS = HIT_COLUMNS
 
 
 class CompiledRestriction:
@@ -172,6 +173,12 @@ class SQLReader:
                 titles[document] = title if isinstance(title, str) else ""
             out[key] = (str(content), document, titles[document])
         return out
+
+    def keep_rows(self, rows: Iterable[Any]) -> None:
+        """Keep chunks a search statement read whole (``HIT_COLUMNS``, ``DOCUMENT_JOIN``) with its ranking:
+        :meth:`hits` then takes them instead of reading them again."""
+        for row in rows:
+            self._read[int(row[0])] = row
 
     def rows_read(self) -> Mapping[int, Any]:
         """The chunks :meth:`texts` read whole, by key: what another reader's :meth:`hits` may take instead
