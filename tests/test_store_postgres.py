@@ -769,8 +769,33 @@ def test_a_large_collection_trades_its_hnsw_index_for_ivfflat(pg_url: str) -> No
     assert [round(h.score, 4) for h in hits] == exact(vectors, q, odd)
     with a.reader(a.read_collection("c")) as reader:
         assert reader.plan(5, Restriction(None, parse_filter({"half": 1}))).probes() == 20
+    # A cap on the lists probed: the search probes that many (set in its transaction), still only its tenant's.
+    capped = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=50, ivfflat_min_rows=300,
+                                                               exact_max_rows=10, ivfflat_probe_share=1.0,
+                                                               ivfflat_max_probes=3))
+    for store, prefix in ((capped.for_tenant("acme"), "a"), (capped.for_tenant("bravo"), "b")):
+        with store.reader(store.read_collection("c")) as reader:
+            ranked = reader.nearest(q, 5)
+            assert ranked.plan == "ivfflat" and reader.run("SHOW ivfflat.probes").fetchone()[0] == "3"
+            assert len(ranked.keys) == 5
+            hits = list(reader.hits(ranked))
+        assert all(h.content.startswith(prefix) for h in hits)
+    capped.close()
     backend.close()
     other_process.close()
+
+
+def test_ivfflat_probes_follow_the_share_and_the_cap() -> None:
+    """The lists an IVFFlat search probes: ``ivfflat_probe_share`` of them (at least 1), at most
+    ``ivfflat_max_probes`` (0: no cap): 30 of a million chunks' 1,000 lists by default."""
+    from bunko.stores.postgres.search import Plan
+
+    def probes(lists: int, **settings: float) -> int:
+        return Plan("ivfflat", 1, 1, 8, 10, None, 1, 1, PostgresSettings(**settings), lists=lists).probes()
+
+    assert [probes(n) for n in (10, 447, 548, 750, 1000, 2000)] == [1, 18, 22, 30, 30, 30]
+    assert probes(1000, ivfflat_max_probes=0) == 40 and probes(2000, ivfflat_max_probes=0) == 80
+    assert probes(20, ivfflat_probe_share=1.0) == 20 and probes(20, ivfflat_probe_share=1.0, ivfflat_max_probes=3) == 3
 
 
 def test_a_libpq_connection_string_opens_postgres(pg_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
