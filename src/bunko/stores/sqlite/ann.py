@@ -355,39 +355,46 @@ class Lists:
             seq, high_water = self.mutation_seq, self.high_water
         if not len(keys):
             return None
-        probe = max(1, min(len(centres), math.ceil(config.probe_share * len(centres))))
+        lists = len(centres)
+        probe = max(1, min(lists, math.ceil(config.probe_share * lists)))
         picked = np.sort(np.argpartition(-np.einsum("ij,j->i", centres, q.astype(centres.dtype, copy=False)),
                                          probe - 1)[:probe])  # on this thread, as score_rows
-        picked = np.append(picked, len(centres))  # and the spill list, always
-        rows = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in picked])
-        if self.compact and len(codes) == len(keys) and len(rows) > count:
-            rows = rows[self._best(codes, scales, starts, picked, q, len(rows),
-                                   count if seq == snap.state[0] else 2 * count)]
+        picked = np.append(picked, lists)  # and the spill list, always
+        lo, hi = starts[picked], starts[picked + 1]
+        if self.compact and len(codes) == len(keys) and int((hi - lo).sum()) > count:
+            rows = self._best(codes, scales, lo, hi, q, count if seq == snap.state[0] else 2 * count)
+        else:
+            rows = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
         if seq == snap.state[0]:
             found = positions[rows]
             return found[found < len(snap.rowids)], high_water  # rows the snapshot does not hold yet
         return _positions(snap, keys[rows]), high_water
 
     @staticmethod
-    def _best(codes: np.ndarray, scales: np.ndarray, starts: np.ndarray, picked: np.ndarray, q: np.ndarray,
-              total: int, count: int) -> np.ndarray:
-        """Indices into the picked lists' rows (concatenated in ``picked`` order) of the ``count`` best by
-        their codes: one int8 dot product per row, on this thread."""
+    def _best(codes: np.ndarray, scales: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: np.ndarray,
+              count: int) -> np.ndarray:
+        """Indices into ``codes`` of the ``count`` best rows of the lists ``lo[i]:hi[i]`` by their codes: one int8
+        dot product per row, on this thread, into one buffer (each list's scores times its rows' scales);
+        only the best are mapped back to their lists."""
         assert _numkong is not None
         peak = float(np.abs(q).max())
         q8 = np.rint(q * (127 / peak) if peak > 0 else q).astype(np.int8)[None, :]
+        sizes = hi - lo
+        total = int(sizes.sum())
         scores = np.empty((total, 1), dtype=np.float32)
+        weights = np.empty(total, dtype=np.float32)
         at = 0
-        for j in picked:
-            a, b = int(starts[j]), int(starts[j + 1])
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
             if b > a:
                 _numkong.cdist(codes[a:b], q8, metric="dot", out=scores[at:at + b - a])
+                weights[at:at + b - a] = scales[a:b]
                 at += b - a
         flat = scores[:, 0]
-        flat *= np.concatenate([scales[starts[j]:starts[j + 1]] for j in picked])
-        if count >= total:
-            return np.arange(total)
-        return np.argpartition(-flat, count - 1)[:count]
+        flat *= weights
+        best = np.argpartition(flat, total - count)[total - count:] if count < total else np.arange(total)
+        ends = np.cumsum(sizes)
+        segment = np.searchsorted(ends, best, side="right")  # which picked list each of the best is in
+        return lo[segment] + best - (ends[segment] - sizes[segment])
 
     def stale(self, rows: int) -> bool:
         """Whether the lists should be built again: the collection doubled since the centres were trained,
