@@ -163,7 +163,7 @@ def test_the_probed_lists_are_scored_by_their_codes_and_only_the_best_rows_hande
     assert same >= 98
 
 
-def test_rows_far_from_every_centre_are_in_their_two_nearest_lists_and_handed_on_once(tmp_path: Path) -> None:
+def test_rows_far_from_every_centre_are_in_their_three_nearest_lists_and_handed_on_once(tmp_path: Path) -> None:
     vectors = clustered(6000, 43)
     n = len(vectors)
     snap = Snapshot(np.arange(1, n + 1, dtype=np.int64), np.zeros(n, dtype=np.int64), vectors, (0, n))
@@ -173,14 +173,15 @@ def test_rows_far_from_every_centre_are_in_their_two_nearest_lists_and_handed_on
             lists.add(snap, start, min(n, start + 2500))
         scores = vectors @ lists.centres.T
         order = np.argsort(-scores, axis=1)
-        far = scores[np.arange(n), order[:, 0]] < lists.twice_below
+        far = scores[np.arange(n), order[:, 0]] < lists.far_below
         assert 0.005 * n < far.sum() < 0.05 * n
         listed = {j: set(lists.keys[lists.starts[j]:lists.starts[j + 1]].tolist()) for j in range(len(lists.centres))}
-        for row in range(n):  # every row in its nearest list; a far one in its second nearest too, and no other
+        for row in range(n):  # every row in its nearest list; a far one in its three nearest, and no other
             homes = [j for j, keys in listed.items() if row + 1 in keys]
-            assert sorted(homes) == sorted(order[row, :2].tolist() if far[row] else order[row, :1].tolist())
-        assert len(lists.keys) == n + far.sum() and len(lists.starts) == len(lists.centres) + 1
-        if compact:  # a row's codes are the same in both its lists
+            assert sorted(homes) == sorted(order[row, :3].tolist() if far[row] else order[row, :1].tolist())
+        assert len(lists.keys) == n + 2 * far.sum() == len(lists) + lists.extra
+        assert len(lists.starts) == len(lists.centres) + 1
+        if compact:  # a row's codes are the same in each of its lists
             assert np.array_equal(lists.codes, quantise(vectors[lists.keys - 1])[0])
         for q in clustered(20, 44):  # every probed list's rows handed on, each row once
             found, _ = lists.candidates(snap, q, 6000, 1.0, AnnConfig(probe_share=0.3))
@@ -191,9 +192,9 @@ def test_rows_far_from_every_centre_are_in_their_two_nearest_lists_and_handed_on
     # Saved and read back; lists saved with a spill list (or before it) are built again.
     lists.write(tmp_path / "l.ivf")
     again = Lists(lists.identity, compact=False)
-    assert again.read(tmp_path / "l.ivf", {}) and again.twice_below == lists.twice_below
+    assert again.read(tmp_path / "l.ivf", {}) and again.far_below == lists.far_below and len(again) == n
     assert np.array_equal(again.starts, lists.starts) and np.array_equal(again.keys, lists.keys)
     with (tmp_path / "spill.ivf").open("wb") as f:
         np.savez(f, centres=lists.centres, keys=lists.keys, starts=np.append(lists.starts, lists.starts[-1]),
-                 spill_below=np.array([lists.twice_below]))
+                 spill_below=np.array([lists.far_below]))
     assert not Lists(lists.identity).read(tmp_path / "spill.ivf", {})

@@ -212,11 +212,14 @@ _ROUNDS = 8
 # Rows assigned to their lists per step (the lists are swapped in whole, so searches never wait long).
 _LIST_STEP = 100_000
 # The share of the training sample farthest from its nearest centre: rows at least this far are put in their
-# two nearest lists (they sit between lists, and a search probing a share of the lists missed them: at
-# 300,000 chunks 9 of the 13 neighbours missed at 8% were among the 2% of rows farthest from their centre).
-# Before, they went to a spill list that every search scored: at a million that list held 26,000 rows, a
-# third of what a search at 4% scored; in their second lists they cost 5,000 and recall stays 0.992.
-_TWICE_SHARE = 0.02
+# ``_FAR_LISTS`` nearest lists (they sit between lists, and a search probing a share of the lists missed them:
+# at 300,000 chunks 9 of the 13 neighbours missed at 8% were among the 2% of rows farthest from their
+# centre). Before, they went to a spill list that every search scored: at a million it held a third of the
+# rows a search at 4% scored (66,000). In their three nearest lists they add 2,000-5,000 rows a search at
+# 4%: recall@10 0.992 at a million as with the spill list, 0.994 at 300,000 (0.995 with it; in two lists
+# 0.986). docs/ARCHITECTURE.md, "Far rows in three lists".
+_FAR_SHARE = 0.02
+_FAR_LISTS = 3
 # Rows quantised at a time (bounds the float32 temporary: 16,384 x 512 x 4 bytes = 32 MB).
 _CODE_BLOCK = 16_384
 
@@ -249,11 +252,11 @@ class Lists:
     codes, list by list (``codes``, a quarter of the matrix's memory): a search scores the centres, takes
     the best ``probe_share`` of the lists, scores their codes (contiguous slices, int8 dot products) and
     hands the best ``count`` rows to the caller, which ranks them by the exact vectors. Rows far from every
-    centre (farther from their nearest than ``_TWICE_SHARE`` of the training sample) are in their two nearest
-    lists, so ``keys`` holds them twice (a search hands each row on once). Without numkong the
-    probed lists' rows are scored exactly from the matrix, where they lie scattered (about 10x slower at
-    a million rows). The arrays are replaced, never changed in place, so a search reads them without
-    holding the lock.
+    centre (farther from their nearest than ``_FAR_SHARE`` of the training sample) are in their
+    ``_FAR_LISTS`` nearest lists, so ``keys`` holds them more than once (a search hands each row on once).
+    Without numkong the probed lists' rows are scored exactly from the matrix, where they lie scattered
+    (about 10x slower at a million rows). The arrays are replaced, never changed in place, so a search
+    reads them without holding the lock.
     """
 
     kind = "lists"
@@ -267,7 +270,7 @@ class Lists:
         self.centres = np.zeros((0, identity.dimension), dtype=np.float32)
         self.keys = np.zeros(0, dtype=np.int64)  # row ids, list by list
         self.starts = np.zeros(1, dtype=np.int64)  # list j is keys[starts[j]:starts[j + 1]]
-        self.twice_below = -math.inf  # a row whose nearest centre scores below this is in its two nearest lists
+        self.far_below = -math.inf  # a row whose nearest centre scores below this is in its _FAR_LISTS nearest
         self.positions = np.zeros(0, dtype=np.int64)  # keys' positions in a matrix of ``mutation_seq``
         self.codes = np.zeros((0, identity.dimension), dtype=np.int8)  # keys' rows as int8, if ``compact``
         self.scales = np.zeros(0, dtype=np.float32)  # each code row's scale
@@ -276,7 +279,7 @@ class Lists:
         self.mutation_seq = -2
         self.unsaved = 0
         self.removed = 0
-        self.twice = 0  # how many rows are in two lists (``keys`` holds len(self) + twice row ids)
+        self.extra = 0  # row ids in ``keys`` beyond one per row (far rows' second and third lists)
 
     def train(self, vectors: np.ndarray) -> None:
         """k-means centres from a sample of ``vectors`` (seeded by the collection, so builds repeat)."""
@@ -292,23 +295,26 @@ class Lists:
             filled = norms > 0
             centres[filled] = sums[filled] / norms[filled, None]  # an empty list keeps its centre
         nearest_score = (sample @ centres.T).max(axis=1)
-        self.twice_below = float(np.quantile(nearest_score, _TWICE_SHARE)) if len(sample) >= 1000 else -math.inf
+        self.far_below = float(np.quantile(nearest_score, _FAR_SHARE)) if len(sample) >= 1000 else -math.inf
         self.centres, self.trained_on = centres, n
         self.starts = np.zeros(len(centres) + 1, dtype=np.int64)  # trained before any row is listed
 
     def add(self, snap: Any, start: int, stop: int) -> None:
         """Put the snapshot's rows ``start:stop`` (all above ``high_water``) in the lists of their nearest
-        centres, and those far from it in their second nearest too (training the centres first, on every row
+        centres, and those far from it in their next nearest too (training the centres first, on every row
         the snapshot holds, if there are none)."""
         if not len(self.centres):
             self.train(snap.vectors)
         scores = snap.vectors[start:stop] @ self.centres.T
         rows = np.arange(len(scores))
         assign = np.argmax(scores, axis=1)
-        far = np.flatnonzero(scores[rows, assign] < self.twice_below)
+        far = np.flatnonzero(scores[rows, assign] < self.far_below)
+        more = min(_FAR_LISTS, len(self.centres)) - 1  # the far rows' next nearest centres, beside the nearest
         scores[far, assign[far]] = -np.inf
-        second = np.argmax(scores[far], axis=1)  # each far row's second nearest centre
-        lists = np.concatenate([np.repeat(np.arange(len(self.centres)), np.diff(self.starts)), assign, second])
+        nexts = np.argpartition(-scores[far], more - 1, axis=1)[:, :more].T.ravel() if more > 0 and len(far) \
+            else np.zeros(0, dtype=np.int64)
+        far = np.tile(far, more) if more > 0 else far[:0]  # lined up with nexts
+        lists = np.concatenate([np.repeat(np.arange(len(self.centres)), np.diff(self.starts)), assign, nexts])
         order = np.argsort(lists, kind="stable")
         keys = np.concatenate([self.keys, snap.rowids[start:stop], snap.rowids[start + far]])[order]
         if self.mutation_seq == snap.state[0]:
@@ -327,7 +333,7 @@ class Lists:
             self.mutation_seq = snap.state[0]
             self.high_water = int(snap.rowids[stop - 1])
             self.unsaved += stop - start
-            self.twice += len(far)
+            self.extra += len(far)
 
     def forget(self, snap: Any) -> None:
         """Drop the row ids ``snap`` no longer holds and renew the others' positions (rows were deleted); the
@@ -338,8 +344,8 @@ class Lists:
         lists = np.repeat(np.arange(len(self.centres)), np.diff(self.starts))
         starts = np.searchsorted(lists[live], np.arange(len(self.centres) + 1))
         kept = self.keys[live]
-        twice = len(kept) - len(np.unique(kept))
-        gone = len(self) - (len(kept) - twice)
+        extra = len(kept) - len(np.unique(kept))
+        gone = len(self) - (len(kept) - extra)
         codes, scales = self.codes, self.scales
         if self.compact:
             if len(codes) == len(self.keys):
@@ -348,7 +354,7 @@ class Lists:
                 codes, scales = quantise(snap.vectors, positions[live])
         with self.lock:
             self.keys, self.positions, self.starts = kept, positions[live], starts
-            self.twice = twice
+            self.extra = extra
             self.codes, self.scales = codes, scales
             self.mutation_seq = snap.state[0]
             self.unsaved += gone
@@ -371,9 +377,9 @@ class Lists:
         lo, hi = starts[picked], starts[picked + 1]
         wanted = count if seq == snap.state[0] else 2 * count
         if self.compact and len(codes) == len(keys) and int((hi - lo).sum()) > wanted:
-            # A row far from every centre is in two lists, and both may be probed: twice the rows are taken,
-            # best first, and the first ``wanted`` distinct ones kept.
-            rows = self._best(codes, scales, lo, hi, q, 2 * wanted)
+            # A row far from every centre is in several lists, and they may all be probed: _FAR_LISTS times
+            # the rows are taken, best first, and the first ``wanted`` distinct ones kept.
+            rows = self._best(codes, scales, lo, hi, q, _FAR_LISTS * wanted)
             first = np.unique(keys[rows], return_index=True)[1]
             rows = rows[np.sort(first)[:wanted]]
         else:
@@ -421,7 +427,7 @@ class Lists:
         when the lists are read); what the ``.json`` records of their shape."""
         with path.open("wb") as f:
             np.savez(f, centres=self.centres, keys=self.keys, starts=self.starts,
-                     twice_below=np.array([self.twice_below]))
+                     far_below=np.array([self.far_below]), far_lists=np.array([_FAR_LISTS]))
         return {"trained_on": self.trained_on}
 
     def read(self, path: Path, meta: dict[str, Any]) -> bool:
@@ -430,15 +436,15 @@ class Lists:
             centres, keys, starts = data["centres"], data["keys"], data["starts"]
             # Saved with a spill list (or before it): built again. (A process of the version before reads
             # these as saved without a spill list, and builds its own.)
-            if "twice_below" not in data.files:
+            if "far_below" not in data.files or int(data["far_lists"][0]) != _FAR_LISTS:
                 return False
-            twice_below = float(data["twice_below"][0])
+            far_below = float(data["far_below"][0])
         if centres.ndim != 2 or centres.shape[1] != self.identity.dimension or len(starts) != len(centres) + 1 \
                 or int(starts[-1]) != len(keys):
             return False
         self.centres, self.keys, self.starts = centres.astype(np.float32), keys.astype(np.int64), starts
-        self.twice_below = twice_below
-        self.twice = len(keys) - len(np.unique(keys))
+        self.far_below = far_below
+        self.extra = len(keys) - len(np.unique(keys))
         self.trained_on = int(meta.get("trained_on", len(keys)))
         return True
 
@@ -450,7 +456,7 @@ class Lists:
 
     def __len__(self) -> int:
         """How many rows the lists hold (each once)."""
-        return len(self.keys) - self.twice
+        return len(self.keys) - self.extra
 
 
 Index = Graph | Lists
