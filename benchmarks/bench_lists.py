@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for start in range(0, n, lists.step):
         lists.add(snap, start, min(n, start + lists.step))
     print(json.dumps({"rows": n, "lists": len(lists.centres), "build_s": round(time.perf_counter() - started, 1),
-                      "spill_rows": int(lists.starts[-1] - lists.starts[-2]),
+                      "far_rows_extra_entries": lists.extra,
                       "memory_mb": round(lists.memory_bytes / 2**20, 1), "load": os.getloadavg()[0]}), flush=True)
     exact = Lists(identity, compact=False)  # the same lists, scored exactly
     exact.centres, exact.keys, exact.starts, exact.positions = lists.centres, lists.keys, lists.starts, lists.positions

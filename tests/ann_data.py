@@ -43,7 +43,8 @@ def lists_in_step(backend: SQLiteBackend, store: SQLiteVectorStore, lists: Lists
     """The lists hold exactly the live rows, each at its position in the matrix (and its int8 codes)."""
     snap = backend.matrices.snapshot(store.read_collection("c").key)
     assert snap is not None
-    assert sorted(lists.keys.tolist()) == snap.rowids.tolist()
+    assert np.unique(lists.keys).tolist() == snap.rowids.tolist()  # every live row (far ones in three lists)
+    assert len(lists) == len(snap.rowids) and len(lists.keys) == len(lists) + lists.extra
     assert np.array_equal(snap.rowids[lists.positions], lists.keys)
     assert lists.starts[0] == 0 and lists.starts[-1] == len(lists.keys) and np.all(np.diff(lists.starts) >= 0)
     if HAVE_CODES:

@@ -456,8 +456,9 @@ class SQLiteSettings(Section):
     # their rows' int8 codes (with the ann extra; exactly from the matrix without it) and ranks the best
     # ann_candidates exactly. The graph's recall@10 on bench_search.py's vectors: 0.99 at 200,000 chunks,
     # 0.98 at 300,000, 0.865 at a million; the lists with their spill list at 4 / 6 / 8%: 0.995 / 0.995 /
-    # 0.996 at 300,000, 0.992 / 0.995 / 0.998 at a million (1.7 / 2.2-2.4 / 2.7-2.9 ms of CPU).
-    # docs/ARCHITECTURE.md ("Int8 codes in list order, a spill list").
+    # 0.996 at 300,000, 0.992 / 0.995 / 0.998 at a million (1.7 / 2.2-2.4 / 2.7-2.9 ms of CPU); at 4% with
+    # the far rows in three lists instead (a third fewer rows scored): 0.994 at 300,000, 0.992 at a million.
+    # docs/ARCHITECTURE.md ("Int8 codes in list order, a spill list", "Far rows in three lists").
     ann_lists_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS"), Field(ge=1)] = 250_000
     ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
     # Keyword postings held in memory by this process, as [postgres] keyword_memory_mb.
