@@ -402,11 +402,7 @@ class PostgresBackend(SQLBackend):
         attempts = self.settings.pool_max + 1
         try:
             for attempt in range(attempts):
-                self._own_check.active = True  # the pool's check is left to the statements below
-                try:
-                    conn = self._pool.getconn()
-                finally:
-                    self._own_check.active = False
+                conn = self._getconn_unchecked()  # the pool's check is left to the statements below
                 try:
                     conn.autocommit = True
                     with conn.pipeline():
@@ -425,6 +421,14 @@ class PostgresBackend(SQLBackend):
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _getconn_unchecked(self) -> Any:
+        """A pooled connection without the pool's check on checkout: the caller's first statement checks it."""
+        self._own_check.active = True
+        try:
+            return self._pool.getconn()
+        finally:
+            self._own_check.active = False
+
     def _checked(self, key: Hashable, statement: Callable[[], Any]) -> tuple[Any, Any]:
         """A pooled connection in autocommit mode that has just run ``statement()`` (its first), and the cursor.
         The statement is composed once per ``key`` (its values quoted for the first connection; the pool's
@@ -437,11 +441,7 @@ class PostgresBackend(SQLBackend):
         """
         attempts = self.settings.pool_max + 1
         for attempt in range(attempts):
-            self._own_check.active = True  # the pool's check is left to the statement below
-            try:
-                conn = self._pool.getconn()
-            finally:
-                self._own_check.active = False
+            conn = self._getconn_unchecked()  # the pool's check is left to the statement below
             try:
                 conn.autocommit = True
                 composed = self._composed.get(key)
