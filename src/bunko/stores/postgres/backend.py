@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from ...config import PostgresSettings, redact_url
 from ...errors import ConfigError, PgvectorVersionError, StorageFullError, TransientStoreError, VectorStoreError
@@ -70,6 +70,7 @@ def disk_full(exc: Any) -> bool:
 
 # How many composed statements (a transaction's BEGIN and settings, a collection row's read) a backend keeps.
 _COMPOSED = 4096
+_T = TypeVar("_T")
 
 _TCP_OPTIONS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
 
@@ -399,27 +400,21 @@ class PostgresBackend(SQLBackend):
                   **settings}
         setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values))
         flat = [v for name, value in values.items() for v in (name, value)]
-        attempts = self.settings.pool_max + 1
+
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            with conn.pipeline():
+                conn.execute(setting, flat)
+                cur = conn.execute(statement, params)
+            return cur.fetchall()
+
         try:
-            for attempt in range(attempts):
-                conn = self._getconn_unchecked()  # the pool's check is left to the statements below
-                try:
-                    conn.autocommit = True
-                    with conn.pipeline():
-                        conn.execute(setting, flat)
-                        cur = conn.execute(statement, params)
-                    return cur.fetchall()
-                except psycopg.OperationalError:
-                    if not (conn.closed or conn.broken) or attempt == attempts - 1:
-                        raise
-                    self._sweep()
-                finally:
-                    self._putconn(conn)
+            conn, rows = self._first_on_live(run)  # the pool's check is left to the statements above
+            self._putconn(conn)
+            return rows
         except psycopg.Error as exc:
             if (transient := transient_error(exc)) is not None:
                 raise transient from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _getconn_unchecked(self) -> Any:
         """A pooled connection without the pool's check on checkout: the caller's first statement checks it."""
@@ -434,22 +429,31 @@ class PostgresBackend(SQLBackend):
         The statement is composed once per ``key`` (its values quoted for the first connection; the pool's
         connections share the server's settings) and kept, up to ``_COMPOSED`` of them.
 
-        That first statement is the connection's check: a connection the server dropped (restart, idle
-        timeout, ``pg_terminate_backend``) fails it before anything ran, and is given back to the pool (which
-        discards a closed connection); every idle connection is then checked (as :meth:`_check_connection`
-        does) and the next one tried, up to ``pool_max + 1`` times.
+        That first statement is the connection's check (:meth:`_first_on_live`): a connection the server dropped
+        (restart, idle timeout, ``pg_terminate_backend``) fails it before anything ran and the next one is tried.
         """
+        def run(conn: Any) -> Any:
+            composed = self._composed.get(key)
+            if composed is None:
+                if len(self._composed) >= _COMPOSED:
+                    self._composed.clear()
+                composed = self._composed[key] = statement().as_bytes(conn)
+            return conn.execute(composed)
+
+        return self._first_on_live(run)
+
+    def _first_on_live(self, first: Callable[[Any], _T]) -> tuple[Any, _T]:
+        """A pooled connection in autocommit mode, taken without the pool's check, and what ``first(conn)``
+        returned: its first statements are the check. A connection the server dropped fails them before
+        anything ran and is given back (the pool discards a closed one); every idle connection is then
+        checked and the next one tried, up to ``pool_max + 1`` times. On any other error the connection is
+        given back and the error raised; on success the caller gives it back."""
         attempts = self.settings.pool_max + 1
         for attempt in range(attempts):
-            conn = self._getconn_unchecked()  # the pool's check is left to the statement below
+            conn = self._getconn_unchecked()
             try:
                 conn.autocommit = True
-                composed = self._composed.get(key)
-                if composed is None:
-                    if len(self._composed) >= _COMPOSED:
-                        self._composed.clear()
-                    composed = self._composed[key] = statement().as_bytes(conn)
-                cur = conn.execute(composed)
+                result = first(conn)
             except psycopg.OperationalError:
                 dead = conn.closed or conn.broken
                 self._putconn(conn)
@@ -460,7 +464,7 @@ class PostgresBackend(SQLBackend):
             except BaseException:
                 self._putconn(conn)
                 raise
-            return conn, cur
+            return conn, result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _end(self, conn: Any, command: str) -> None:
