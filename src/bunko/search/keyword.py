@@ -47,7 +47,6 @@ B = 0.75
 KEYWORD_CANDIDATES = 20_000
 # The most cells (phrases x chunks) of the matrix ``bm25_top`` scores chunks exactly in, at once.
 _EXACT_CELLS = 1 << 20
-_RANK_SHIFT = 40  # chunk keys below 2**40 (a phrase's rank above them; see bm25_top's merged_ids)
 
 
 
@@ -412,26 +411,11 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             start += counts[j]
         share[:] = np.bincount(at, weight * ((f * (k1 + 1.0)) / (f + norm)), minlength=span)
 
-    merged: list[np.ndarray] = []
-    ranked = low >= 0 and (low + span if keys is None else int(keys[-1]) + 1) <= 1 << _RANK_SHIFT
-
-    def merged_ids() -> np.ndarray:
-        """Every phrase's postings one after another, each chunk key plus the phrase's rank (in ``known``)
-        shifted up by ``_RANK_SHIFT``, so that they ascend throughout (made once, when first asked for)."""
-        if not merged:
-            ids = np.concatenate([columns[j][0] for j in known])
-            start = 0
-            for rank, j in enumerate(known):  # a slice at a time: np.repeat of the ranks costs 15 times more
-                ids[start:start + counts[j]] += rank << _RANK_SHIFT
-                start += counts[j]
-            merged.extend((ids, np.concatenate([columns[j][1] for j in known])))
-        return merged[0]
-
     def exact(at: np.ndarray) -> np.ndarray:
         """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
         query order. Each phrase's term counts for the chunks are found first (by binary search for each
-        chunk, or by running through its postings once when they are few beside the chunks) into one
-        matrix, phrases by chunks (0 where a chunk lacks the phrase, which adds exactly 0); the
+        chunk in the phrase's postings, or by running through them once when they are few beside the
+        chunks) into one matrix, phrases by chunks (0 where a chunk lacks the phrase, which adds exactly 0); the
         contributions are then worked out in one pass and added phrase after phrase
         (``np.add.accumulate``: in order, no pairwise summation)."""
         rows = at + low if keys is None else keys[at]
@@ -439,14 +423,14 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         if n * len(known) > _EXACT_CELLS:  # a large matrix: a slice of the chunks at a time
             step = max(1, _EXACT_CELLS // len(known))
             return np.concatenate([exact(at[i:i + step]) for i in range(0, n, step)]) if n else np.zeros(0)
-        if ranked and n * 16 < sum(counts):  # by binary search for each chunk and phrase, in one call
-            ids, tf = merged_ids(), merged[1]
-            wanted = (np.arange(len(known), dtype=np.int64) << _RANK_SHIFT)[:, None] + rows
-            place = ids.searchsorted(wanted.ravel())
-            np.minimum(place, len(ids) - 1, out=place)
-            tfs = (tf[place] * (ids[place] == wanted.ravel())).astype(np.float64).reshape(len(known), n)
+        tfs = np.zeros((len(known), n), dtype=np.float64)
+        if n * 16 < sum(counts):  # by binary search for each chunk, phrase by phrase
+            for i, j in enumerate(known):
+                found, tf, _ = columns[j]
+                place = found.searchsorted(rows)
+                np.minimum(place, len(found) - 1, out=place)
+                tfs[i] = tf[place] * (found[place] == rows)
         else:  # by running through each phrase's postings once
-            tfs = np.zeros((len(known), n), dtype=np.float64)
             picked = np.zeros(span, dtype=bool)
             picked[at] = True
             for i, j in enumerate(known):
