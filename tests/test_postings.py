@@ -87,16 +87,22 @@ def test_chunks_without_terms_are_listed_and_deleted(tmp_path: Path) -> None:
     assert POSTINGS.read(conn, (1, 1), ["水"])["水"][0].tolist() == [7]
 
 
-def test_bm25_top_is_the_brute_force_ranking() -> None:
+@pytest.mark.parametrize(("rows", "densities", "most_tf", "seed"), [
+    (500, (0.005, 0.02, 0.1, 0.4, 0.8, 0.02), 5, 7),
+    # Many phrases, most chunks holding several (the pruning of candidates phrase by phrase), and counts of
+    # 1 with few distinct sizes: many chunks tie.
+    (3000, (0.001, 0.003, 0.01, 0.01, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.003), 2, 11),
+])
+def test_bm25_top_is_the_brute_force_ranking(rows: int, densities: tuple[float, ...], most_tf: int,
+                                             seed: int) -> None:
     """The MaxScore top-k over postings (from one essential phrase to all) equals scoring every row on
     every phrase in query order, ties by rowid, whatever the keys' range."""
-    rng = np.random.default_rng(7)
-    rows = 500
-    sizes = rng.integers(5, 60, size=rows)
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(5, 60, size=rows) if most_tf > 2 else rng.choice([10, 20], size=rows)
     columns, counts = [], []
-    for density in (0.005, 0.02, 0.1, 0.4, 0.8, 0.02):
+    for density in densities:
         ids = np.flatnonzero(rng.random(rows) < density).astype(np.int64)
-        tf = rng.integers(1, 5, size=len(ids)).astype(np.uint16)
+        tf = rng.integers(1, most_tf, size=len(ids)).astype(np.uint16)
         columns.append((ids, tf, sizes[ids].astype(np.uint16)))
         counts.append(len(ids))
     idf = [keyword.bm25_idf(rows, n) for n in counts]

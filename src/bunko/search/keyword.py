@@ -442,6 +442,27 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         parts = weights * ((tfs * (k1 + 1.0)) / (tfs + norms[at]))
         return np.add.accumulate(parts, axis=0)[-1] if len(known) > 1 else parts[0]
 
+    def prune(at: np.ndarray, part: np.ndarray, floor: float) -> np.ndarray:
+        """The chunks at ``at`` (their shares ``part``) that may still reach the floor once the phrases
+        outside the shares are added, one phrase at a time, the highest bound first: each phrase's counts
+        for the chunks left (by binary search), its bound out of the rest; the floor rises to the k-th best
+        partial score (each scores at least that much). Stops when few chunks are left."""
+        rest = sum(bound[split:])
+        for j, limit in zip(order[split:], bound[split:], strict=True):
+            if len(at) <= 4 * top_k:
+                break
+            found, tf, _ = columns[j]
+            rows = at + low if keys is None else keys[at]
+            place = found.searchsorted(rows)
+            np.minimum(place, len(found) - 1, out=place)
+            f = (tf[place] * (found[place] == rows)).astype(np.float64)
+            part = part + contribution(j, f, norms[at])
+            rest -= limit
+            floor = max(floor, float(np.partition(part, len(part) - top_k)[len(part) - top_k]))
+            keep = (part + max(rest, 0.0)) * slack >= floor
+            at, part = at[keep], part[keep]
+        return at
+
     split, total = 0, 0
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order
     while True:
@@ -465,7 +486,8 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             else:
                 floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
             if rest * slack < floor:
-                at = touched[(shares + rest) * slack >= floor]
+                keep = (shares + rest) * slack >= floor
+                at = prune(touched[keep], shares[keep], floor)
                 break
         elif split == len(order):
             at = touched  # fewer chunks than k hold any phrase: all of them
