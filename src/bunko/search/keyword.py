@@ -354,11 +354,12 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
     MaxScore: the phrases ranked by their bound idf x (k1 + 1), the first ("essential") ones,
     whose postings add up to the budget, are scored for every chunk that holds one (their "share");
-    the k chunks with the best shares are scored exactly, and the lowest of those scores is a floor
-    for the final k-th score (the k-th best share when every phrase is essential), while a chunk's
-    final score is at most its share plus the other phrases' bounds (``rest``). While ``rest``
-    reaches the floor, more phrases become essential. Then only the chunks whose share plus ``rest``
-    reaches the floor are scored on every phrase, exactly as ``bm25()`` does: the same float
+    the k-th best share is a floor for the final k-th score, raised when needed to the lowest exact
+    score of the k chunks with the best shares, while a chunk's final score is at most its share plus
+    the other phrases' bounds (``rest``). While ``rest`` reaches the floor, more phrases become
+    essential. The chunks whose share plus ``rest`` reaches the floor are then pruned phrase by phrase
+    (``prune``: the other phrases added in bound order, the floor rising to the k-th best partial
+    score), and those left are scored on every phrase, exactly as ``bm25()`` does: the same float
     operations, the phrases added in query order.
     """
     known = [j for j in range(len(columns)) if len(columns[j][0])]
@@ -409,7 +410,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         for j in phrases:
             weight[start:start + counts[j]] = idf[j]
             start += counts[j]
-        share[:] = np.bincount(at, weight * ((f * (k1 + 1.0)) / (f + norm)), minlength=span)
+        np.add.at(share, at, weight * ((f * (k1 + 1.0)) / (f + norm)))
 
     def exact(at: np.ndarray) -> np.ndarray:
         """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
@@ -476,15 +477,17 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             take_first(order[:split])
         touched = np.flatnonzero(share != 0)  # (over a bool array: several times faster than over floats)
         if len(touched) >= top_k:
-            # The floor: the k-th best final score is at least the lowest exact score of the k chunks with
-            # the best shares (each scores at least its share).
+            # The floor: the k-th best final score is at least the k-th best share, and at least the lowest
+            # exact score of the k chunks with the best shares (each scores at least its share).
             shares = share[touched]
             cut = len(touched) - top_k
             rest = sum(bound[split:])
             if split == len(order):  # every phrase is in the shares: they are the scores, but for rounding
                 floor = float(np.partition(shares, cut)[cut])
-            else:
-                floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
+            else:  # the k-th best share, or when that is not enough to stop widening, the exact scores' least
+                floor = float(np.partition(shares, cut)[cut])
+                if rest * slack >= floor:
+                    floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
             if rest * slack < floor:
                 keep = (shares + rest) * slack >= floor
                 at = prune(touched[keep], shares[keep], floor)
