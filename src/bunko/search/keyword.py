@@ -395,7 +395,8 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
 
     def take_first(phrases: list[int]) -> None:
         """``take`` of each of the first essential phrases (``share`` all zeros), all at once: their entries
-        one after another, in the order ``take`` would add them (``np.bincount`` adds in that order)."""
+        one after another, in the order ``take`` would add them (``np.add.at`` adds in that order; only
+        the entries' positions are written, not an array over the whole span)."""
         if len(phrases) == 1:
             take(phrases[0])
             return
