@@ -413,29 +413,41 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             start += counts[j]
         np.add.at(share, at, weight * ((f * (k1 + 1.0)) / (f + norm)))
 
-    def exact(at: np.ndarray) -> np.ndarray:
+    def counts_of(j: int, rows: np.ndarray) -> np.ndarray:
+        """Phrase ``j``'s term counts in the chunks ``rows`` (ascending keys; 0 where a chunk lacks it), by
+        binary search in its postings."""
+        found, tf, _ = columns[j]
+        place = found.searchsorted(rows)
+        np.minimum(place, len(found) - 1, out=place)
+        return (tf[place] * (found[place] == rows)).astype(np.float64)
+
+    def exact(at: np.ndarray, looked: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
         """The scores of the chunks at ``at`` (ascending positions), as bm25() adds them: every phrase in
-        query order. Each phrase's term counts for the chunks are found first (by binary search for each
-        chunk in the phrase's postings, or by running through them once when they are few beside the
-        chunks) into one matrix, phrases by chunks (0 where a chunk lacks the phrase, which adds exactly 0); the
-        contributions are then worked out in one pass and added phrase after phrase
-        (``np.add.accumulate``: in order, no pairwise summation)."""
+        query order. Each phrase's term counts for the chunks are found first (``looked``: those ``prune``
+        found, by phrase, for these chunks; the others by binary search for each chunk in the phrase's
+        postings, or by running through them once when they are few beside the chunks) into one matrix,
+        phrases by chunks (0 where a chunk lacks the phrase, which adds exactly 0); the contributions are
+        then worked out in one pass and added phrase after phrase (``np.add.accumulate``: in order, no
+        pairwise summation)."""
         rows = at + low if keys is None else keys[at]
         n = len(at)
+        looked = looked or {}
         if n * len(known) > _EXACT_CELLS:  # a large matrix: a slice of the chunks at a time
             step = max(1, _EXACT_CELLS // len(known))
-            return np.concatenate([exact(at[i:i + step]) for i in range(0, n, step)]) if n else np.zeros(0)
+            return np.concatenate([exact(at[i:i + step], {j: f[i:i + step] for j, f in looked.items()})
+                                   for i in range(0, n, step)]) if n else np.zeros(0)
         tfs = np.zeros((len(known), n), dtype=np.float64)
         if n * 16 < sum(counts):  # by binary search for each chunk, phrase by phrase
             for i, j in enumerate(known):
-                found, tf, _ = columns[j]
-                place = found.searchsorted(rows)
-                np.minimum(place, len(found) - 1, out=place)
-                tfs[i] = tf[place] * (found[place] == rows)
+                f = looked.get(j)
+                tfs[i] = counts_of(j, rows) if f is None else f
         else:  # by running through each phrase's postings once
             picked = np.zeros(span, dtype=bool)
             picked[at] = True
             for i, j in enumerate(known):
+                if j in looked:
+                    tfs[i] = looked[j]
+                    continue
                 found, tf, _ = columns[j]
                 spot = found - low if keys is None else np.searchsorted(keys, found)
                 held = picked[spot]
@@ -444,28 +456,30 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         parts = weights * ((tfs * (k1 + 1.0)) / (tfs + norms[at]))
         return np.add.accumulate(parts, axis=0)[-1] if len(known) > 1 else parts[0]
 
-    def prune(at: np.ndarray, part: np.ndarray, floor: float) -> np.ndarray:
+    def prune(at: np.ndarray, part: np.ndarray, floor: float) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """The chunks at ``at`` (their shares ``part``) that may still reach the floor once the phrases
         outside the shares are added, one phrase at a time, the highest bound first: each phrase's counts
         for the chunks left (by binary search), its bound out of the rest; the floor rises to the k-th best
-        partial score (each scores at least that much). Stops when few chunks are left."""
+        partial score (each scores at least that much). Stops when few chunks are left. Returns them with
+        the counts found, by phrase, for them (the exact pass does not look those up again)."""
         rest = sum(bound[split:])
+        looked: dict[int, np.ndarray] = {}
         for j, limit in zip(order[split:], bound[split:], strict=True):
             if len(at) <= 4 * top_k:
                 break
-            found, tf, _ = columns[j]
-            rows = at + low if keys is None else keys[at]
-            place = found.searchsorted(rows)
-            np.minimum(place, len(found) - 1, out=place)
-            f = (tf[place] * (found[place] == rows)).astype(np.float64)
+            f = counts_of(j, at + low if keys is None else keys[at])
             part = part + contribution(j, f, norms[at])
+            looked[j] = f
             rest -= limit
             floor = max(floor, float(np.partition(part, len(part) - top_k)[len(part) - top_k]))
             keep = (part + max(rest, 0.0)) * slack >= floor
-            at, part = at[keep], part[keep]
-        return at
+            if not keep.all():
+                at, part = at[keep], part[keep]
+                looked = {p: v[keep] for p, v in looked.items()}
+        return at, looked
 
     split, total = 0, 0
+    looked: dict[int, np.ndarray] = {}
     slack = 1.0 + 1e-9  # float rounding of sums taken in another order
     while True:
         first = split == 0
@@ -491,7 +505,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
                     floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
             if rest * slack < floor:
                 keep = (shares + rest) * slack >= floor
-                at = prune(touched[keep], shares[keep], floor)
+                at, looked = prune(touched[keep], shares[keep], floor)
                 break
         elif split == len(order):
             at = touched  # fewer chunks than k hold any phrase: all of them
@@ -501,7 +515,7 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         total += counts[order[split]]
         split += 1
     rows = at + low if keys is None else keys[at]
-    score = exact(at)
+    score = exact(at, looked)
     best = np.lexsort((rows, -score))[:top_k]
     return rows[best], score[best]
 
