@@ -456,13 +456,14 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
         parts = weights * ((tfs * (k1 + 1.0)) / (tfs + norms[at]))
         return np.add.accumulate(parts, axis=0)[-1] if len(known) > 1 else parts[0]
 
-    def prune(at: np.ndarray, part: np.ndarray, floor: float) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    def prune(at: np.ndarray, part: np.ndarray, floor: float,
+              rest: float) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """The chunks at ``at`` (their shares ``part``) that may still reach the floor once the phrases
-        outside the shares are added, one phrase at a time, the highest bound first: each phrase's counts
-        for the chunks left (by binary search), its bound out of the rest; the floor rises to the k-th best
-        partial score (each scores at least that much). Stops when few chunks are left. Returns them with
-        the counts found, by phrase, for them (the exact pass does not look those up again)."""
-        rest = sum(bound[split:])
+        outside the shares (their bounds adding up to ``rest``) are added, one phrase at a time, the
+        highest bound first: each phrase's counts for the chunks left (by binary search), its bound out of
+        the rest; the floor rises to the k-th best partial score (each scores at least that much). Stops
+        when few chunks are left. Returns them with the counts found, by phrase, for them (the exact pass
+        does not look those up again)."""
         looked: dict[int, np.ndarray] = {}
         for j, limit in zip(order[split:], bound[split:], strict=True):
             if len(at) <= 4 * top_k:
@@ -492,20 +493,20 @@ def bm25_top(columns: Sequence[Postings], idf: Sequence[float], average: float, 
             take_first(order[:split])
         touched = np.flatnonzero(share != 0)  # (over a bool array: several times faster than over floats)
         if len(touched) >= top_k:
-            # The floor: the k-th best final score is at least the k-th best share, and at least the lowest
-            # exact score of the k chunks with the best shares (each scores at least its share).
+            # The floor: the k-th best final score is at least the k-th best share (when every phrase is in
+            # the shares, they are the scores but for rounding), and at least the lowest exact score of the k
+            # chunks with the best shares (each scores at least its share), worked out only when the first
+            # is too low to stop widening.
             shares = share[touched]
             cut = len(touched) - top_k
             rest = sum(bound[split:])
-            if split == len(order):  # every phrase is in the shares: they are the scores, but for rounding
-                floor = float(np.partition(shares, cut)[cut])
-            else:  # the k-th best share, or when that is not enough to stop widening, the exact scores' least
-                floor = float(np.partition(shares, cut)[cut])
-                if rest * slack >= floor:
-                    floor = float(exact(np.sort(touched[np.argpartition(shares, cut)[cut:]])).min())
+            best = np.argpartition(shares, cut)
+            floor = float(shares[best[cut]])
+            if split < len(order) and rest * slack >= floor:
+                floor = float(exact(np.sort(touched[best[cut:]])).min())
             if rest * slack < floor:
                 keep = (shares + rest) * slack >= floor
-                at, looked = prune(touched[keep], shares[keep], floor)
+                at, looked = prune(touched[keep], shares[keep], floor, rest)
                 break
         elif split == len(order):
             at = touched  # fewer chunks than k hold any phrase: all of them
