@@ -707,11 +707,17 @@ def test_held_segments_within_a_small_budget_give_the_same_postings(store_backen
 
 
 def test_the_held_postings_budget_comes_from_the_settings(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``keyword_memory_mb`` of the store's section bounds the postings its backend holds; 0 holds none,
-    and keyword search answers the same from the table."""
-    from bunko.config import Settings
+    """``keyword_memory_mb`` of the store's section bounds the postings its backend holds (unset: a share of
+    the process's memory); 0 holds none, and keyword search answers the same from the table."""
+    from bunko.config import Settings, keyword_memory_bytes
 
     env = "BUNKO_PG_KEYWORD_MEMORY_MB" if db_url.startswith("postgresql") else "BUNKO_SQLITE_KEYWORD_MEMORY_MB"
+    monkeypatch.delenv(env, raising=False)
+    backend = open_backend(db_url, Settings.resolve(db_url))
+    try:
+        assert backend.postings.index.limit == keyword_memory_bytes(None) >= 256 * 2**20  # type: ignore[attr-defined]
+    finally:
+        backend.close()
     answers = []
     for megabytes in ("3", "0"):
         monkeypatch.setenv(env, megabytes)

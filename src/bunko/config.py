@@ -107,6 +107,44 @@ def default_home() -> Path:
     return base / "bunko"
 
 
+# The keyword postings a process holds in memory unless told (``keyword_memory_mb`` unset): this share of the
+# memory it may use, within these bounds (MiB).
+KEYWORD_MEMORY_SHARE = 1 / 8
+KEYWORD_MEMORY_MIN_MB = 256
+KEYWORD_MEMORY_MAX_MB = 4096
+
+
+def usable_memory(root: Path = Path("/")) -> int | None:
+    """The bytes of memory this process may use: the machine's physical memory, or its container's limit
+    when that is lower (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``); None when unknown."""
+    found: list[int] = []
+    try:
+        found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    for limit in ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = (root / limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < 1 << 60:  # "max" or a huge number: no limit
+            found.append(int(text))
+    return min(found) if found else None
+
+
+def keyword_memory_bytes(configured_mb: int | None, usable: int | None = None) -> int:
+    """The keyword postings a backend holds in memory (bytes): ``keyword_memory_mb`` when set, else
+    ``KEYWORD_MEMORY_SHARE`` of :func:`usable_memory` (or ``usable``), within the bounds; the least of
+    them when the memory is unknown. A million chunks' postings (1.9 GiB) are held whole from 16 GiB."""
+    if configured_mb is not None:
+        return configured_mb * 2**20
+    usable = usable_memory() if usable is None else usable
+    if usable is None:
+        return KEYWORD_MEMORY_MIN_MB * 2**20
+    share = int(usable * KEYWORD_MEMORY_SHARE)
+    return max(KEYWORD_MEMORY_MIN_MB * 2**20, min(KEYWORD_MEMORY_MAX_MB * 2**20, share))
+
+
 @dataclass(frozen=True, slots=True)
 class Env:
     """Field metadata: the environment variable of a setting.
@@ -410,9 +448,10 @@ class PostgresSettings(Section):
     # Refuse to run as a login that can get around RLS (superuser, BYPASSRLS, table owner) instead of warning.
     require_app_login: Annotated[bool, Env("BUNKO_PG_REQUIRE_APP_LOGIN")] = False
     # Keyword postings held in memory by this process, whole segments (MiB; 0: a search reads its terms'
-    # postings from the database each time). 100,000 chunks of Japanese text hold about 211 MiB.
+    # postings from the database each time; none given: an eighth of the memory the process may use, 256 to
+    # 4,096, see keyword_memory_bytes). 100,000 chunks of Japanese text hold about 211 MiB, a million 1.9 GiB.
     # docs/ARCHITECTURE.md ("Keyword postings held in memory").
-    keyword_memory_mb: Annotated[int, Env("BUNKO_PG_KEYWORD_MEMORY_MB"), Field(ge=0, le=1_048_576)] = 256
+    keyword_memory_mb: Annotated[int | None, Env("BUNKO_PG_KEYWORD_MEMORY_MB"), Field(ge=0, le=1_048_576)] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> PostgresSettings:
@@ -462,7 +501,8 @@ class SQLiteSettings(Section):
     ann_lists_min_rows: Annotated[int, Env("BUNKO_SQLITE_ANN_LISTS_MIN_ROWS"), Field(ge=1)] = 250_000
     ann_probe_share: Annotated[float, Env("BUNKO_SQLITE_ANN_PROBE_SHARE"), Field(gt=0, le=1)] = 0.04
     # Keyword postings held in memory by this process, as [postgres] keyword_memory_mb.
-    keyword_memory_mb: Annotated[int, Env("BUNKO_SQLITE_KEYWORD_MEMORY_MB"), Field(ge=0, le=1_048_576)] = 256
+    keyword_memory_mb: Annotated[int | None, Env("BUNKO_SQLITE_KEYWORD_MEMORY_MB"),
+                                 Field(ge=0, le=1_048_576)] = None
 
     @classmethod
     def from_env(cls) -> SQLiteSettings:
@@ -724,6 +764,20 @@ class Settings(BaseSettings):
     def embedder_options(self) -> dict[str, Any]:
         """Options for ``get_embedder``: only those that are set."""
         return self.embedding.options()
+
+    def for_processes(self, processes: int) -> Settings:
+        """These settings for each of ``processes`` processes started together (``bunko serve --workers``):
+        the keyword memory of a store section left unset is its default split between them, so that the
+        processes together hold no more than one would."""
+        if processes <= 1:
+            return self
+        update: dict[str, Any] = {}
+        for name in ("postgres", "sqlite"):
+            section = getattr(self, name)
+            if section.keyword_memory_mb is None:
+                share = keyword_memory_bytes(None) // processes // 2**20
+                update[name] = section.model_copy(update={"keyword_memory_mb": share})
+        return self.model_copy(update=update) if update else self
 
     def as_arguments(self) -> dict[str, Any]:
         """Every setting as ``resolve`` arguments, so ``Settings.resolve(**s.as_arguments())`` equals ``s``.

@@ -179,6 +179,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_lev
     from .. import metrics
 
     metrics.prepare_multiprocess(settings.home)
+    settings = settings.for_processes(workers)
     config = uvicorn.Config(AppFactory(settings), factory=True, host=host, port=port, workers=workers,
                             log_level=log_level, proxy_headers=True, timeout_graceful_shutdown=30,
                             log_config=observability.log_config(log_level, json_lines=log_format == "json"),

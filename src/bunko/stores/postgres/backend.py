@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
-from ...config import PostgresSettings, redact_url
+from ...config import PostgresSettings, keyword_memory_bytes, redact_url
 from ...errors import ConfigError, PgvectorVersionError, StorageFullError, TransientStoreError, VectorStoreError
 from ..sql import SQLBackend, StoreCounters, check_name
 from .columns import COLUMN_COLLECTIONS, COLUMN_ROWS, MetadataColumns
@@ -155,7 +155,7 @@ class PostgresBackend(SQLBackend):
         # Filtered search: metadata columns of the most recently filtered collections (see MetadataColumns).
         self._columns: OrderedDict[int, MetadataColumns] = OrderedDict()
         self._columns_lock = threading.Lock()
-        self.postings = PostingsCopy(POSTGRES, index_bytes=self.settings.keyword_memory_mb * 2**20)
+        self.postings = PostingsCopy(POSTGRES, index_bytes=keyword_memory_bytes(self.settings.keyword_memory_mb))
         self.counters = StoreCounters()
 
     def metadata_columns(self, collection_pk: int) -> MetadataColumns:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...config import SQLiteSettings
+from ...config import SQLiteSettings, keyword_memory_bytes
 from ...errors import ConfigError, StorageFullError, TransientStoreError, VectorStoreError
 from ...filters import parse_date
 from ..sql import SQLBackend, SQLServiceRecords, StoreCounters, check_name
@@ -99,7 +99,7 @@ class SQLiteBackend(SQLBackend):
                                settings.ann_candidates, settings.ann_lists_min_rows, settings.ann_probe_share)
             self.ann = Maintainer(self.ann_folder, config, self.matrices.graphs, self.matrices.lock,
                                   self.matrices.snapshot)
-        self.postings = PostingsTable(SQLITE, index_bytes=self.settings.keyword_memory_mb * 2**20)
+        self.postings = PostingsTable(SQLITE, index_bytes=keyword_memory_bytes(self.settings.keyword_memory_mb))
         self.counters = StoreCounters()
         self._closed = False
         with self.transaction(None, None, write=True) as conn:
