@@ -1,7 +1,9 @@
 """A PostgreSQL hybrid search in one transaction: the vector leg's index search is sent to the server before the
-keyword leg runs and answered after it (``PostgresReader.nearest_later``, psycopg's pipeline mode), so the
+keyword leg runs and answered after it (``PostgresReader.nearest_later``): on a second pooled connection when
+one is idle (``PostgresBackend.send_piped``), else in psycopg's pipeline mode on the transaction's own. The
 server walks the graph while this process ranks the keyword leg; the hits are those of the legs one after the
-other, a leg's failure comes back typed and leaves no connection in a transaction."""
+other, only the tenant's, a leg's failure comes back typed and leaves no connection in a transaction, and a
+second connection the server dropped is not an error."""
 
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ def _fill(store, vectors: np.ndarray) -> None:
 @pytest.fixture
 def indexed(pg_url: str) -> Iterator[tuple[PostgresBackend, object, np.ndarray]]:
     """A backend whose tenant ``acme`` has a collection of 3,000 chunks under an HNSW index (and tenant
-    ``bravo`` the same words with other vectors)."""
-    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1_000))
+    ``bravo`` the same words with other vectors), with two pooled connections open from the start."""
+    backend = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1_000, pool_min=2))  # two idle
     try:
         vectors = clustered(ROWS, 21)
         store = backend.for_tenant("acme")
@@ -202,3 +204,86 @@ def test_the_store_runs_its_legs_in_one_transaction_only_over_a_known_hnsw_index
         assert grown.for_tenant("acme").legs_at_once(row, False)  # its index becomes IVFFlat
     finally:
         grown.close()
+
+
+def _in_turn(store, row, legs: Legs) -> list[tuple]:
+    with store.reader(row) as reader:  # the legs in turn: each answered before the next starts
+        ranked = [("vector", vector_leg(reader, legs))]
+        found, title_weight = keyword_part(reader, legs)
+        return _seen(fuse_and_read(reader, legs, ranked + found, title_weight))
+
+
+def test_the_vector_leg_goes_on_a_second_connection_when_one_is_idle(indexed, pg_url: str) -> None:
+    """With an idle connection in the pool the vector leg is sent on it (one ``side_reads``) beside the one read
+    transaction; with a pool of one connection, which the transaction holds, it goes in pipeline mode on that
+    connection instead, without waiting for the pool. Both give the hits of the legs in turn."""
+    backend, store, _ = indexed
+    row = store.read_collection("c")
+    collect_legs(store, row, _legs("water", clustered(1, 27)[0]), concurrent=False)  # learns the index
+    one = PostgresBackend(pg_url, settings=PostgresSettings(hnsw_min_rows=1_000, pool_min=1, pool_max=1))
+    try:
+        alone = one.for_tenant("acme")
+        alone_row = alone.read_collection("c")
+        collect_legs(alone, alone_row, _legs("water", clustered(1, 27)[0]), concurrent=False)  # learns the index
+        for i, q in enumerate(clustered(4, 28)):
+            legs = _legs(f"{WORDS[i]} {WORDS[i + 2]}", q)
+            with counting(backend) as counts:
+                aside = collect_legs(store, row, legs, concurrent=False)
+            assert counts.delta["read_transactions"] == 1 and counts.delta.get("side_reads") == 1, counts.delta
+            with counting(one) as counts:
+                piped = collect_legs(alone, alone_row, legs, concurrent=False)
+            assert counts.delta["read_transactions"] == 1 and not counts.delta.get("side_reads"), counts.delta
+            assert aside.plans["vector"] == piped.plans["vector"] == "hnsw"
+            assert aside.hits and _seen(aside) == _seen(piped) == _in_turn(store, row, legs)
+    finally:
+        one.close()
+
+
+def test_the_vector_leg_on_a_second_connection_sees_only_the_tenants_chunks(indexed, pg_url: str) -> None:
+    """The query is one of tenant ``bravo``'s own vectors, its nearest chunk in the whole table: tenant
+    ``acme``'s vector leg sent on a second connection ranks only acme's chunks, and its hybrid hits are acme's."""
+    backend, store, _ = indexed
+    bravo = clustered(ROWS, 22)
+    with psycopg.connect(pg_url, autocommit=True) as owner:
+        mine = {int(r[0]) for r in owner.execute(
+            "SELECT c.id FROM bunko.chunks c JOIN bunko.tenants t ON t.id = c.tenant_id WHERE t.name = 'acme'")}
+    row = store.read_collection("c")
+    collect_legs(store, row, _legs("water", bravo[0]), concurrent=False)  # learns the index
+    for n in (0, 7, 1234):
+        legs = _legs("water stock", bravo[n])
+        with counting(backend) as counts, store.reader(row) as reader:
+            ranked = vector_leg_later(reader, legs)()
+        assert counts.delta.get("side_reads") == 1, counts.delta
+        assert len(ranked) == 10 * HYBRID_DEPTH and set(ranked.keys.tolist()) <= mine
+        collected = collect_legs(store, row, legs, concurrent=False)
+        assert collected.hits and {h.document_id for h in collected.hits} <= {d.id for d in store.list_documents("c")}
+
+
+def test_a_second_connection_the_server_dropped_is_not_an_error(indexed, pg_url: str) -> None:
+    """The idle connection the vector leg takes is one the server dropped (a restart, an idle timeout) while the
+    search's transaction holds the other: the leg asks again on the transaction's connection and ranks as
+    before; the searches after give the same hits as before, and no connection is left in a transaction."""
+    backend, store, _ = indexed
+    row = store.read_collection("c")
+    queries = [(_legs(f"{WORDS[i]} radio", q)) for i, q in enumerate(clustered(3, 29))]
+    before = [_seen(collect_legs(store, row, legs, concurrent=False)) for legs in queries]
+    with store.reader(row) as reader:
+        expected = vector_leg(reader, queries[0])
+    with store.reader(row) as reader:
+        held = reader._conn.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as owner:
+            others = "usename = current_user AND datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s"
+            dropped = owner.execute(f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE {others}",
+                                    (held,)).fetchone()[0]
+            for _ in range(600):  # until the server has closed them
+                if not owner.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {others}", (held,)).fetchone()[0]:
+                    break
+                time.sleep(0.1)
+        assert dropped >= 1
+        with counting(backend) as counts:
+            again = vector_leg_later(reader, queries[0])()
+        assert counts.delta.get("side_reads") == 1, counts.delta  # it took the dropped connection
+        assert again.keys.tolist() == expected.keys.tolist() and np.allclose(again.scores, expected.scores)
+    for _ in range(2):
+        assert [_seen(collect_legs(store, row, legs, concurrent=False)) for legs in queries] == before
+    assert _open_transactions(pg_url) == 0

@@ -32,8 +32,10 @@ class Counts:
 @contextmanager
 def counting(backend: Any) -> Iterator[Counts]:
     """Count what the backend's tenant stores do inside the block: ``read_transactions``,
-    ``write_transactions``, ``collection_reads`` (reads of a collection's row) and ``tenant_lookups`` (reads of
-    the tenant's row id, which a store and its copies acting for users learn once)."""
+    ``write_transactions``, ``collection_reads`` (reads of a collection's row), ``tenant_lookups`` (reads of
+    the tenant's row id, which a store and its copies acting for users learn once) and, on PostgreSQL,
+    ``side_reads`` (a statement sent on a second pooled connection beside a read transaction: a hybrid
+    search's vector leg)."""
     counts = Counts(backend.counters.snapshot())
     try:
         yield counts

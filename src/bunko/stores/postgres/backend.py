@@ -17,7 +17,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any, TypeVar
 
 from ...config import PostgresSettings, keyword_memory_bytes, redact_url
@@ -34,7 +34,7 @@ if HAVE_POSTGRES:
     import psycopg
     from pgvector.psycopg import register_vector
     from psycopg import sql
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import ConnectionPool, PoolTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,22 @@ def tcp_options(conninfo: str, settings: PostgresSettings) -> dict[str, Any]:
     if settings.tcp_user_timeout > 0:
         options["tcp_user_timeout"] = max(1, round(settings.tcp_user_timeout * 1000))  # milliseconds
     return {name: value for name, value in options.items() if name not in given and name in _TCP_OPTIONS}
+
+
+
+# How long a search waits for a second pooled connection to send its vector leg on (``send_piped``) before
+# it sends it on its own connection instead: a wait this short is there only to take an idle connection.
+SIDE_WAIT = 0.001
+
+
+def _piped_settings(tenant: str, tenant_pk: int, user: str | None,
+                    settings: dict[str, str]) -> tuple[str, list[str]]:
+    """The statement that makes the tenant and user settings RLS checks and ``settings``, local to the
+    transaction, with its parameters (for :meth:`PostgresBackend.read_piped` and ``send_piped``)."""
+    values = {"bunko.tenant": tenant, "bunko.tenant_id": str(int(tenant_pk)), "bunko.user_id": user or "",
+              **settings}
+    return ("SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values)),
+            [v for name, value in values.items() for v in (name, value)])
 
 
 class PostgresBackend(SQLBackend):
@@ -396,10 +412,7 @@ class PostgresBackend(SQLBackend):
         statement and end with it. A dropped connection fails before anything ran and the next one is tried,
         as for :meth:`_checked`. An unfiltered vector search over an HNSW index takes this way
         (``PostgresVectorStore.nearest_hits``)."""
-        values = {"bunko.tenant": tenant, "bunko.tenant_id": str(int(tenant_pk)), "bunko.user_id": user or "",
-                  **settings}
-        setting = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(values))
-        flat = [v for name, value in values.items() for v in (name, value)]
+        setting, flat = _piped_settings(tenant, tenant_pk, user, settings)
 
         def run(conn: Any) -> list[tuple[Any, ...]]:
             with conn.pipeline():
@@ -416,11 +429,64 @@ class PostgresBackend(SQLBackend):
                 raise transient from exc
             raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
 
-    def _getconn_unchecked(self) -> Any:
+    def send_piped(self, tenant: str, tenant_pk: int, user: str | None, settings: dict[str, str], statement: str,
+                   params: list[Any]) -> Callable[[], list[tuple[Any, ...]] | None] | None:
+        """:meth:`read_piped`, sent now on a connection of its own and answered later: the returned function
+        waits for the rows, gives the connection back and returns them, or None when the connection turned
+        out dead (nothing ran: the caller asks again its own way). None instead of a function when the pool
+        has no idle connection within ``SIDE_WAIT`` seconds: this never waits for the pool, so a caller that
+        holds a connection of it already cannot wait on itself. The function must be called, once.
+
+        A hybrid search sends its vector leg this way (``PostgresReader.nearest_later``): the server walks
+        the index on this connection while the keyword leg's statements run on the reader's, not after it."""
+        try:
+            conn = self._getconn_unchecked(SIDE_WAIT)
+        except PoolTimeout:
+            return None
+        self.counters.add("side_reads")
+        setting, flat = _piped_settings(tenant, tenant_pk, user, settings)
+        pipeline = ExitStack()
+        try:
+            conn.autocommit = True
+            pipeline.enter_context(conn.pipeline())
+            conn.execute(setting, flat)
+            cur = conn.execute(statement, params)
+        except BaseException as exc:
+            with suppress(psycopg.Error):
+                pipeline.close()
+            self._putconn(conn)
+            if isinstance(exc, psycopg.OperationalError):
+                return None  # a dead connection: the pool discards it; the caller asks on its own
+            if isinstance(exc, psycopg.Error):
+                raise self._read_error(exc) from exc
+            raise
+
+        def rows() -> list[tuple[Any, ...]] | None:
+            try:
+                pipeline.close()  # the sync: the settings, then the statement, as one implicit transaction
+                return cur.fetchall()
+            except psycopg.OperationalError as exc:
+                if conn.closed or conn.broken:
+                    return None
+                raise self._read_error(exc) from exc
+            except psycopg.Error as exc:
+                raise self._read_error(exc) from exc
+            finally:
+                self._putconn(conn)
+
+        return rows
+
+    @staticmethod
+    def _read_error(exc: Any) -> Exception:
+        """The bunko error a read's psycopg error stands for: transient, or a ``VectorStoreError``."""
+        transient = transient_error(exc)
+        return transient if transient is not None else VectorStoreError(f"PostgreSQL error: {exc}")
+
+    def _getconn_unchecked(self, timeout: float | None = None) -> Any:
         """A pooled connection without the pool's check on checkout: the caller's first statement checks it."""
         self._own_check.active = True
         try:
-            return self._pool.getconn()
+            return self._pool.getconn(timeout)
         finally:
             self._own_check.active = False
 

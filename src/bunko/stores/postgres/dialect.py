@@ -36,6 +36,13 @@ POSTGRES = Dialect(
     any_list=lambda column, values: (f"{column} = ANY(?)", [values]),
     json_in=lambda value: Jsonb(value),
     json_out=json_value,
+    # psycopg parses jsonb in Python as it reads a row; text costs nothing until a hit needs it.
+    json_text="::text",
+    # Each chunk's document by its key: as a plain join, the planner hashes every document of the tenant
+    # to look up the few a search reads (1,000 documents: about 0.6 ms of a 1 ms statement; the lookups
+    # take 0.02). OFFSET 0 keeps the subquery from being folded back into that join.
+    hit_join=(" LEFT JOIN LATERAL (SELECT dd.uid, dd.source, dd.metadata, dd.chunk_count FROM documents dd "
+              "WHERE dd.tenant_id = c.tenant_id AND dd.id = c.document_id OFFSET 0) d ON true"),
     time_out=iso_text,
     vector_out=_vector,
     compile_filter=compile_postgres,

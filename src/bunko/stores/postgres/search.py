@@ -21,8 +21,9 @@ import numpy as np
 
 from ...config import PostgresSettings
 from ..base import Ranked, Restriction
-from ..sql import HIT_COLUMNS, SQLReader
+from ..sql import SQLReader, hit_columns, hit_join
 from .columns import DOCUMENT_JOIN
+from .dialect import POSTGRES
 
 if TYPE_CHECKING:
     from .backend import PostgresBackend
@@ -182,8 +183,8 @@ class Plan:
     def rows_sql(self) -> str:
         """The statement of :meth:`index_rows` (parameters: :meth:`index_params` for k hits, then the tenant)."""
         # collection_id inlined as in index_sql; the tenant predicate again on the join (RLS checks it too).
-        return (f"SELECT ranked.score, {HIT_COLUMNS} FROM ({self.index_sql()}) ranked "
-                f"JOIN bunko.chunks c ON c.id = ranked.id{DOCUMENT_JOIN} "
+        return (f"SELECT ranked.score, {hit_columns(POSTGRES)} FROM ({self.index_sql()}) ranked "
+                f"JOIN bunko.chunks c ON c.id = ranked.id{hit_join(POSTGRES)} "
                 f"WHERE c.tenant_id = %s AND c.collection_id = {int(self.collection_pk)} "
                 "ORDER BY ranked.score DESC, c.id")
 
@@ -193,7 +194,7 @@ class Plan:
 
     def index_rows(self, conn: Any, q: np.ndarray) -> tuple[list[tuple[int, float]], list[Any]]:
         """This plan's unfiltered HNSW search (re-ranked, over halfvec) with its hits read whole in the same
-        statement: (chunk id, score) of the top k, best first, and their rows (``HIT_COLUMNS``, with the
+        statement: (chunk id, score) of the top k, best first, and their rows (``hit_columns``, with the
         document join), for ``SQLReader.keep_rows``. One round trip where the search and then the hits read
         were two. Never fewer than k when k exist: else the exact scan answers (and no rows)."""
         rows, _ = configured(conn, self.rows_settings(), self.rows_sql(),
@@ -220,24 +221,30 @@ class Plan:
             settings["hnsw.ef_search"] = str(min(1000, ef_search))
         return settings
 
+    def index_request(self, q: np.ndarray) -> tuple[dict[str, str], str, list[Any]]:
+        """This plan's unfiltered HNSW search (chunk id and score of the top k) as the settings it runs with,
+        its statement and its parameters."""
+        return (self._index_settings(search_breadth(self.settings, self.total, self.top_k)), self.index_sql(),
+                self.index_params(q, self.top_k))
+
+    def index_found(self, conn: Any, q: np.ndarray, rows: list[Any]) -> list[tuple[int, float]]:
+        """The hits of :meth:`index_request`'s rows, never fewer than k: else the exact scan answers, on
+        ``conn``."""
+        found = [(int(r[0]), float(r[1])) for r in rows]
+        if len(found) < min(self.top_k, self.matching):
+            self.strategy += "+exact"
+            return self._exact(conn, q)
+        return found
+
     def send_index(self, conn: Any, q: np.ndarray) -> Callable[[], list[tuple[int, float]]]:
         """Send this plan's unfiltered HNSW search on ``conn``, which is in pipeline mode, without waiting;
-        the returned function, called once the pipeline has ended, gives its hits (never fewer than k: else
-        the exact scan answers)."""
-        settings = self._index_settings(search_breadth(self.settings, self.total, self.top_k))
+        the returned function, called once the pipeline has ended, gives its hits (:meth:`index_found`)."""
+        settings, statement, params = self.index_request(q)
         if settings:
             conn.execute("SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(settings)),
                          [v for name, value in settings.items() for v in (name, value)])
-        sent = conn.execute(self.index_sql(), self.index_params(q, self.top_k))
-
-        def hits() -> list[tuple[int, float]]:
-            found = [(int(r[0]), float(r[1])) for r in sent.fetchall()]
-            if len(found) < min(self.top_k, self.matching):
-                self.strategy += "+exact"
-                return self._exact(conn, q)
-            return found
-
-        return hits
+        sent = conn.execute(statement, params)
+        return lambda: self.index_found(conn, q, sent.fetchall())
 
     def _iterative(self, conn: Any, q: np.ndarray) -> list[tuple[int, float]]:
         found, applied = self._index(conn, q, ef_search=max(self.settings.ef_search, self.top_k), limit=self.top_k,
@@ -452,15 +459,32 @@ class PostgresReader(SQLReader):
                       threshold: float | None = None) -> Callable[[], Ranked]:
         """:meth:`nearest`, sent now and answered later: the returned function gives its ranking.
 
-        An unfiltered index search goes to the server in pipeline mode and this returns at once, so the
-        server walks the index while the caller does other work in this process (a hybrid search's keyword
-        leg); statements the caller runs on this transaction meanwhile are answered in turn, after it. Other
-        plans run now. The function must be called (it ends the pipeline), once, in this transaction.
+        An unfiltered index search goes to the server and this returns at once, so the server walks the
+        index while the caller does other work in this process (a hybrid search's keyword leg). It goes on a
+        second pooled connection when one is idle (``PostgresBackend.send_piped``: the tenant's settings and
+        the search as one implicit transaction), so the statements the caller runs on this transaction
+        meanwhile are answered at once, the server working on both; else in pipeline mode on this
+        transaction's connection, where they are answered in turn, after it. Other plans run now. The
+        function must be called (it ends the pipeline or gives the connection back), once, in this
+        transaction.
         """
         plan = self.plan(top_k, restriction)
         if plan.strategy != "hnsw":
             ranked = _ranked(plan.run(self._conn, vector), plan.strategy, threshold)
             return lambda: ranked
+        store = self._store
+        settings, statement, params = plan.index_request(vector)
+        rows = self._backend.send_piped(store.tenant, self._tenant_pk, store.user, settings, statement, params)
+        if rows is not None:
+            side = rows
+
+            def answer_aside() -> Ranked:
+                found = side()
+                if found is None:  # the connection was dead: this transaction's connection asks
+                    return _ranked(plan.run(self._conn, vector), plan.strategy, threshold)
+                return _ranked(plan.index_found(self._conn, vector, found), plan.strategy, threshold)
+
+            return answer_aside
         pipeline = ExitStack()
         pipeline.enter_context(self._conn.pipeline())
         try:

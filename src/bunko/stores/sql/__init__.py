@@ -2,7 +2,7 @@
 
 from .dialect import Dialect, iso_text, json_value
 from .plan import PlannedWrite, StoredDocument, plan_writes
-from .reader import DOCUMENT_JOIN, HIT_COLUMNS, CompiledRestriction, SQLReader
+from .reader import DOCUMENT_JOIN, CompiledRestriction, SQLReader, hit_columns, hit_join
 from .service import SQLServiceRecords
 from .store import (
     MAX_TOP_K,
@@ -19,7 +19,6 @@ from .store import (
 
 __all__ = [
     "DOCUMENT_JOIN",
-    "HIT_COLUMNS",
     "MAX_TOP_K",
     "ChunkRow",
     "CompiledRestriction",
@@ -35,6 +34,8 @@ __all__ = [
     "check_name",
     "check_top_k",
     "checked_vectors",
+    "hit_columns",
+    "hit_join",
     "iso_text",
     "json_value",
     "plan_writes",

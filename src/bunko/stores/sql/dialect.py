@@ -37,6 +37,12 @@ class Dialect:
     # A Python value into a JSON column, and a JSON column's value back into Python.
     json_in: Callable[[Any], Any] = _dumps
     json_out: Callable[[Any], Any] = json.loads
+    # Appended to a JSON column a search reads with its chunks (``hit_columns``) so that the driver hands it
+    # over as text, parsed by ``json_out`` only for the chunks that become hits.
+    json_text: str = ""
+    # How a read of chunks by key (a search's candidates and hits, ``hit_join``) joins their documents, as
+    # ``d``; empty: the join metadata filters use (``reader.DOCUMENT_JOIN``).
+    hit_join: str = ""
     # A timestamp column's value as ISO-8601 text, and an aware datetime as a comparable parameter.
     time_out: Callable[[Any], str] = str
     time_in: Callable[[datetime], Any] = field(default=lambda moment: moment)

@@ -18,14 +18,24 @@ from ...types import SearchHit
 from ..base import CollectionRow, KeywordTotals, Postings, Ranked, Restriction, make_hit
 
 if TYPE_CHECKING:
+    from .dialect import Dialect
     from .store import SQLBackend, SQLStore
 
 # Metadata filters read the chunk as c and its document as d.
 DOCUMENT_JOIN = " LEFT JOIN documents d ON d.tenant_id = c.tenant_id AND d.id = c.document_id"
-# A chunk read whole, in make_hit's column order, then its document's key (a hit's vector comes after).
-HIT_COLUMNS = ("c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, c.metadata, "
-               "d.metadata, c.start_offset, c.end_offset, c.token_count, d.chunk_count, c.document_id")
-_HIT_COLUMNS = HIT_COLUMNS
+
+
+def hit_join(dialect: Dialect) -> str:
+    """How a read of chunks by key joins their documents (as ``d``) in the dialect (``Dialect.hit_join``)."""
+    return dialect.hit_join or DOCUMENT_JOIN
+
+
+def hit_columns(dialect: Dialect) -> str:
+    """A chunk read whole, in make_hit's column order, then its document's key (a hit's vector comes after);
+    the JSON columns as the dialect reads them for a search (``Dialect.json_text``)."""
+    return ("c.id, c.uid, coalesce(d.uid, ''), coalesce(d.source, ''), c.content, c.chunk_index, "
+            f"c.metadata{dialect.json_text}, d.metadata{dialect.json_text}, c.start_offset, c.end_offset, "
+            "c.token_count, d.chunk_count, c.document_id")
 
 
 class CompiledRestriction:
@@ -162,7 +172,7 @@ class SQLReader:
         listed, params = d.any("c.id", [int(k) for k in keys.tolist()])
         titles: dict[int, str] = {}
         out: dict[int, tuple[str, int, str]] = {}
-        for row in self.run(f"SELECT {_HIT_COLUMNS} FROM chunks c{DOCUMENT_JOIN} WHERE c.tenant_id = ? "
+        for row in self.run(f"SELECT {hit_columns(d)} FROM chunks c{hit_join(d)} WHERE c.tenant_id = ? "
                             f"AND c.collection_id = ? AND {listed}", (*self.scope, *params)):
             key, content, document, metadata = int(row[0]), row[4], row[12], row[7]
             self._read[key] = row
@@ -175,7 +185,7 @@ class SQLReader:
         return out
 
     def keep_rows(self, rows: Iterable[Any]) -> None:
-        """Keep chunks a search statement read whole (``HIT_COLUMNS``, ``DOCUMENT_JOIN``) with its ranking:
+        """Keep chunks a search statement read whole (``hit_columns``, ``hit_join``) with its ranking:
         :meth:`hits` then takes them instead of reading them again."""
         for row in rows:
             self._read[int(row[0])] = row
@@ -208,8 +218,8 @@ class SQLReader:
             if self.hydrate_by_collection:
                 scope, scope_params = "c.tenant_id = ? AND c.collection_id = ?", list(self.scope)
             by_key.update((int(r[0]), r) for r in self.run(
-                f"SELECT {_HIT_COLUMNS}{', c.embedding' if vectors is not None else ''} "
-                f"FROM chunks c{DOCUMENT_JOIN} WHERE {scope} AND {listed}", (*scope_params, *params)).fetchall())
+                f"SELECT {hit_columns(d)}{', c.embedding' if vectors is not None else ''} "
+                f"FROM chunks c{hit_join(d)} WHERE {scope} AND {listed}", (*scope_params, *params)).fetchall())
         out = []
         for key, score in ranked.pairs():
             r = by_key.get(key)
@@ -240,4 +250,4 @@ class SQLReader:
         raise NotImplementedError
 
 
-__all__ = ["DOCUMENT_JOIN", "CompiledRestriction", "SQLReader"]
+__all__ = ["DOCUMENT_JOIN", "CompiledRestriction", "SQLReader", "hit_columns", "hit_join"]
