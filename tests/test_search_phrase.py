@@ -220,3 +220,38 @@ def test_pairs_found_in_the_joined_tokens_are_the_pairs_the_positions_find() -> 
         fast, _ = proximity_shares(tokens, pairs, 0)
         by_positions, _ = proximity_shares(tokens, pairs, 1)  # a window: every pair through the positions
         assert fast == by_positions, (tokens, query, pairs)
+
+
+def test_a_deeper_leg_re_ranks_as_many_as_the_search_shows_and_keeps_bm25_order_below(db_url: str) -> None:
+    """A hybrid search's keyword leg goes deeper than the search shows (fusion reads it): the phrase re-ranking
+    takes BM25's best ``candidates``, at least as many as are shown, and the chunks past those follow in BM25's
+    order and scores; without ``shown`` (a keyword search) every chunk returned is re-ranked."""
+    from bunko.search.keyword import keyword_legs
+
+    rng = np.random.default_rng(5)
+    words = ["trace", "based", "type", "specialization", "dynamic", "languages", "loop", "record"]
+    texts = [" ".join(rng.permutation(words[:6]).tolist() if i % 3 else words[:6]) + " " +
+             " ".join(str(w) for w in rng.choice(words, size=int(rng.integers(0, 12))))
+             for i in range(60)]
+    how = Proximity(phrase=0.5, candidates=5)
+    backend = open_backend(db_url)
+    try:
+        store = backend.for_tenant("t")
+        store.ensure_collection("c", INFO, analyzer="bigram_en")
+        store.write_documents("c", [make_document(f"d{i}.txt", [t], unit_vectors(1, i)) for i, t in enumerate(texts)])
+        with store.reader(store.read_collection("c")) as reader:
+            def legs(top_k: int, proximity: Proximity | None, shown: int | None = None) -> tuple[list, list]:
+                ranked = keyword_legs(reader, TITLE, top_k, shown=shown, proximity=proximity).keyword
+                return ranked.keys.tolist(), ranked.scores.tolist()
+
+            deep, deep_scores = legs(30, how, shown=10)
+            shown, shown_scores = legs(10, how)  # a keyword search of 10: BM25's best 10 re-ranked
+            bm25, bm25_scores = legs(30, None)
+            every, _ = legs(30, how)  # a keyword search of 30: all 30 re-ranked
+    finally:
+        backend.close()
+    assert len(deep) == 30 and deep[:10] == shown and deep_scores[:10] == shown_scores
+    assert deep[10:] == bm25[10:] and deep_scores[10:] == bm25_scores[10:]
+    assert sorted(deep[:10]) == sorted(bm25[:10]) and deep[:10] != bm25[:10]  # re-ranked among themselves
+    assert np.all(np.diff(deep_scores) <= 0)
+    assert sorted(every) == sorted(bm25) and every != deep

@@ -54,9 +54,9 @@ _EXACT_CELLS = 1 << 20
 class Proximity:
     """How the keyword leg rewards a chunk that holds the query's terms in order or close together: the
     weight of in-order adjacent pairs (``phrase``) and of pairs within ``window`` tokens (``near``), over
-    BM25's best ``candidates`` chunks (at least the leg's ``top_k``); and a chunk of a document whose title
-    matches the query: its weight in the keyword score (``title``) and the weight of the title leg in
-    hybrid fusion (``title_leg``)."""
+    BM25's best ``candidates`` chunks (at least as many as the search shows, see :func:`keyword_legs`);
+    and a chunk of a document whose title matches the query: its weight in the keyword score (``title``)
+    and the weight of the title leg in hybrid fusion (``title_leg``)."""
 
     phrase: float = 0.0
     near: float = 0.0
@@ -109,9 +109,14 @@ def keyword_leg(reader: CollectionReader, query: str, top_k: int, restriction: R
 
 
 def keyword_legs(reader: CollectionReader, query: str, top_k: int, restriction: Restriction | None = None, *,
-                 budget: int = KEYWORD_CANDIDATES,
+                 shown: int | None = None, budget: int = KEYWORD_CANDIDATES,
                  proximity: Proximity | UseDefault | None = DEFAULT) -> KeywordRanking:
-    """:func:`keyword_leg`'s ranking and, when ``proximity.title_leg`` is above 0, the title leg."""
+    """:func:`keyword_leg`'s ranking and, when ``proximity.title_leg`` is above 0, the title leg.
+
+    ``shown``: how many chunks the search shows, when the leg goes deeper than that (a hybrid search's keyword
+    leg, ranked ``HYBRID_DEPTH`` times as deep for fusion): the re-ranking takes BM25's best ``candidates``
+    and at least ``shown`` of them; the chunks past those follow in BM25's order, below them (a re-ranked
+    chunk scores at least its BM25 score, which is at least theirs). None: ``top_k``."""
     how = PROXIMITY if isinstance(proximity, UseDefault) else proximity
     terms = query_terms(reader.row.analyzer, query)
     if not terms:
@@ -135,7 +140,9 @@ def keyword_legs(reader: CollectionReader, query: str, top_k: int, restriction: 
     rows, scores = bm25_top(columns, idf, totals.average_length, max(top_k, how.candidates), budget)
     if not len(rows):
         return KeywordRanking(Ranked(rows, scores, "postings"))
-    texts = reader.texts(rows)
+    texts = reader.texts(rows)  # every one read whole: a hit among them is not read again
+    window = max(how.candidates, top_k if shown is None else shown)
+    rows, scores, below, below_scores = rows[:window], scores[:window], rows[window:], scores[window:]
     found = [texts.get(int(key), ("", -int(key), "")) for key in rows.tolist()]
     titles: dict[int, float] = {}
     for _, document, title in found:
@@ -146,7 +153,8 @@ def keyword_legs(reader: CollectionReader, query: str, top_k: int, restriction: 
                             np.asarray([d for _, d, _ in found], dtype=np.int64))
     scores = rescore(candidates, asked, how)
     best = np.lexsort((rows, -scores))
-    keyword = Ranked(rows[best[:top_k]], scores[best[:top_k]], "postings+proximity")
+    keyword = Ranked(np.concatenate([rows[best], below])[:top_k],
+                     np.concatenate([scores[best], below_scores])[:top_k], "postings+proximity")
     if not how.title_leg:
         return KeywordRanking(keyword)
     # The title leg: each document whose title matches, by its best chunk, the best title first.

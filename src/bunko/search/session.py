@@ -127,7 +127,7 @@ def keyword_part(reader: CollectionReader, legs: Legs) -> tuple[list[tuple[str, 
         return [], 0.0
     if legs.fusion is None:
         return [("keyword", keyword_leg(reader, legs.query, legs.top_k, legs.restriction))], 0.0
-    both = keyword_legs(reader, legs.query, legs.depth, legs.restriction)
+    both = keyword_legs(reader, legs.query, legs.depth, legs.restriction, shown=legs.top_k)
     found = [("keyword", both.keyword)]
     if both.titles is not None and len(both.titles):
         found.append(("title", both.titles))
