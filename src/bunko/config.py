@@ -393,6 +393,8 @@ class PostgresSettings(Section):
     """``[postgres]`` / ``BUNKO_PG_<KEY>``: tuning knobs of the PostgreSQL backend."""
 
     pool_min: Annotated[int, Env("BUNKO_PG_POOL_MIN"), Field(ge=0)] = 1
+    # A search holds one connection; a hybrid search over an HNSW index also sends its vector leg on a second
+    # one when one is idle (never waiting for it: else on its own, pipelined).
     pool_max: Annotated[int, Env("BUNKO_PG_POOL_MAX"), Field(ge=1)] = 8
     # Seconds a statement waits for a pooled connection (every one busy, or the server unreachable) before
     # it fails with TransientStoreError (503); also how long one attempt of the pool to reconnect goes on
