@@ -89,7 +89,6 @@ def tcp_options(conninfo: str, settings: PostgresSettings) -> dict[str, Any]:
     return {name: value for name, value in options.items() if name not in given and name in _TCP_OPTIONS}
 
 
-
 # How long a search waits for a second pooled connection to send its vector leg on (``send_piped``) before
 # it sends it on its own connection instead: a wait this short is there only to take an idle connection.
 SIDE_WAIT = 0.001
@@ -398,9 +397,7 @@ class PostgresBackend(SQLBackend):
             finally:
                 self._putconn(conn)
         except psycopg.Error as exc:
-            if (transient := transient_error(exc)) is not None:
-                raise transient from exc
-            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+            raise self._read_error(exc) from exc
 
     def read_piped(self, tenant: str, tenant_pk: int, user: str | None, settings: dict[str, str], statement: str,
                    params: list[Any]) -> list[tuple[Any, ...]]:
@@ -425,9 +422,7 @@ class PostgresBackend(SQLBackend):
             self._putconn(conn)
             return rows
         except psycopg.Error as exc:
-            if (transient := transient_error(exc)) is not None:
-                raise transient from exc
-            raise VectorStoreError(f"PostgreSQL error: {exc}") from exc
+            raise self._read_error(exc) from exc
 
     def send_piped(self, tenant: str, tenant_pk: int, user: str | None, settings: dict[str, str], statement: str,
                    params: list[Any]) -> Callable[[], list[tuple[Any, ...]] | None] | None:

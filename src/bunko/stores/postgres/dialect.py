@@ -39,8 +39,8 @@ POSTGRES = Dialect(
     # psycopg parses jsonb in Python as it reads a row; text costs nothing until a hit needs it.
     json_text="::text",
     # Each chunk's document by its key: as a plain join, the planner hashes every document of the tenant
-    # to look up the few a search reads (1,000 documents: about 0.6 ms of a 1 ms statement; the lookups
-    # take 0.02). OFFSET 0 keeps the subquery from being folded back into that join.
+    # to look up the few a search reads (30 chunks of 1,000 documents: 1.1-1.4 ms of execution, against
+    # 0.4 ms looked up by key). OFFSET 0 keeps the subquery from being folded back into that join.
     hit_join=(" LEFT JOIN LATERAL (SELECT dd.uid, dd.source, dd.metadata, dd.chunk_count FROM documents dd "
               "WHERE dd.tenant_id = c.tenant_id AND dd.id = c.document_id OFFSET 0) d ON true"),
     time_out=iso_text,
